@@ -1,0 +1,333 @@
+"""What a batch is: k square matrices of different sizes, as a list or as one packed buffer.
+
+Two input forms are accepted everywhere:
+
+* a **list** of 2-D arrays (numpy, or cupy on a GPU), each of its own size;
+* a :class:`PackedBatch`: one 1-D buffer plus per-problem ``n`` (size), ``offset`` (first element,
+  in elements, not bytes) and ``ld`` (leading dimension). Matrix ``i`` element ``(r, c)`` lives at
+  ``data[offset[i] + r + c * ld[i]]`` for ``order="F"`` (column-major, the LAPACK/multifrontal
+  convention) and at ``data[offset[i] + r * ld[i] + c]`` for ``order="C"`` (row-major).
+
+The packed form is what the hot path uses: it is zero-copy, its metadata is numpy arrays (never a
+Python object per matrix), and backends cache plans and device metadata on it, so factoring the
+same layout again costs no planning. :func:`pack` turns a list into a packed batch once; keep the
+result and pass it again to reuse it.
+
+Only the lower triangle of each matrix is read. Zero-size matrices are valid.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, PrivateAttr, field_validator, model_validator
+
+from vbatch.ops.errors import InputError, validated
+
+SUPPORTED_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def array_kind(a: Any) -> str | None:
+    """``"numpy"`` or ``"cupy"`` for arrays vbatch accepts, else ``None``."""
+    if isinstance(a, np.ndarray):
+        return "numpy"
+    if type(a).__module__.split(".")[0] == "cupy" and hasattr(a, "__cuda_array_interface__"):
+        return "cupy"
+    return None
+
+
+def array_module(kind: str):
+    if kind == "numpy":
+        return np
+    import cupy  # only reached for arrays that are already cupy arrays
+
+    return cupy
+
+
+def _dtype_problem(dt: np.dtype) -> str | None:
+    if dt in SUPPORTED_DTYPES:
+        return None
+    return f"unsupported dtype {dt} (supported: float32, float64)"
+
+
+def _index_array(v: Any, name: str) -> np.ndarray:
+    """A read-only int64 copy: backends cache plans keyed on these, so they must not change."""
+    try:
+        a = np.asarray(v)
+    except Exception as exc:  # noqa: BLE001 - any unconvertible object is a user error here
+        raise InputError([(None, f"{name} must be a 1-D integer array: {exc}")]) from None
+    if a.ndim != 1:
+        raise InputError([(None, f"{name} must be 1-D, got shape {a.shape}")])
+    if a.size and not np.issubdtype(a.dtype, np.integer):
+        raise InputError([(None, f"{name} must hold integers, got dtype {a.dtype}")])
+    out = np.array(a, dtype=np.int64, copy=True)
+    out.flags.writeable = False
+    return out
+
+
+def _first_bad(mask: np.ndarray) -> np.ndarray:
+    return np.flatnonzero(mask)
+
+
+class PackedBatch(BaseModel):
+    """k matrices in one buffer: ``data`` (1-D, numpy or cupy) with ``n``, ``offset``, ``ld``.
+
+    Build one with :meth:`from_buffer` (which fills in tight offsets and leading dimensions) or
+    with :func:`pack` from a list. Validation checks, per problem, that sizes are non-negative,
+    ``ld >= max(1, n)``, and that every matrix lies inside the buffer without overlapping another.
+    """
+
+    model_config = ConfigDict(arbitrary_types_allowed=True, frozen=True)
+
+    data: Any
+    n: Any
+    offset: Any
+    ld: Any
+    order: Literal["F", "C"] = "F"
+
+    # Plans and device metadata keyed by (backend, options): the metadata arrays are read-only,
+    # so a cache entry stays valid as long as this object lives.
+    _cache: dict = PrivateAttr(default_factory=dict)
+
+    @field_validator("data")
+    @classmethod
+    def _check_data(cls, v: Any) -> Any:
+        kind = array_kind(v)
+        if kind is None:
+            got = type(v).__name__
+            raise InputError([(None, f"data must be a numpy or cupy array, got {got}")])
+        if v.ndim != 1:
+            raise InputError([(None, f"data must be 1-D, got shape {tuple(v.shape)}")])
+        bad = _dtype_problem(np.dtype(v.dtype))
+        if bad:
+            raise InputError([(None, f"data: {bad}")])
+        if not v.flags.c_contiguous:
+            raise InputError([(None, "data must be contiguous")])
+        return v
+
+    @field_validator("n", "offset", "ld", mode="before")
+    @classmethod
+    def _check_index(cls, v: Any, info) -> np.ndarray:
+        return _index_array(v, info.field_name)
+
+    @model_validator(mode="after")
+    def _check_layout(self) -> "PackedBatch":
+        n, off, ld = self.n, self.offset, self.ld
+        if not (len(n) == len(off) == len(ld)):
+            raise InputError(
+                [(None, f"n, offset and ld differ in length ({len(n)}, {len(off)}, {len(ld)})")]
+            )
+        problems: list[tuple[int | None, str]] = []
+        for i in _first_bad(n < 0):
+            problems.append((int(i), f"negative size {n[i]}"))
+        for i in _first_bad(ld < np.maximum(n, 1)):
+            problems.append((int(i), f"leading dimension {ld[i]} < max(1, n) = {max(1, n[i])}"))
+        for i in _first_bad(off < 0):
+            problems.append((int(i), f"negative offset {off[i]}"))
+        if problems:
+            raise InputError(sorted(problems, key=lambda p: p[0]))
+        live = np.flatnonzero(n > 0)
+        end = off + (n - 1) * ld + n  # one past the last element a matrix touches
+        size = int(self.data.size)
+        for i in live[end[live] > size]:
+            problems.append(
+                (int(i), f"matrix (n={n[i]}, ld={ld[i]}, offset={off[i]}) ends at element "
+                         f"{end[i]}, past the buffer's {size} elements")
+            )
+        if problems:
+            raise InputError(problems)
+        # Two matrices must not share elements: kernels write them concurrently. The check is on
+        # extents [offset, end), so it is conservative for matrices interleaved through ld gaps.
+        by_off = live[np.argsort(off[live], kind="stable")]
+        clash = np.flatnonzero(off[by_off[1:]] < end[by_off[:-1]])
+        for c in clash[:1]:
+            a, b = int(by_off[c]), int(by_off[c + 1])
+            problems.append(
+                (b, f"overlaps problem {a} in the buffer (elements [{off[b]}, {end[b]}) and "
+                    f"[{off[a]}, {end[a]}))")
+            )
+        if problems:
+            raise InputError(problems)
+        return self
+
+    # ---------------------------------------------------------------- constructors
+    @classmethod
+    def from_buffer(
+        cls,
+        data: Any,
+        n: Any,
+        offset: Any = None,
+        ld: Any = None,
+        order: Literal["F", "C"] = "F",
+    ) -> "PackedBatch":
+        """Adopt ``data`` as is (no copy). Missing ``ld`` means ``max(1, n)``; missing
+        ``offset`` means the matrices follow each other tightly in index order."""
+        n_arr = _index_array(n, "n")
+        if ld is None:
+            ld = np.maximum(n_arr, 1)
+        ld_arr = _index_array(ld, "ld")
+        if offset is None and len(ld_arr) == len(n_arr):
+            offset = tight_offsets(n_arr, ld_arr)
+        if array_kind(data) is not None and data.ndim > 1 and data.flags.c_contiguous:
+            data = data.reshape(-1)
+        return validated(
+            cls, "packed batch", data=data, n=n_arr, offset=offset, ld=ld_arr, order=order
+        )
+
+    def with_data(self, data: Any) -> "PackedBatch":
+        """The same layout over another buffer of the same size, kind and dtype (unchecked)."""
+        assert data.size == self.data.size and data.dtype == self.data.dtype
+        return PackedBatch.model_construct(
+            data=data, n=self.n, offset=self.offset, ld=self.ld, order=self.order
+        )
+
+    # ---------------------------------------------------------------- views
+    @property
+    def k(self) -> int:
+        return len(self.n)
+
+    @property
+    def dtype(self) -> np.dtype:
+        return np.dtype(self.data.dtype)
+
+    @property
+    def kind(self) -> str:
+        return array_kind(self.data)  # type: ignore[return-value]
+
+    def strides(self, i: int) -> tuple[int, int]:
+        """(row, column) strides of matrix ``i``, in elements."""
+        return (1, int(self.ld[i])) if self.order == "F" else (int(self.ld[i]), 1)
+
+    def matrix(self, i: int):
+        """Matrix ``i`` as a 2-D view into the buffer (writes go to the buffer)."""
+        n, off = int(self.n[i]), int(self.offset[i])
+        if n == 0:
+            return self.data[:0].reshape(0, 0)
+        rs, cs = self.strides(i)
+        isz = self.dtype.itemsize
+        strides = (rs * isz, cs * isz)
+        # The ndarray constructors make a view in ~1 us; as_strided takes ~15 us, which showed up
+        # as a fifth of the CPU backend's time at k = 2000 (docs/notes.md).
+        if self.kind == "numpy":
+            return np.ndarray(
+                (n, n), self.dtype, buffer=self.data, offset=off * isz, strides=strides
+            )
+        import cupy
+
+        return cupy.ndarray((n, n), self.dtype, memptr=self.data.data + off * isz, strides=strides)
+
+    def unpack(self) -> list:
+        """All matrices as 2-D views into the buffer, in problem order."""
+        return [self.matrix(i) for i in range(self.k)]
+
+    def __repr__(self) -> str:
+        return (
+            f"PackedBatch(k={self.k}, dtype={self.dtype}, kind={self.kind}, order={self.order!r}, "
+            f"elements={self.data.size})"
+        )
+
+    __str__ = __repr__
+
+
+def tight_offsets(n: np.ndarray, ld: np.ndarray) -> np.ndarray:
+    """Offsets that place matrix ``i`` right after matrix ``i - 1`` (``ld[i] * n[i]`` each)."""
+    sizes = np.asarray(ld, dtype=np.int64) * np.asarray(n, dtype=np.int64)
+    out = np.zeros(len(sizes), dtype=np.int64)
+    np.cumsum(sizes[:-1], out=out[1:])
+    return out
+
+
+class MatrixList(BaseModel):
+    """A validated list of 2-D arrays: one kind (numpy or cupy), one dtype, each square."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True, frozen=True)
+
+    mats: list
+    kind: str
+    dtype: Any
+    n: Any
+
+    @model_validator(mode="before")
+    @classmethod
+    def _describe(cls, values: Any) -> dict:
+        mats = values["mats"] if isinstance(values, dict) else values
+        if not isinstance(mats, (list, tuple)):
+            got = type(mats).__name__
+            raise InputError([(None, f"expected a list of 2-D arrays, got {got}")])
+        mats = list(mats)
+        problems: list[tuple[int | None, str]] = []
+        n = np.zeros(len(mats), dtype=np.int64)
+        kind0 = dtype0 = None
+        first_dtype_at = first_kind_at = 0
+        for i, a in enumerate(mats):
+            kind = array_kind(a)
+            if kind is None:
+                problems.append((i, f"expected a numpy or cupy array, got {type(a).__name__}"))
+                continue
+            if kind0 is None:
+                kind0, first_kind_at = kind, i
+            elif kind != kind0:
+                problems.append(
+                    (i, f"is a {kind} array but problem {first_kind_at} is {kind0} "
+                        "(one batch, one kind)")
+                )
+            dt = np.dtype(a.dtype)
+            bad = _dtype_problem(dt)
+            if bad:
+                problems.append((i, bad))
+            elif dtype0 is None:
+                dtype0, first_dtype_at = dt, i
+            elif dt != dtype0:
+                problems.append(
+                    (i, f"dtype {dt} differs from problem {first_dtype_at}'s {dtype0} "
+                        "(a batch has one dtype)")
+                )
+            if a.ndim != 2:
+                problems.append((i, f"not 2-D: shape {tuple(a.shape)}"))
+            elif a.shape[0] != a.shape[1]:
+                problems.append((i, f"not square: shape {tuple(a.shape)}"))
+            else:
+                n[i] = a.shape[0]
+        if problems:
+            raise InputError(problems)
+        n.flags.writeable = False
+        return {
+            "mats": mats,
+            "kind": kind0 or "numpy",
+            "dtype": dtype0 or np.dtype(np.float64),
+            "n": n,
+        }
+
+    @property
+    def k(self) -> int:
+        return len(self.mats)
+
+
+def pack(mats: Any, order: Literal["F", "C"] = "C", backend: Any = None) -> PackedBatch:
+    """Copy a list of square arrays into one new buffer, once.
+
+    Row-major (``order="C"``) is the default because that is how numpy and cupy arrays are
+    usually laid out, so each matrix is one contiguous copy. A list of cupy arrays is gathered on
+    the GPU by one kernel (never one copy per matrix); that needs the CUDA backend.
+    """
+    ml = mats if isinstance(mats, MatrixList) else validated(MatrixList, mats=mats)
+    ld = np.maximum(ml.n, 1)
+    offset = tight_offsets(ml.n, ld)
+    total = int(offset[-1] + ld[-1] * ml.n[-1]) if ml.k else 0
+    if ml.kind == "numpy":
+        data = np.empty(total, dtype=ml.dtype)
+        fortran = order == "F"
+        for i, a in enumerate(ml.mats):
+            m = int(ml.n[i])
+            if m:
+                flat = data[offset[i] : offset[i] + m * m]
+                view = flat.reshape(m, m, order="F" if fortran else "C")
+                view[...] = a
+    else:
+        if backend is None:
+            from vbatch.kernels import get_backend
+
+            backend = get_backend("cuda")
+        data = backend.gather(ml.mats, ml.n, offset, ml.dtype, order)
+    return PackedBatch.model_construct(data=data, n=ml.n, offset=offset, ld=ld, order=order)

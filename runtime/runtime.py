@@ -1,0 +1,309 @@
+"""The public face: :class:`Runtime`, :class:`Future`, :class:`CholeskyResult`.
+
+A submission goes through the same stages on every backend::
+
+    validate (pydantic, before any work) -> plan (cached on a PackedBatch) -> stage memory
+        -> begin -> one backend launch per plan launch -> end -> Future
+
+On the CPU the stages after planning run on the runtime's worker thread, so ``cholesky`` returns
+at once and ``after=`` dependencies are waited for there. On CUDA they run in the caller's thread
+and only enqueue work; dependencies become stream waits on events, and ``Future.result`` is the
+single synchronization point, where ``info`` is read back once.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import threading
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from vbatch.kernels import Completion, get_backend
+from vbatch.ops.batch import MatrixList, PackedBatch
+from vbatch.ops.cholesky import CholeskyRequest
+from vbatch.ops.errors import InputError, validated
+from vbatch.runtime.device import resolve_device
+from vbatch.scheduler.plan import Plan, make_plan
+
+
+class DependencyError(RuntimeError):
+    """A submission could not run because a future it was ordered ``after`` failed."""
+
+
+class Options(BaseModel):
+    """Planning options. ``None`` means the backend's default for the batch's dtype."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    nb: int | None = Field(default=None, ge=1, le=1024)
+    policy: Literal["dsse", "ssde"] = "dsse"
+    fused_max_rows: int | None = Field(default=None, ge=0)
+    streams: int | None = Field(default=None, ge=1, le=64)
+
+
+@dataclass(frozen=True)
+class CholeskyResult:
+    """``factors``: a list (same array kind as the input list) or a :class:`PackedBatch`.
+    ``info``: int32 per problem, LAPACK convention (0 = success, j > 0 = leading minor of
+    order j not positive definite; that factor is incomplete, the others are unaffected)."""
+
+    factors: Any
+    info: np.ndarray
+    plan: Plan
+
+    @property
+    def ok(self) -> bool:
+        return not np.any(self.info)
+
+    def failed(self) -> np.ndarray:
+        """Indices of the problems whose factorization failed."""
+        return np.flatnonzero(self.info)
+
+
+class Future:
+    """The pending result of one submission. ``result()`` waits and returns a
+    :class:`CholeskyResult`, or raises what the execution raised."""
+
+    def __init__(self, runtime: "Runtime"):
+        self._runtime = runtime
+        self._cf: cf.Future = cf.Future()
+        self._completion: Completion | None = None
+        self._finish = None
+        self._lock = threading.Lock()
+
+    # Set by the runtime when the work is enqueued on an asynchronous backend.
+    def _attach(self, completion: Completion, finish) -> None:
+        self._completion, self._finish = completion, finish
+
+    def done(self) -> bool:
+        if self._cf.done():
+            return True
+        return self._completion is not None and self._completion.done()
+
+    def result(self, timeout: float | None = None) -> CholeskyResult:
+        if not self._cf.done() and self._completion is not None:
+            with self._lock:
+                if not self._cf.done():
+                    try:
+                        self._cf.set_result(self._finish(self._completion.wait()))
+                    except BaseException as exc:  # noqa: BLE001 - handed to the caller below
+                        self._cf.set_exception(exc)
+        return self._cf.result(timeout)
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        try:
+            self.result(timeout)
+        except cf.TimeoutError:
+            raise
+        except BaseException as exc:  # noqa: BLE001 - this method reports any failure
+            return exc
+        return None
+
+    def completion(self) -> Completion | None:
+        """The backend completion, once enqueued (used to order dependent submissions)."""
+        return self._completion
+
+
+class Runtime:
+    """Submit batches, get futures.
+
+    ``device``: ``"auto"`` (CUDA when a GPU is usable, else the CPU), ``"cpu"`` or ``"cuda"``.
+    Planning options (``nb``, ``policy``, ``fused_max_rows``, ``streams``) default to what the
+    backend prefers for the batch's dtype.
+    """
+
+    def __init__(self, device: str = "auto", **options: Any):
+        self.device = resolve_device(device)
+        self.backend = get_backend(self.device)
+        self.options = validated(Options, what="runtime options", **options)
+        self._pool = None
+        if not self.backend.asynchronous:
+            # One worker: submissions run in order, so an `after=` dependency on this runtime is
+            # always ahead in the queue and waiting for it cannot deadlock.
+            self._pool = cf.ThreadPoolExecutor(1, thread_name_prefix=f"vbatch-{self.device}")
+        self._pending: set[Future] = set()
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"Runtime(device={self.device!r}, {self.options!r})"
+
+    # ------------------------------------------------------------------ planning
+    def plan_options(self, dtype: Any) -> dict:
+        d = self.backend.plan_defaults(np.dtype(dtype))
+        o = self.options
+        return {
+            "nb": o.nb if o.nb is not None else d.nb,
+            "policy": o.policy,
+            "fused_max_rows": d.fused_max_rows if o.fused_max_rows is None else o.fused_max_rows,
+            "streams": o.streams if o.streams is not None else d.streams,
+        }
+
+    def plan(self, mats: Any, npiv: Any = None) -> Plan:
+        """The plan that :meth:`cholesky` would execute for this input (for inspection)."""
+        return self._plan(validated(CholeskyRequest, batch=mats, npiv=npiv))
+
+    def _plan(self, req: CholeskyRequest) -> Plan:
+        opts = self.plan_options(req.batch.dtype)
+        batch = req.batch
+        if not isinstance(batch, PackedBatch):
+            return make_plan(batch.n, req.npiv, **opts)
+        # A packed batch's metadata is read-only, so its plan can be reused call after call.
+        key = ("plan", self.device, tuple(sorted(opts.items())))
+        hit = batch._cache.get(key)
+        if hit is not None and np.array_equal(hit.npiv_in, req.npiv):
+            return hit.plan
+        plan = make_plan(batch.n, req.npiv, **opts)
+        batch._cache[key] = _CachedPlan(req.npiv, plan)
+        return plan
+
+    # ------------------------------------------------------------------ submission
+    def cholesky(
+        self,
+        mats: Any,
+        npiv: Any = None,
+        *,
+        after: Any = (),
+        overwrite: bool = False,
+    ) -> Future:
+        """Factor a batch: ``mats`` is a list of square arrays or a :class:`PackedBatch`.
+
+        ``npiv`` factors only the first ``npiv[i]`` columns of problem ``i`` and leaves the Schur
+        complement in the trailing block. The work starts once every future in ``after`` is done.
+        Inputs are left untouched unless ``overwrite=True``. Bad input raises
+        :class:`~vbatch.InputError` here, before any work.
+        """
+        req = validated(CholeskyRequest, batch=mats, npiv=npiv, overwrite=overwrite)
+        deps = list(after) if isinstance(after, (list, tuple)) else [after]
+        bad = [(None, f"after[{i}] is a {type(d).__name__}, not a vbatch.Future")
+               for i, d in enumerate(deps) if not isinstance(d, Future)]
+        if bad:
+            raise InputError(bad, what="submission")
+        plan = self._plan(req)
+        fut = Future(self)
+        with self._lock:
+            self._pending.add(fut)
+        if self._pool is not None:
+            self._pool.submit(self._run_sync, fut, req, plan, deps)
+        else:
+            self._run_async(fut, req, plan, deps)
+        return fut
+
+    def wait(self) -> None:
+        """Wait for everything submitted so far (errors stay with their futures)."""
+        with self._lock:
+            pending = list(self._pending)
+        for fut in pending:
+            try:
+                fut.result()
+            except BaseException:  # noqa: BLE001 - the future keeps its error for its owner
+                pass
+            with self._lock:
+                self._pending.discard(fut)
+
+    def close(self) -> None:
+        self.wait()
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+
+    def __enter__(self) -> "Runtime":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ execution
+    def _stage(self, req: CholeskyRequest):
+        """The working packed batch on this backend, and how to hand results back."""
+        b = self.backend
+        batch = req.batch
+        if isinstance(batch, MatrixList):
+            work = b.pack_list(batch, order="C")
+        else:
+            work = b.adopt(batch, copy=not req.overwrite)
+
+        def finish(info_sorted: np.ndarray, plan: Plan) -> tuple[Any, np.ndarray]:
+            info = np.zeros(plan.k, dtype=np.int32)
+            info[plan.order] = info_sorted
+            if isinstance(batch, MatrixList):
+                if req.overwrite:
+                    b.scatter(work, batch.mats)
+                    return batch.mats, info
+                out = b.export(work, batch.kind)
+                return out.unpack(), info
+            if not req.overwrite:
+                return b.export(work, batch.kind), info
+            if work.data is not batch.data:
+                b.scatter(work, batch)  # e.g. a host batch factored on the device
+            return batch, info
+
+        return work, finish
+
+    def _execute(self, req: CholeskyRequest, plan: Plan, after: list[Completion]):
+        work, finish = self._stage(req)
+        b = self.backend
+        ex = b.begin(work, plan, after)
+        for lc in plan.launches:
+            b.launch(ex, lc)
+        return b.end(ex), finish
+
+    def _run_sync(self, fut: Future, req: CholeskyRequest, plan: Plan, deps: list[Future]) -> None:
+        try:
+            for i, d in enumerate(deps):
+                exc = d.exception()
+                if exc is not None:
+                    raise DependencyError(f"after[{i}] failed: {exc!r}") from exc
+            completion, finish = self._execute(req, plan, [])
+            factors, info = finish(completion.wait(), plan)
+            fut._cf.set_result(CholeskyResult(factors, info, plan))
+        except BaseException as exc:  # noqa: BLE001 - delivered through the future
+            fut._cf.set_exception(exc)
+
+    def _run_async(self, fut: Future, req: CholeskyRequest, plan: Plan, deps: list[Future]) -> None:
+        waits: list[Completion] = []
+        for i, d in enumerate(deps):
+            c = d.completion()
+            if c is None or d._runtime.backend is not self.backend:
+                exc = d.exception()  # another backend's work: wait for it on the host
+                if exc is not None:
+                    fut._cf.set_exception(DependencyError(f"after[{i}] failed: {exc!r}"))
+                    return
+            else:
+                waits.append(c)
+        try:
+            completion, finish = self._execute(req, plan, waits)
+        except BaseException as exc:  # noqa: BLE001 - delivered through the future
+            fut._cf.set_exception(exc)
+            return
+
+        def build(info_sorted: np.ndarray) -> CholeskyResult:
+            factors, info = finish(info_sorted, plan)
+            return CholeskyResult(factors, info, plan)
+
+        fut._attach(completion, build)
+
+
+@dataclass(frozen=True)
+class _CachedPlan:
+    npiv_in: np.ndarray
+    plan: Plan
+
+
+_default: Runtime | None = None
+_default_lock = threading.Lock()
+
+
+def default_runtime() -> Runtime:
+    """The process-wide runtime used by :func:`cholesky` (``device="auto"``)."""
+    global _default
+    with _default_lock:
+        if _default is None:
+            _default = Runtime("auto")
+        return _default
+
+
+def cholesky(mats: Any, npiv: Any = None, *, after: Any = (), overwrite: bool = False) -> Future:
+    """:meth:`Runtime.cholesky` on the default runtime."""
+    return default_runtime().cholesky(mats, npiv, after=after, overwrite=overwrite)

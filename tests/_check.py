@@ -1,0 +1,47 @@
+"""Assertions shared by the tests: a factor is right, or the test says exactly how it is not."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from vbatch.ops.cholesky import reference, residual
+from vbatch.runtime.cli import RESIDUAL_C
+
+
+def to_host(a):
+    return a.get() if hasattr(a, "get") and not isinstance(a, np.ndarray) else np.asarray(a)
+
+
+def tolerance(n: int, dtype) -> float:
+    """The stated normwise tolerance: RESIDUAL_C * n * eps of the dtype (RESIDUAL_C = 2)."""
+    return RESIDUAL_C * max(n, 1) * np.finfo(dtype).eps
+
+
+def check_factor(a, f, dtype, npiv=None, where: str = "") -> float:
+    """``f`` is a correct (partial) Cholesky factor of ``a``; returns the residual / (n eps)."""
+    a, f = to_host(a), to_host(f)
+    n = a.shape[0]
+    p = n if npiv is None else int(npiv)
+    assert f.shape == a.shape, f"{where}: factor shape {f.shape} != {a.shape}"
+    assert f.dtype == np.dtype(dtype), f"{where}: factor dtype {f.dtype} != {dtype}"
+    assert np.all(np.isfinite(f)), f"{where}: NaN or inf in the factor"
+    upper = np.triu(f, 1)
+    assert not np.any(upper), f"{where}: non-zero above the diagonal at {np.argwhere(upper)[:3]}"
+    assert np.all(np.diag(f)[:p] > 0), f"{where}: non-positive diagonal in L11"
+    r = residual(a, f, p)
+    tol = tolerance(n, dtype)
+    assert r <= tol, f"{where}: residual {r:.3e} > tolerance {tol:.3e} (n={n}, p={p})"
+    if p < n:
+        # The trailing block against a dense Schur complement computed in float64.
+        ref, info = reference(a, p)
+        assert info == 0
+        s, s_ref = np.tril(f[p:, p:]).astype(np.float64), ref[p:, p:]
+        scale = max(np.linalg.norm(a.astype(np.float64)), 1.0)
+        err = np.linalg.norm(s - s_ref) / scale
+        assert err <= tol, f"{where}: Schur complement error {err:.3e} > {tol:.3e}"
+    return r / (max(n, 1) * np.finfo(dtype).eps)
+
+
+def edge_sizes(nb: int) -> list[int]:
+    """The sizes every batch must contain: 0, 1, nb-1, nb, nb+1."""
+    return sorted({0, 1, max(nb - 1, 0), nb, nb + 1})

@@ -1,0 +1,80 @@
+"""The packed form: layout, views, packing a list once."""
+
+from __future__ import annotations
+
+import numpy as np
+import pydantic
+import pytest
+
+import vbatch
+from vbatch import PackedBatch
+from vbatch.ops.generate import DISTRIBUTIONS, sizes, spd_packed
+
+
+@pytest.mark.parametrize("order", ["F", "C"])
+def test_pack_round_trip(order):
+    rng = np.random.default_rng(0)
+    mats = [rng.standard_normal((n, n)) for n in (0, 1, 7, 8, 9, 3)]
+    b = vbatch.pack(mats, order=order)
+    assert b.k == 6 and b.order == order and b.data.size == sum(m.size for m in mats)
+    for m, v in zip(mats, b.unpack()):
+        assert np.array_equal(m, v)
+    assert b.offset.tolist() == [0, 0, 1, 50, 114, 195]
+
+
+def test_packed_views_write_through_and_respect_ld():
+    data = np.arange(30, dtype=np.float64)
+    b = PackedBatch.from_buffer(data, n=[2, 3], offset=[0, 10], ld=[4, 5], order="F")
+    assert b.matrix(0).tolist() == [[0, 4], [1, 5]]
+    assert b.matrix(1).tolist() == [[10, 15, 20], [11, 16, 21], [12, 17, 22]]
+    c = PackedBatch.from_buffer(data, n=[2], offset=[3], ld=[4], order="C")
+    assert c.matrix(0).tolist() == [[3, 4], [7, 8]]
+    b.matrix(1)[0, 0] = -1
+    assert data[10] == -1
+
+
+def test_metadata_is_frozen():
+    b = vbatch.pack([np.eye(2), np.eye(3)])
+    with pytest.raises(ValueError):
+        b.n[0] = 5
+    with pytest.raises(pydantic.ValidationError, match="frozen"):
+        b.order = "F"
+
+
+def test_from_buffer_accepts_a_contiguous_block():
+    data = np.zeros((4, 8))
+    b = PackedBatch.from_buffer(data, n=[4, 4], order="C")
+    assert b.data.ndim == 1 and b.offset.tolist() == [0, 16]
+
+
+def test_h_matrix_diagonal_blocks_in_one_dense_array():
+    """Diagonal leaves of one big matrix: offsets into it, ld = its order, no copy."""
+    rng = np.random.default_rng(1)
+    big_n, cuts = 60, [0, 13, 14, 40, 60]
+    r = rng.standard_normal((big_n, big_n))
+    big = np.asfortranarray(r @ r.T + big_n * np.eye(big_n))
+    starts, ns = np.array(cuts[:-1]), np.diff(cuts)
+    b = PackedBatch.from_buffer(big.reshape(-1, order="F"), ns, starts * (big_n + 1), [big_n] * 4)
+    res = vbatch.Runtime("cpu", nb=8).cholesky(b).result()
+    for i, (s, n) in enumerate(zip(starts, ns)):
+        blk = big[s : s + n, s : s + n]
+        assert np.allclose(res.factors.matrix(i), np.linalg.cholesky(blk))
+
+
+@pytest.mark.parametrize("dist", DISTRIBUTIONS)
+def test_size_distributions(dist):
+    rng = np.random.default_rng(0)
+    s = sizes(dist, 2000, 512, rng)
+    assert s.dtype == np.int64 and s.min() >= 1 and s.max() <= 512
+    if dist == "skewed":
+        assert np.count_nonzero(s == 512) == 20 and np.count_nonzero(s > 51) == 20
+    if dist == "gauss":
+        assert abs(np.median(s) - 256) < 15
+
+
+def test_spd_packed_is_spd_in_both_orders():
+    for order in ("F", "C"):
+        b = spd_packed([0, 1, 9], np.float32, np.random.default_rng(2), order=order)
+        for i in (1, 2):
+            m = b.matrix(i).astype(np.float64)
+            assert np.allclose(m, m.T) and np.linalg.eigvalsh(m).min() > 0

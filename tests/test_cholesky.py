@@ -1,0 +1,183 @@
+"""Conformance: every backend factors batches right, isolates failures, does partial Cholesky.
+
+Each test runs on the CPU and, where a GPU is usable, on CUDA (``DEVICES`` in conftest.py).
+Tolerance: ||A - L L^T||_F / ||A||_F <= 2 n eps of the dtype (_check.tolerance); NaN fails.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from _check import check_factor, edge_sizes, to_host
+from conftest import DEVICES
+from vbatch import PackedBatch, Runtime, reference
+from vbatch.ops.generate import make_indefinite, spd, spd_list
+
+_runtimes: dict = {}
+
+
+def runtime(device: str, **opts) -> Runtime:
+    """One runtime per configuration for the whole session (each owns a worker thread)."""
+    key = (device, tuple(sorted(opts.items())))
+    if key not in _runtimes:
+        _runtimes[key] = Runtime(device, **opts)
+    return _runtimes[key]
+
+
+def as_device(mats, device):
+    if device == "cuda":
+        import cupy
+
+        return [cupy.asarray(m) for m in mats]
+    return mats
+
+
+def packed_from(mats, order, device):
+    """A packed batch with gaps (ld > n, holes between matrices), to exercise ld and offsets."""
+    n = np.array([m.shape[0] for m in mats], dtype=np.int64)
+    ld = n + (np.arange(len(n)) % 3)  # some ld = n, some larger
+    ld = np.maximum(ld, 1)
+    off = np.r_[0, np.cumsum(ld * n + 5)[:-1]].astype(np.int64)
+    dtype = mats[0].dtype
+    data = np.full(int(off[-1] + ld[-1] * n[-1] + 5), np.nan, dtype=dtype)
+    b = PackedBatch.from_buffer(data, n, off, ld, order=order)
+    for i, m in enumerate(mats):
+        if n[i]:
+            b.matrix(i)[...] = m
+    if device == "cuda":
+        import cupy
+
+        b = PackedBatch.from_buffer(cupy.asarray(data), n, off, ld, order=order)
+    return b
+
+
+@st.composite
+def cases(draw):
+    nb = draw(st.sampled_from([4, 8, 16, 32]))
+    extra = draw(st.lists(st.integers(0, 3 * nb + 3), max_size=8))
+    ns = edge_sizes(nb) + extra
+    ns = [ns[i] for i in draw(st.permutations(range(len(ns))))]
+    return dict(
+        ns=ns,
+        nb=nb,
+        dtype=draw(st.sampled_from([np.float32, np.float64])),
+        policy=draw(st.sampled_from(["dsse", "ssde"])),
+        fused_max_rows=draw(st.sampled_from([0, 2 * nb, 10**6])),
+        form=draw(st.sampled_from(["list", "F", "C"])),
+        seed=draw(st.integers(0, 2**31)),
+        partial=draw(st.booleans()),
+    )
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@given(c=cases())
+def test_factors_match_numpy(device, c):
+    rng = np.random.default_rng(c["seed"])
+    mats = spd_list(c["ns"], c["dtype"], rng)
+    npiv = [int(rng.integers(0, n + 1)) for n in c["ns"]] if c["partial"] else None
+    rt = runtime(device, nb=c["nb"], policy=c["policy"], fused_max_rows=c["fused_max_rows"])
+    if c["form"] == "list":
+        res = rt.cholesky(as_device(mats, device), npiv).result()
+        factors = res.factors
+        assert len(factors) == len(mats)
+    else:
+        b = packed_from(mats, c["form"], device)
+        res = rt.cholesky(b, npiv).result()
+        assert isinstance(res.factors, PackedBatch) and res.factors.order == c["form"]
+        factors = res.factors.unpack()
+    assert res.info.dtype == np.int32 and not res.info.any(), res.info
+    for i, (a, f) in enumerate(zip(mats, factors)):
+        assert type(f).__module__.split(".")[0] == ("cupy" if device == "cuda" else "numpy")
+        check_factor(a, f, c["dtype"], None if npiv is None else npiv[i], where=f"problem {i}")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("fused_max_rows", [0, 10**6], ids=["separated", "fused"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_ill_conditioned_matrices(device, fused_max_rows, dtype):
+    """Cholesky is backward stable whatever the conditioning: cond up to 1/(100 eps)."""
+    rng = np.random.default_rng(3)
+    cond = 1e-2 / np.finfo(dtype).eps
+    ns = edge_sizes(16) + [40, 47, 3]
+    mats = [spd(n, dtype, rng, cond=cond) for n in ns]
+    rt = runtime(device, nb=16, fused_max_rows=fused_max_rows)
+    res = rt.cholesky(as_device(mats, device)).result()
+    assert not res.info.any()
+    for i, (a, f) in enumerate(zip(mats, res.factors)):
+        check_factor(a, f, dtype, where=f"problem {i}")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("fused_max_rows", [0, 10**6], ids=["separated", "fused"])
+@pytest.mark.parametrize("policy", ["dsse", "ssde"])
+def test_a_failed_matrix_gets_its_info_and_disturbs_no_other(device, fused_max_rows, policy):
+    nb = 8
+    rng = np.random.default_rng(11)
+    ns = [0, 1, 7, 8, 9, 20, 17, 25, 16, 12, 30, 5]
+    good = spd_list(ns, np.float64, rng)
+    # Failing pivots at the first column, the last column of a panel, the first of the next,
+    # the middle, the last column of the matrix; plus a NaN and an inf in the lower triangle.
+    plant = {1: 0, 3: 7, 4: 8, 5: 13, 7: 24, 10: 29}
+    bad = [m.copy() for m in good]
+    for i, col in plant.items():
+        bad[i] = make_indefinite(good[i], col)
+    bad[6][9, 4] = np.nan
+    bad[9][11, 2] = np.inf
+    rt = runtime(device, nb=nb, policy=policy, fused_max_rows=fused_max_rows)
+    res_bad = rt.cholesky(as_device(bad, device)).result()
+    res_good = rt.cholesky(as_device(good, device)).result()
+
+    expected = np.array([reference(m)[1] for m in bad], dtype=np.int32)
+    # NaN at (9, 4) makes pivot 9 NaN; inf at (11, 2) makes pivot 11 -inf or NaN.
+    assert expected[6] == 10 and expected[9] == 12
+    assert res_bad.info.tolist() == expected.tolist()
+    for i, col in plant.items():
+        assert res_bad.info[i] == col + 1
+    assert not res_good.info.any()
+    for i in np.flatnonzero(expected == 0):
+        a, b = to_host(res_bad.factors[i]), to_host(res_good.factors[i])
+        assert np.array_equal(a, b), f"problem {i} changed because another matrix failed"
+    assert set(res_bad.failed().tolist()) == set(plant) | {6, 9}
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("policy", ["dsse", "ssde"])
+def test_partial_cholesky_matches_a_dense_schur_complement(device, policy):
+    """A multifrontal front: factor p of n columns, leave A22 - L21 L21^T in the trailing block."""
+    rng = np.random.default_rng(5)
+    nb = 16
+    ns = edge_sizes(nb) + [40, 64, 33, 100, 50, 2]
+    npiv = [0, 0, 7, 16, 9, 40, 20, 32, 1, 50, 0]
+    mats = spd_list(ns, np.float64, rng)
+    res = runtime(device, nb=nb, policy=policy, fused_max_rows=32).cholesky(
+        as_device(mats, device), npiv
+    ).result()
+    assert not res.info.any()
+    kinds = res.plan.counts()
+    assert kinds.get("schur") and kinds.get("fused") and kinds.get("potf2")
+    for i, (a, f) in enumerate(zip(mats, res.factors)):
+        check_factor(a, f, np.float64, npiv[i], where=f"problem {i} (npiv {npiv[i]})")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_npiv_as_one_int_applies_to_all(device):
+    rng = np.random.default_rng(2)
+    mats = spd_list([10, 3, 25, 0], np.float64, rng)
+    res = runtime(device, nb=8).cholesky(as_device(mats, device), 5).result()
+    for a, f in zip(mats, res.factors):
+        check_factor(a, f, np.float64, min(5, a.shape[0]))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_upper_triangle_of_the_input_is_never_read(device):
+    rng = np.random.default_rng(4)
+    mats = spd_list([1, 9, 16, 17, 33], np.float64, rng)
+    junk = [m + np.triu(np.full_like(m, np.nan), 1) for m in mats]
+    for fmr in (0, 10**6):
+        res = runtime(device, nb=8, fused_max_rows=fmr).cholesky(as_device(junk, device)).result()
+        assert not res.info.any()
+        for a, f in zip(mats, res.factors):
+            check_factor(a, f, np.float64)

@@ -1,0 +1,137 @@
+"""The submit-and-wait contract: futures, dependencies, wait(), devices, plan reuse."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import vbatch
+from vbatch import DependencyError, Runtime
+from vbatch.kernels.cpu import CpuBackend
+from vbatch.ops.generate import spd_list
+from vbatch.runtime.device import cuda_status
+
+
+def batch(seed=0, ns=(5, 40, 17, 64)):
+    return spd_list(ns, np.float64, np.random.default_rng(seed))
+
+
+@pytest.fixture
+def journal(monkeypatch):
+    """Records when each submission's execution begins and ends (per plan object)."""
+    events = []
+    lock = threading.Lock()
+    begin, end = CpuBackend.begin, CpuBackend.end
+
+    def spy_begin(self, work, plan, after):
+        with lock:
+            events.append(("begin", id(plan), time.perf_counter()))
+        time.sleep(0.05)  # long enough that a missing dependency would overlap
+        return begin(self, work, plan, after)
+
+    def spy_end(self, ex):
+        with lock:
+            events.append(("end", id(ex.plan), time.perf_counter()))
+        return end(self, ex)
+
+    monkeypatch.setattr(CpuBackend, "begin", spy_begin)
+    monkeypatch.setattr(CpuBackend, "end", spy_end)
+    return events
+
+
+def test_after_holds_a_submission_until_its_dependencies_finish(journal):
+    # Two runtimes have two workers, so only the dependency can order them.
+    rt1, rt2 = Runtime("cpu", nb=8), Runtime("cpu", nb=8)
+    f1 = rt1.cholesky(batch(1))
+    f2 = rt2.cholesky(batch(2), after=[f1])
+    r2, r1 = f2.result(), f1.result()
+    t = {(kind, pid): ts for kind, pid, ts in journal}
+    assert t[("begin", id(r2.plan))] >= t[("end", id(r1.plan))]
+    assert r1.ok and r2.ok
+
+
+def test_independent_submissions_are_not_serialized_across_runtimes(journal):
+    rt1, rt2 = Runtime("cpu", nb=8), Runtime("cpu", nb=8)
+    f1, f2 = rt1.cholesky(batch(1)), rt2.cholesky(batch(2))
+    r1, r2 = f1.result(), f2.result()
+    t = {(kind, pid): ts for kind, pid, ts in journal}
+    assert t[("begin", id(r2.plan))] < t[("end", id(r1.plan))]  # they overlapped
+
+
+def test_a_failed_dependency_fails_its_dependents(monkeypatch):
+    rt = Runtime("cpu", nb=8)
+    calls = {"n": 0}
+    real = CpuBackend.launch
+
+    def flaky(self, ex, lc):
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise RuntimeError("device lost")
+        return real(self, ex, lc)
+
+    monkeypatch.setattr(CpuBackend, "launch", flaky)
+    f1 = rt.cholesky(batch(1))
+    f2 = rt.cholesky(batch(2), after=f1)
+    with pytest.raises(RuntimeError, match="device lost"):
+        f1.result()
+    with pytest.raises(DependencyError, match=r"after\[0\] failed"):
+        f2.result()
+    assert isinstance(f2.exception(), DependencyError)
+
+
+def test_wait_waits_for_everything():
+    rt = Runtime("cpu", nb=8)
+    futs = [rt.cholesky(batch(s)) for s in range(5)]
+    rt.wait()
+    assert all(f.done() for f in futs)
+    assert all(f.result().ok for f in futs)
+
+
+def test_runtime_as_context_manager_drains_on_exit():
+    with Runtime("cpu") as rt:
+        f = rt.cholesky(batch())
+    assert f.done() and f.result().ok
+
+
+def test_module_level_cholesky_uses_the_default_runtime():
+    res = vbatch.cholesky(batch()).result()
+    assert res.ok and vbatch.default_runtime().device in ("cpu", "cuda")
+
+
+def test_auto_device_follows_gpu_availability():
+    usable, _ = cuda_status()
+    assert Runtime("auto").device == ("cuda" if usable else "cpu")
+
+
+@pytest.mark.skipif(cuda_status()[0], reason="checks the no-GPU message")
+def test_cuda_without_a_gpu_says_why():
+    with pytest.raises(RuntimeError, match="device='cuda' was asked for, but"):
+        Runtime("cuda")
+
+
+def test_a_packed_batch_is_planned_once():
+    rt = Runtime("cpu", nb=8)
+    packed = vbatch.pack(batch())
+    p1 = rt.cholesky(packed).result().plan
+    p2 = rt.cholesky(packed).result().plan
+    assert p1 is p2
+    p3 = rt.cholesky(packed, [1, 2, 3, 4]).result().plan
+    assert p3 is not p1 and p3.npiv.tolist() != p1.npiv.tolist()
+    assert Runtime("cpu", nb=16).cholesky(packed).result().plan.nb == 16
+
+
+def test_result_reports_failures():
+    mats = batch()
+    mats[2] = -mats[2]
+    res = Runtime("cpu").cholesky(mats).result()
+    assert not res.ok and res.failed().tolist() == [2] and res.info[2] == 1
+
+
+def test_plan_is_inspectable_before_running():
+    rt = Runtime("cpu", nb=16, policy="ssde")
+    plan = rt.plan(batch())
+    assert plan.policy == "ssde" and plan.nb == 16 and not np.any(plan.start)
+    assert "ssde plan, nb=16" in plan.table()
