@@ -3,11 +3,14 @@
 A backend owns memory of one array kind (numpy for the CPU, cupy for CUDA) and executes a
 :class:`~vbatch.scheduler.Plan` one launch at a time. The runtime drives it:
 
-    work = backend.adopt(batch, copy=not overwrite)      # or backend.pack_list(...)
-    ex = backend.begin(work, plan, after=[...])          # per-batch metadata, info array
+    src, dst = backend.adopt(batch, overwrite)           # or backend.pack_list(...), in place
+    ex = backend.begin(src, dst, plan, after=[...])      # per-batch metadata, info array
     for launch in plan.launches:
         backend.launch(ex, launch)                       # one vbatched launch per group
     done = backend.end(ex)                               # a Completion; done.wait() -> info
+
+Kernels read each panel of ``src`` once (its original values) and write the factor to ``dst``;
+``src is dst`` is allowed. Out of place, a backend never copies the whole input first.
 
 ``launch`` gets the launch record only (kind, step, a contiguous range of the plan order); a
 backend finds each problem's panel from arrays it built once in ``begin``. That is what lets the
@@ -40,11 +43,15 @@ class PlanDefaults:
 
 
 class Completion(ABC):
-    """The end of one submitted plan on a backend."""
+    """The end of one submitted plan on a backend. ``queue`` names the ordered queue (stream) it
+    ends on: the runtime keeps the last completion per queue to implement ``wait()``."""
+
+    queue: Any = None
 
     @abstractmethod
     def wait(self) -> np.ndarray:
-        """Block until done; return ``info`` in plan order (int32, LAPACK convention)."""
+        """Block until done; return ``info`` (int32, LAPACK convention) in the caller's problem
+        order, one entry per problem of the batch."""
 
     @abstractmethod
     def done(self) -> bool:
@@ -59,14 +66,19 @@ class Backend(ABC):
     @abstractmethod
     def plan_defaults(self, dtype: np.dtype) -> PlanDefaults: ...
 
+    def check_options(self, dtype: np.dtype, options: dict) -> None:  # noqa: B027
+        """Raise ``InputError`` for planner options this backend cannot run (default: any)."""
+
     # ------------------------------------------------------------ memory
     @abstractmethod
-    def adopt(self, batch: PackedBatch, copy: bool) -> PackedBatch:
-        """``batch`` with its buffer on this backend; a copy when ``copy`` or not resident."""
+    def adopt(self, batch: PackedBatch, overwrite: bool) -> tuple[PackedBatch, PackedBatch]:
+        """``(src, dst)`` on this backend for a packed input: where kernels read A and write L.
+        ``dst`` is ``batch`` itself only when ``overwrite``; the caller's buffer is never written
+        otherwise."""
 
     @abstractmethod
     def pack_list(self, mats: MatrixList, order: str) -> PackedBatch:
-        """A new packed buffer on this backend holding the list's matrices."""
+        """A new packed buffer on this backend holding the list's matrices (factored in place)."""
 
     @abstractmethod
     def scatter(self, work: PackedBatch, target: list | PackedBatch) -> None:
@@ -78,7 +90,8 @@ class Backend(ABC):
 
     # ------------------------------------------------------------ execution
     @abstractmethod
-    def begin(self, work: PackedBatch, plan: Plan, after: list[Completion]) -> Any: ...
+    def begin(self, src: PackedBatch, dst: PackedBatch, plan: Plan,
+              after: list[Completion]) -> Any: ...
 
     @abstractmethod
     def launch(self, ex: Any, launch: Launch) -> None: ...

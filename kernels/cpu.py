@@ -30,7 +30,7 @@ from vbatch.scheduler.plan import Launch, Plan
 @dataclass
 class _Execution:
     plan: Plan
-    views: list  # plan position -> 2-D view of the working buffer
+    views: list  # plan position -> 2-D view of the output buffer
     n: list
     npiv: list
     start: list
@@ -41,7 +41,7 @@ class _Execution:
 
 class _Done(Completion):
     def __init__(self, info: np.ndarray):
-        self._info = info
+        self._info = info  # caller's order
 
     def wait(self) -> np.ndarray:
         return self._info
@@ -86,10 +86,13 @@ class CpuBackend(Backend):
         return PlanDefaults(nb=64, fused_max_rows=np.iinfo(np.int64).max, streams=1)
 
     # ------------------------------------------------------------ memory
-    def adopt(self, batch: PackedBatch, copy: bool) -> PackedBatch:
+    def adopt(self, batch: PackedBatch, overwrite: bool) -> tuple[PackedBatch, PackedBatch]:
+        # LAPACK works in place, so the output starts as a copy of the input.
         if batch.kind == "numpy":
-            return batch.with_data(batch.data.copy()) if copy else batch
-        return batch.with_data(array_module(batch.kind).asnumpy(batch.data))
+            work = batch if overwrite else batch.with_data(batch.data.copy())
+        else:
+            work = batch.with_data(array_module(batch.kind).asnumpy(batch.data))
+        return work, work
 
     def pack_list(self, mats: MatrixList, order: str) -> PackedBatch:
         if mats.kind != "numpy":
@@ -111,9 +114,13 @@ class CpuBackend(Backend):
         return work.with_data(array_module(kind).asarray(work.data))
 
     # ------------------------------------------------------------ execution
-    def begin(self, work: PackedBatch, plan: Plan, after: list[Completion]) -> _Execution:
+    def begin(self, src: PackedBatch, dst: PackedBatch, plan: Plan,
+              after: list[Completion]) -> _Execution:
+        if src is not dst:
+            dst.data[...] = src.data
         for dep in after:
             dep.wait()
+        work = dst
         views = work.unpack()
         probe = np.empty(0, dtype=work.dtype)
         return _Execution(
@@ -167,4 +174,6 @@ class CpuBackend(Backend):
                 raise ValueError(f"cpu backend: unknown launch kind {lc.kind!r}")
 
     def end(self, ex: _Execution) -> Completion:
-        return _Done(ex.info)
+        info = np.zeros(ex.plan.k, dtype=np.int32)
+        info[ex.plan.order] = ex.info
+        return _Done(info)

@@ -45,7 +45,24 @@ def _parser() -> argparse.ArgumentParser:
     plan = sub.add_parser("plan", help="print the launch plan for a generated batch of sizes")
     common(plan)
     plan.add_argument("--limit", type=int, default=60, help="launches to print (60)")
+    comp = sub.add_parser("compile", help="compile the CUDA kernels ahead of use (fills CuPy's "
+                                          "kernel cache, in parallel)")
+    comp.add_argument("--dtype", nargs="+", default=["float64", "float32"])
+    comp.add_argument("--nb", type=int, nargs="+", default=[32])
+    comp.add_argument("--order", nargs="+", default=["F", "C"], choices=["F", "C"])
+    comp.add_argument("--jobs", type=int, default=8)
     return ap
+
+
+def cmd_compile(args) -> int:
+    from vbatch.kernels.cuda import kernel_names, precompile
+
+    names = kernel_names(args.dtype, args.nb, args.order)
+    names += [f"vb::spd_fill<{t}>" for t in ("double", "float")]
+    t0 = time.perf_counter()
+    precompile(names, jobs=args.jobs)
+    print(f"compiled {len(names)} kernels in {time.perf_counter() - t0:.1f} s")
+    return 0
 
 
 def _sizes(args):
@@ -144,9 +161,7 @@ def cmd_demo(args) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    if args.cmd == "demo":
-        return cmd_demo(args)
-    return cmd_plan(args)
+    return {"demo": cmd_demo, "plan": cmd_plan, "compile": cmd_compile}[args.cmd](args)
 
 
 if __name__ == "__main__":

@@ -124,39 +124,53 @@ class Runtime:
             # One worker: submissions run in order, so an `after=` dependency on this runtime is
             # always ahead in the queue and waiting for it cannot deadlock.
             self._pool = cf.ThreadPoolExecutor(1, thread_name_prefix=f"vbatch-{self.device}")
-        self._pending: set[Future] = set()
+        # For wait(): asynchronous backends keep the last completion per stream they enqueued
+        # on (so no future, and none of its buffers, is held here); the synchronous one uses a
+        # barrier job on its FIFO worker.
+        self._tails: dict = {}
         self._lock = threading.Lock()
+        self._opts: dict = {}  # dtype -> planner options (one dict per dtype, identity-keyed)
 
     def __repr__(self) -> str:
         return f"Runtime(device={self.device!r}, {self.options!r})"
 
     # ------------------------------------------------------------------ planning
     def plan_options(self, dtype: Any) -> dict:
-        d = self.backend.plan_defaults(np.dtype(dtype))
-        o = self.options
-        return {
-            "nb": o.nb if o.nb is not None else d.nb,
-            "policy": o.policy,
-            "fused_max_rows": d.fused_max_rows if o.fused_max_rows is None else o.fused_max_rows,
-            "streams": o.streams if o.streams is not None else d.streams,
-        }
+        """The planner's options for a batch of this dtype: the caller's, else the backend's."""
+        dtype = np.dtype(dtype)
+        hit = self._opts.get(dtype)
+        if hit is None:
+            d = self.backend.plan_defaults(dtype)
+            o = self.options
+            hit = {
+                "nb": d.nb if o.nb is None else o.nb,
+                "policy": o.policy,
+                "fused_max_rows": (d.fused_max_rows if o.fused_max_rows is None
+                                   else o.fused_max_rows),
+                "streams": d.streams if o.streams is None else o.streams,
+            }
+            self.backend.check_options(dtype, hit)
+            self._opts[dtype] = hit
+        return hit
 
     def plan(self, mats: Any, npiv: Any = None) -> Plan:
         """The plan that :meth:`cholesky` would execute for this input (for inspection)."""
-        return self._plan(validated(CholeskyRequest, batch=mats, npiv=npiv))
+        req = validated(CholeskyRequest, batch=mats, npiv=npiv)
+        return self._plan(req.batch, req.npiv, full=npiv is None)
 
-    def _plan(self, req: CholeskyRequest) -> Plan:
-        opts = self.plan_options(req.batch.dtype)
-        batch = req.batch
+    def _plan(self, batch, npiv: np.ndarray, full: bool) -> Plan:
+        opts = self.plan_options(batch.dtype)
         if not isinstance(batch, PackedBatch):
-            return make_plan(batch.n, req.npiv, **opts)
-        # A packed batch's metadata is read-only, so its plan can be reused call after call.
-        key = ("plan", self.device, tuple(sorted(opts.items())))
+            return make_plan(batch.n, npiv, **opts)
+        # A packed batch's metadata is read-only, so its plan is reused call after call.
+        key = ("plan", self.device, id(opts))
         hit = batch._cache.get(key)
-        if hit is not None and np.array_equal(hit.npiv_in, req.npiv):
+        if hit is not None and hit.opts is opts and (
+            hit.full if full else np.array_equal(hit.npiv, npiv)
+        ):
             return hit.plan
-        plan = make_plan(batch.n, req.npiv, **opts)
-        batch._cache[key] = _CachedPlan(req.npiv, plan)
+        plan = make_plan(batch.n, npiv, **opts)
+        batch._cache[key] = _CachedPlan(opts, full, npiv, plan)
         return plan
 
     # ------------------------------------------------------------------ submission
@@ -175,33 +189,37 @@ class Runtime:
         Inputs are left untouched unless ``overwrite=True``. Bad input raises
         :class:`~vbatch.InputError` here, before any work.
         """
-        req = validated(CholeskyRequest, batch=mats, npiv=npiv, overwrite=overwrite)
-        deps = list(after) if isinstance(after, (list, tuple)) else [after]
-        bad = [(None, f"after[{i}] is a {type(d).__name__}, not a vbatch.Future")
-               for i, d in enumerate(deps) if not isinstance(d, Future)]
-        if bad:
-            raise InputError(bad, what="submission")
-        plan = self._plan(req)
-        fut = Future(self)
-        with self._lock:
-            self._pending.add(fut)
-        if self._pool is not None:
-            self._pool.submit(self._run_sync, fut, req, plan, deps)
+        if type(mats) is PackedBatch and npiv is None and isinstance(overwrite, bool):
+            # Hot path: a packed batch was validated when it was built and its metadata is
+            # read-only; nothing else needs checking (pydantic would add ~8 us per call).
+            batch, p, full = mats, mats.n, True
         else:
-            self._run_async(fut, req, plan, deps)
+            req = validated(CholeskyRequest, batch=mats, npiv=npiv, overwrite=overwrite)
+            batch, p, full = req.batch, req.npiv, npiv is None
+        deps = list(after) if isinstance(after, (list, tuple)) else [after]
+        if deps:
+            bad = [(None, f"after[{i}] is a {type(d).__name__}, not a vbatch.Future")
+                   for i, d in enumerate(deps) if not isinstance(d, Future)]
+            if bad:
+                raise InputError(bad, what="submission")
+        plan = self._plan(batch, p, full)
+        fut = Future(self)
+        job = (fut, batch, overwrite, plan, deps)
+        if self._pool is not None:
+            self._pool.submit(self._run_sync, *job)
+        else:
+            self._run_async(*job)
         return fut
 
     def wait(self) -> None:
         """Wait for everything submitted so far (errors stay with their futures)."""
+        if self._pool is not None:
+            self._pool.submit(lambda: None).result()  # one FIFO worker: a barrier
+            return
         with self._lock:
-            pending = list(self._pending)
-        for fut in pending:
-            try:
-                fut.result()
-            except BaseException:  # noqa: BLE001 - the future keeps its error for its owner
-                pass
-            with self._lock:
-                self._pending.discard(fut)
+            tails = list(self._tails.values())
+        for c in tails:
+            c.wait()
 
     def close(self) -> None:
         self.wait()
@@ -215,53 +233,45 @@ class Runtime:
         self.close()
 
     # ------------------------------------------------------------------ execution
-    def _stage(self, req: CholeskyRequest):
-        """The working packed batch on this backend, and how to hand results back."""
+    def _execute(self, batch, overwrite: bool, plan: Plan, after: list[Completion]):
+        """Stage memory, run every launch of the plan; return the completion and a finisher
+        that turns ``info`` into a :class:`CholeskyResult` in the caller's form."""
         b = self.backend
-        batch = req.batch
         if isinstance(batch, MatrixList):
-            work = b.pack_list(batch, order="C")
+            src = dst = b.pack_list(batch, order="C")
         else:
-            work = b.adopt(batch, copy=not req.overwrite)
-
-        def finish(info_sorted: np.ndarray, plan: Plan) -> tuple[Any, np.ndarray]:
-            info = np.zeros(plan.k, dtype=np.int32)
-            info[plan.order] = info_sorted
-            if isinstance(batch, MatrixList):
-                if req.overwrite:
-                    b.scatter(work, batch.mats)
-                    return batch.mats, info
-                out = b.export(work, batch.kind)
-                return out.unpack(), info
-            if not req.overwrite:
-                return b.export(work, batch.kind), info
-            if work.data is not batch.data:
-                b.scatter(work, batch)  # e.g. a host batch factored on the device
-            return batch, info
-
-        return work, finish
-
-    def _execute(self, req: CholeskyRequest, plan: Plan, after: list[Completion]):
-        work, finish = self._stage(req)
-        b = self.backend
-        ex = b.begin(work, plan, after)
+            src, dst = b.adopt(batch, overwrite)
+        ex = b.begin(src, dst, plan, after)
         for lc in plan.launches:
             b.launch(ex, lc)
-        return b.end(ex), finish
+        completion = b.end(ex)
 
-    def _run_sync(self, fut: Future, req: CholeskyRequest, plan: Plan, deps: list[Future]) -> None:
+        def finish(info: np.ndarray) -> CholeskyResult:
+            if isinstance(batch, MatrixList):
+                if overwrite:
+                    b.scatter(dst, batch.mats)
+                    return CholeskyResult(batch.mats, info, plan)
+                return CholeskyResult(b.export(dst, batch.kind).unpack(), info, plan)
+            if not overwrite:
+                return CholeskyResult(b.export(dst, batch.kind), info, plan)
+            if dst.data is not batch.data:
+                b.scatter(dst, batch)  # e.g. a host batch factored on the device
+            return CholeskyResult(batch, info, plan)
+
+        return completion, finish
+
+    def _run_sync(self, fut: Future, batch, overwrite: bool, plan: Plan, deps: list) -> None:
         try:
             for i, d in enumerate(deps):
                 exc = d.exception()
                 if exc is not None:
                     raise DependencyError(f"after[{i}] failed: {exc!r}") from exc
-            completion, finish = self._execute(req, plan, [])
-            factors, info = finish(completion.wait(), plan)
-            fut._cf.set_result(CholeskyResult(factors, info, plan))
+            completion, finish = self._execute(batch, overwrite, plan, [])
+            fut._cf.set_result(finish(completion.wait()))
         except BaseException as exc:  # noqa: BLE001 - delivered through the future
             fut._cf.set_exception(exc)
 
-    def _run_async(self, fut: Future, req: CholeskyRequest, plan: Plan, deps: list[Future]) -> None:
+    def _run_async(self, fut: Future, batch, overwrite: bool, plan: Plan, deps: list) -> None:
         waits: list[Completion] = []
         for i, d in enumerate(deps):
             c = d.completion()
@@ -273,21 +283,20 @@ class Runtime:
             else:
                 waits.append(c)
         try:
-            completion, finish = self._execute(req, plan, waits)
+            completion, finish = self._execute(batch, overwrite, plan, waits)
         except BaseException as exc:  # noqa: BLE001 - delivered through the future
             fut._cf.set_exception(exc)
             return
-
-        def build(info_sorted: np.ndarray) -> CholeskyResult:
-            factors, info = finish(info_sorted, plan)
-            return CholeskyResult(factors, info, plan)
-
-        fut._attach(completion, build)
+        fut._attach(completion, finish)
+        with self._lock:
+            self._tails[completion.queue] = completion
 
 
 @dataclass(frozen=True)
 class _CachedPlan:
-    npiv_in: np.ndarray
+    opts: dict
+    full: bool
+    npiv: np.ndarray
     plan: Plan
 
 

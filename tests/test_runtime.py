@@ -26,11 +26,11 @@ def journal(monkeypatch):
     lock = threading.Lock()
     begin, end = CpuBackend.begin, CpuBackend.end
 
-    def spy_begin(self, work, plan, after):
+    def spy_begin(self, src, dst, plan, after):
         with lock:
             events.append(("begin", id(plan), time.perf_counter()))
         time.sleep(0.05)  # long enough that a missing dependency would overlap
-        return begin(self, work, plan, after)
+        return begin(self, src, dst, plan, after)
 
     def spy_end(self, ex):
         with lock:

@@ -1,0 +1,351 @@
+"""CUDA backend: one vbatched kernel launch per plan launch.
+
+Device code is ``potrf.cu`` beside this file, compiled at run time by NVRTC through
+``cupy.RawModule``: one module per template instantiation, compiled the first time a plan needs
+it and cached per device (CuPy also keeps the binaries on disk, ``$CUPY_CACHE_DIR``).
+
+Per batch and plan, built once and cached on the batch:
+
+* two metadata arrays on the device, in plan order: ``meta`` (int64: offset, ld) and ``imeta``
+  (int32: n, npiv, start step, caller's index). A launch passes only ``(lo, hi, step)``.
+* a launch record per plan launch: kernel, grid, block, dynamic shared memory, scalars.
+
+Per call: an output buffer (out of place) or none (``overwrite`` or a buffer of our own), an
+``info`` array zeroed by one memset, the launches, one event. ``info`` is written by the kernels
+at the caller's indices and copied to the host once, when the future's result is asked for.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import cupy
+import numpy as np
+
+from vbatch.kernels.backend import Backend, Completion, PlanDefaults
+from vbatch.ops.batch import MatrixList, PackedBatch, array_kind, pack
+from vbatch.ops.errors import InputError
+from vbatch.scheduler.plan import Launch, Plan
+
+HERE = Path(__file__).parent
+NB_SUPPORTED = (8, 16, 32)  # POTF2 keeps one row of the diagonal block per lane: nb <= 32
+KB = 16  # K-chunk of gemm_nt in potrf.cu
+UPDATE_RC = 128  # rows per update tile (update_step)
+TRSM_RT = 128  # rows per trsm block (trsm_step)
+SCHUR_TS = 64  # Schur complement tile (schur_step)
+MAX_GRID_Y = 65535
+_CTYPE = {np.dtype(np.float64): "double", np.dtype(np.float32): "float"}
+
+
+@functools.cache
+def _source(name: str) -> str:
+    return (HERE / name).read_text()
+
+
+@cupy.memoize(for_each_device=True)
+def _kernel(expr: str, source: str = "potrf.cu"):
+    """The kernel for one template instantiation, compiled on first use on this device.
+
+    One module per instantiation: a plan compiles only what it launches (an instantiation takes
+    1-4 s of NVRTC time; all of them together, minutes)."""
+    mod = cupy.RawModule(code=_source(source), options=("-std=c++17",), name_expressions=(expr,))
+    return mod.get_function(expr)
+
+
+def kernel_names(dtypes=("float64", "float32"), nbs=(32,), orders=("F", "C")) -> list[str]:
+    """Every instantiation a plan with these parameters may launch."""
+    out = []
+    for dt in dtypes:
+        T = _CTYPE[np.dtype(dt)]
+        for order in orders:
+            R = "true" if order == "C" else "false"
+            for nb in nbs:
+                out += [f"vb::fused_step<{T},{nb},{rc},{R}>" for rc in (32, 64, 128)]
+                out += [f"vb::{k}_step<{T},{nb},{R}>" for k in ("update", "potf2", "trsm")]
+            out.append(f"vb::schur_step<{T},{R}>")
+        out.append(f"vb::copy_matrices<{T}>")
+    return out
+
+
+def _compile_one(expr: str) -> str:
+    source = "generate.cu" if expr.startswith("vb::spd_fill") else "potrf.cu"
+    _kernel(expr, source)
+    return expr
+
+
+def precompile(names: list[str], jobs: int = 8) -> None:
+    """Compile kernels in parallel processes, filling CuPy's on-disk cache, so that later
+    processes load binaries instead of running NVRTC (a fresh machine would otherwise spend
+    minutes compiling one instantiation after another)."""
+    import concurrent.futures as cf
+    import multiprocessing as mp
+
+    with cf.ProcessPoolExecutor(jobs, mp_context=mp.get_context("spawn")) as pool:
+        list(pool.map(_compile_one, names))
+
+
+def spd_fill(batch: PackedBatch, seed: int) -> PackedBatch:
+    """Fill a device batch with diagonally dominant SPD matrices in one launch (generate.cu)."""
+    kern = _kernel(f"vb::spd_fill<{_CTYPE[batch.dtype]}>", "generate.cu")
+    k = batch.k
+    if k:
+        kern((k,), (32, 8), (batch.data, cupy.asarray(batch.offset), cupy.asarray(batch.ld),
+                             cupy.asarray(batch.n.astype(np.int32)), np.int32(k),
+                             np.int32(batch.order == "C"), np.uint64(seed)))
+    return batch
+
+
+@cupy.memoize(for_each_device=True)
+def _smem_optin() -> int:
+    return cupy.cuda.Device().attributes["MaxSharedMemoryPerBlockOptin"]
+
+
+def _fused_rc(rows: int) -> int:
+    """Rows per update chunk in the fused kernel: the smallest of 32, 64, 128 that holds the
+    tallest panel (threads = 2 * RC), so short panels get small blocks and many per SM."""
+    return 32 if rows <= 32 else 64 if rows <= 64 else 128
+
+
+def _gemm_smem(rc: int, cc: int) -> int:
+    return 2 * (rc + cc) * (KB + 1)
+
+
+def fused_smem_bytes(rows: int, nb: int, itemsize: int) -> int:
+    mpad = rows | 1  # odd leading dimension: row-wise shared-memory accesses spread over banks
+    return (nb * mpad + nb + _gemm_smem(_fused_rc(rows), nb)) * itemsize
+
+
+def fused_rows_limit(nb: int, itemsize: int, smem: int) -> int:
+    """The tallest panel whose fused kernel fits in ``smem`` bytes of shared memory."""
+    rows = (smem // itemsize - nb - _gemm_smem(128, nb)) // nb - 1
+    return max(0, rows)
+
+
+@dataclass(frozen=True)
+class _Record:
+    kernel: object
+    grid: tuple
+    block: tuple
+    smem: int
+    stream: int
+    scalars: tuple
+
+
+@dataclass
+class _Prepared:
+    """Device-side state of one (batch layout, plan): built once, reused by every call."""
+
+    plan: Plan
+    meta: object  # cupy int64 [2K]
+    imeta: object  # cupy int32 [4K]
+    records: list
+    nstreams: int
+
+
+@dataclass
+class _Exec:
+    prep: _Prepared
+    head: tuple  # (src data, dst data, meta, imeta, info)
+    info: object
+    main: object  # the caller's current stream
+    streams: list
+    keep: tuple  # buffers that must outlive the launches
+
+
+class _Done(Completion):
+    def __init__(self, event, info, keep, queue):
+        self.event, self._info, self._keep, self.queue = event, info, keep, queue
+
+    def wait(self) -> np.ndarray:
+        self.event.synchronize()
+        return self._info.get()
+
+    def done(self) -> bool:
+        return self.event.done
+
+
+class CudaBackend(Backend):
+    name = "cuda"
+    kind = "cupy"
+    asynchronous = True
+
+    def __init__(self):
+        self._streams: dict[int, list] = {}
+
+    # ------------------------------------------------------------ options
+    def plan_defaults(self, dtype: np.dtype) -> PlanDefaults:
+        nb = 32
+        return PlanDefaults(
+            nb=nb,
+            fused_max_rows=fused_rows_limit(nb, np.dtype(dtype).itemsize, _smem_optin()),
+            streams=4,
+        )
+
+    def check_options(self, dtype: np.dtype, options: dict) -> None:
+        nb = options["nb"]
+        if nb not in NB_SUPPORTED:
+            raise InputError([(None, f"the cuda backend supports nb in {NB_SUPPORTED}, got {nb}")],
+                             what="runtime options")
+        limit = fused_rows_limit(nb, np.dtype(dtype).itemsize, _smem_optin())
+        if options["fused_max_rows"] > limit:
+            raise InputError(
+                [(None, f"fused_max_rows {options['fused_max_rows']} exceeds what fits in shared "
+                        f"memory for nb={nb}, {np.dtype(dtype).name} ({limit})")],
+                what="runtime options",
+            )
+
+    # ------------------------------------------------------------ memory
+    def adopt(self, batch: PackedBatch, overwrite: bool):
+        if batch.kind == "cupy":
+            if overwrite:
+                return batch, batch
+            return batch, batch.with_data(cupy.empty_like(batch.data))
+        dev = batch.with_data(cupy.asarray(batch.data))  # one upload; the copy is ours
+        return dev, dev
+
+    def pack_list(self, mats: MatrixList, order: str) -> PackedBatch:
+        if mats.kind == "numpy":
+            host = pack(mats, order=order)
+            return host.with_data(cupy.asarray(host.data))
+        return pack(mats, order=order, backend=self)
+
+    def gather(self, mats: list, n: np.ndarray, offset: np.ndarray, dtype, order: str):
+        """One kernel copies every matrix of a cupy list into a new packed buffer."""
+        ld = np.maximum(n, 1)
+        total = int(offset[-1] + ld[-1] * n[-1]) if len(n) else 0
+        data = cupy.empty(total, dtype=dtype)
+        if total:
+            self._copy(mats, data, n, offset, ld, order, to_packed=True)
+        return data
+
+    def _copy(self, mats, data, n, offset, ld, order, to_packed: bool) -> None:
+        k = len(mats)
+        isz = np.dtype(data.dtype).itemsize
+        addr = np.empty((3, k), dtype=np.int64)
+        for i, m in enumerate(mats):
+            addr[0, i] = m.data.ptr
+            addr[1, i] = m.strides[0] // isz
+            addr[2, i] = m.strides[1] // isz
+        d_addr = cupy.asarray(addr)
+        d_off = cupy.asarray(np.asarray(offset, dtype=np.int64))
+        d_ld = cupy.asarray(np.asarray(ld, dtype=np.int64))
+        d_n = cupy.asarray(np.asarray(n, dtype=np.int32))
+        kern = _kernel(f"vb::copy_matrices<{_CTYPE[np.dtype(data.dtype)]}>")
+        kern((k,), (32, 8), (d_addr[0], d_addr[1], d_addr[2], data, d_off, d_ld, d_n, np.int32(k),
+                             np.int32(order == "C"), np.int32(to_packed)))
+
+    def scatter(self, work: PackedBatch, target) -> None:
+        if isinstance(target, PackedBatch):
+            if target.kind == "numpy":
+                target.data[...] = work.data.get()
+            else:
+                target.data[...] = work.data
+            return
+        if target and array_kind(target[0]) == "cupy":
+            self._copy(target, work.data, work.n, work.offset, work.ld, work.order, to_packed=False)
+            return
+        host = work.with_data(work.data.get())
+        for i, m in enumerate(target):
+            if m.shape[0]:
+                m[...] = host.matrix(i)
+
+    def export(self, work: PackedBatch, kind: str) -> PackedBatch:
+        return work if kind == "cupy" else work.with_data(work.data.get())
+
+    # ------------------------------------------------------------ execution
+    def _streams_for(self, n: int) -> list:
+        dev = cupy.cuda.Device().id
+        pool = self._streams.setdefault(dev, [])
+        while len(pool) < n:
+            pool.append(cupy.cuda.Stream(non_blocking=True))
+        return pool[:n]
+
+    def _prepare(self, batch: PackedBatch, plan: Plan) -> _Prepared:
+        key = ("cuda", cupy.cuda.Device().id, id(plan))
+        hit = batch._cache.get(key)
+        if hit is not None and hit.plan is plan:
+            return hit
+        order = plan.order
+        K = len(order)
+        meta = np.concatenate([batch.offset[order], batch.ld[order]]).astype(np.int64)
+        imeta = np.concatenate([plan.n, plan.npiv, plan.start, order]).astype(np.int32)
+        records = [self._record(lc, plan, batch.dtype, batch.order, K) for lc in plan.launches]
+        prep = _Prepared(plan, cupy.asarray(meta), cupy.asarray(imeta), records, plan.nstreams)
+        batch._cache[key] = prep
+        return prep
+
+    def _record(self, lc: Launch, plan: Plan, dtype: np.dtype, order: str, K: int) -> _Record:
+        T = _CTYPE[np.dtype(dtype)]
+        R = "true" if order == "C" else "false"
+        nb = plan.nb
+        isz = np.dtype(dtype).itemsize
+        head = (np.int32(K), np.int32(lc.lo), np.int32(lc.hi), np.int32(lc.step))
+        rows = lc.rows[1]
+        if lc.kind == "fused":
+            rc = _fused_rc(rows)
+            kern = _kernel(f"vb::fused_step<{T},{nb},{rc},{R}>")
+            grid, block = (lc.count,), (2 * rc,)
+            smem = fused_smem_bytes(rows, nb, isz)
+            scalars = head + (np.int32(rows | 1),)
+        elif lc.kind == "update":
+            kern = _kernel(f"vb::update_step<{T},{nb},{R}>")
+            zero_tiles = math.ceil(lc.cols[1] / UPDATE_RC)
+            grid = (lc.count, zero_tiles + math.ceil(rows / UPDATE_RC))
+            block, smem = (256,), _gemm_smem(UPDATE_RC, nb) * isz
+            scalars = head + (np.int32(zero_tiles),)
+        elif lc.kind == "potf2":
+            kern = _kernel(f"vb::potf2_step<{T},{nb},{R}>")
+            grid, block, smem, scalars = (lc.count,), (32,), 0, head
+        elif lc.kind == "trsm":
+            kern = _kernel(f"vb::trsm_step<{T},{nb},{R}>")
+            grid, block, smem = (lc.count, max(1, math.ceil(rows / TRSM_RT))), (TRSM_RT,), 0
+            scalars = head
+        elif lc.kind == "schur":
+            kern = _kernel(f"vb::schur_step<{T},{R}>")
+            t = math.ceil(rows / SCHUR_TS)
+            grid, block = (lc.count, t * (t + 1) // 2), (256,)
+            smem, scalars = _gemm_smem(SCHUR_TS, SCHUR_TS) * isz, head
+        else:
+            raise ValueError(f"cuda backend: unknown launch kind {lc.kind!r}")
+        if len(grid) > 1 and grid[1] > MAX_GRID_Y:
+            raise InputError([(None, f"launch {lc.index} ({lc.kind}) needs {grid[1]} row tiles, "
+                                     f"more than the grid allows ({MAX_GRID_Y})")])
+        if smem > 48 * 1024 and kern.max_dynamic_shared_size_bytes < smem:
+            kern.max_dynamic_shared_size_bytes = smem
+        return _Record(kern, grid, block, smem, lc.stream, scalars)
+
+    def begin(self, src: PackedBatch, dst: PackedBatch, plan: Plan, after: list) -> _Exec:
+        prep = self._prepare(src, plan)
+        main = cupy.cuda.get_current_stream()
+        for dep in after:
+            if isinstance(dep, _Done):
+                main.wait_event(dep.event)
+            else:
+                dep.wait()
+        info = cupy.zeros(plan.k, dtype=np.int32)
+        streams = [main]
+        if prep.nstreams > 1:
+            streams = self._streams_for(prep.nstreams)
+            ready = main.record()
+            for s in streams:
+                s.wait_event(ready)
+        head = (src.data, dst.data, prep.meta, prep.imeta, info)
+        return _Exec(prep, head, info, main, streams, (src, dst))
+
+    def launch(self, ex: _Exec, lc: Launch) -> None:
+        rec = ex.prep.records[lc.index]
+        args = ex.head + rec.scalars
+        if len(ex.streams) == 1:
+            rec.kernel(rec.grid, rec.block, args, shared_mem=rec.smem)
+        else:
+            with ex.streams[rec.stream]:
+                rec.kernel(rec.grid, rec.block, args, shared_mem=rec.smem)
+
+    def end(self, ex: _Exec) -> Completion:
+        if len(ex.streams) > 1:
+            for s in ex.streams:
+                ex.main.wait_event(s.record())
+        return _Done(ex.main.record(), ex.info, ex.keep, ex.main.ptr)

@@ -1,0 +1,528 @@
+// vbatch: variable-size batched left-looking Cholesky (POTRF) kernels, float32 and float64.
+//
+// Every kernel serves one launch of a vbatch plan: problems lo..hi-1 of the plan order at one
+// global step. Per-problem metadata is uploaded once per batch (plan order, length K each):
+//   meta  (int64): offset[K], ld[K]
+//   imeta (int32): n[K], npiv[K], start[K], orig[K]   (orig: index in the caller's batch)
+// so a launch needs only (lo, hi, step): each block derives its panel, j = (step - start) * NB,
+// w = min(NB, npiv - j), m = n - j. `info` is indexed by `orig`; it is zeroed before the first
+// launch and read by the host once, after the last.
+//
+// Factorizations run out of place or in place: A is read (original values of each panel, the
+// first time it is touched) and L is written; A == L is allowed. L is lower triangular on exit:
+// every kernel that finishes a panel also writes the zeros above it.
+//
+// Layout is a template flag: ROW=false is column-major (element (r, c) at r + c * ld), ROW=true
+// row-major (r * ld + c). Offsets and ld are 64-bit: a batch may pass 2^31 elements.
+//
+// Templates are instantiated by name through NVRTC (cupy.RawModule name_expressions); when this
+// file is compiled by nvcc (CI's compile check) the explicit instantiations at the end are used.
+
+namespace vb {
+
+template <typename T> __device__ __forceinline__ T vsqrt(T x);
+template <> __device__ __forceinline__ double vsqrt<double>(double x) { return sqrt(x); }
+template <> __device__ __forceinline__ float vsqrt<float>(float x) { return sqrtf(x); }
+
+template <bool ROW>
+__device__ __forceinline__ long long at(int r, int c, long long ld) {
+  return ROW ? (long long)r * ld + c : (long long)r + (long long)c * ld;
+}
+
+struct Problem {
+  long long off, ld;
+  int n, p, start, orig;
+};
+
+__device__ __forceinline__ Problem load_problem(const long long* meta, const int* imeta, int K, int q) {
+  Problem pr;
+  pr.off = meta[q];
+  pr.ld = meta[K + q];
+  pr.n = imeta[q];
+  pr.p = imeta[K + q];
+  pr.start = imeta[2 * K + q];
+  pr.orig = imeta[3 * K + q];
+  return pr;
+}
+
+// ------------------------------------------------------------------ asynchronous copies (sm_80+)
+// One element per copy, zero-filled when `pred` is false (src-size 0 reads nothing).
+template <int BYTES>
+__device__ __forceinline__ void cp_async_zfill(void* smem, const void* gmem, bool pred) {
+  unsigned sa = (unsigned)__cvta_generic_to_shared(smem);
+  int src_size = pred ? BYTES : 0;
+  asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(sa), "l"(gmem), "n"(BYTES),
+               "r"(src_size));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+// ------------------------------------------------------------------ C = X Y^T tile, K-pipelined
+// acc[i][jj] = sum_{k < K} L(rx + ty + 32 i, k) * L(ry + tx * TN + jj, k), for the rows of X below
+// mx and of Y below ny (others read as zero). X and Y are row blocks of the same matrix L (the
+// factored columns), so one routine serves the panel update (Y = the panel's own top rows) and the
+// Schur complement (Y = another trailing row block).
+//
+// Threads: lane ty owns rows ty + 32 i (i < TM = RC / 32), warp tx owns columns tx*TN .. +TN. With
+// rows across lanes, shared-memory reads of X are conflict-free and reads of Y are broadcasts, and
+// column-major global loads are coalesced. The K loop is double-buffered with cp.async: stage
+// k+1 is in flight while stage k is multiplied.
+//
+// Shared memory per stage: X as [RC][KB+1] and Y as [CC][KB+1] for row-major L (element k of a row
+// is contiguous in global memory), [KB][RC] and [KB][CC] for column-major L. Ends with
+// __syncthreads, so the caller may reuse `sbuf` at once.
+template <bool ROW, int RC, int KB>
+__device__ __forceinline__ int sx(int r, int kk) { return ROW ? r * (KB + 1) + kk : kk * RC + r; }
+
+template <typename T, int RC, int CC, int WARPS, int KB, bool ROW>
+__device__ void gemm_nt(const T* L, long long ld, int rx, int mx, int ry, int ny, int K,
+                        T (&acc)[RC / 32][CC / WARPS], T* sbuf) {
+  constexpr int TM = RC / 32, TN = CC / WARPS, NT = 32 * WARPS;
+  constexpr int SA = RC * (KB + 1), SB = CC * (KB + 1), STAGE = SA + SB;
+  static_assert(RC % 32 == 0 && CC % WARPS == 0, "tile shape");
+  const int tid = threadIdx.x, ty = tid & 31, tx = tid >> 5;
+#pragma unroll
+  for (int i = 0; i < TM; ++i)
+#pragma unroll
+    for (int jj = 0; jj < TN; ++jj) acc[i][jj] = T(0);
+  const int nk = (K + KB - 1) / KB;
+  if (nk == 0) return;
+
+  auto load = [&](int stage, int k0) {
+    T* sA = sbuf + stage * STAGE;
+    T* sB = sA + SA;
+    for (int e = tid; e < RC * KB; e += NT) {
+      const int r = ROW ? e / KB : e % RC, kk = ROW ? e % KB : e / RC;
+      const bool ok = r < mx && k0 + kk < K;
+      cp_async_zfill<sizeof(T)>(sA + sx<ROW, RC, KB>(r, kk), ok ? L + at<ROW>(rx + r, k0 + kk, ld) : L, ok);
+    }
+    for (int e = tid; e < CC * KB; e += NT) {
+      const int c = ROW ? e / KB : e % CC, kk = ROW ? e % KB : e / CC;
+      const bool ok = c < ny && k0 + kk < K;
+      cp_async_zfill<sizeof(T)>(sB + sx<ROW, CC, KB>(c, kk), ok ? L + at<ROW>(ry + c, k0 + kk, ld) : L, ok);
+    }
+    cp_async_commit();
+  };
+
+  load(0, 0);
+  for (int kc = 0; kc < nk; ++kc) {
+    if (kc + 1 < nk) {
+      load((kc + 1) & 1, (kc + 1) * KB);
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+    const T* sA = sbuf + (kc & 1) * STAGE;
+    const T* sB = sA + SA;
+#pragma unroll
+    for (int kk = 0; kk < KB; ++kk) {
+      T a[TM], b[TN];
+#pragma unroll
+      for (int i = 0; i < TM; ++i) a[i] = sA[sx<ROW, RC, KB>(ty + 32 * i, kk)];
+#pragma unroll
+      for (int jj = 0; jj < TN; ++jj) b[jj] = sB[sx<ROW, CC, KB>(tx * TN + jj, kk)];
+#pragma unroll
+      for (int i = 0; i < TM; ++i)
+#pragma unroll
+        for (int jj = 0; jj < TN; ++jj) acc[i][jj] = fma(a[i], b[jj], acc[i][jj]);
+    }
+    __syncthreads();
+  }
+}
+
+template <typename T, int RC, int CC, int KB>
+constexpr int gemm_smem_elems() { return 2 * (RC + CC) * (KB + 1); }
+
+// ------------------------------------------------------------------ POTF2 in one warp's registers
+// Lane r holds row r of the w x w diagonal block in a[0..NB): right-looking, one column per
+// iteration, the pivot and the column broadcast by shuffles. Returns 0, or the first column + 1
+// whose pivot is not > 0 (NaN included, as reference LAPACK). The return value is the same in
+// every lane, because every lane sees the same broadcast pivot.
+template <typename T, int NB>
+__device__ __forceinline__ int potf2_regs(T (&a)[NB], int w) {
+  static_assert(NB <= 32, "one lane per row of the diagonal block");
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int k = 0; k < NB; ++k) {
+    if (k < w) {
+      const T dkk = __shfl_sync(0xffffffffu, a[k], k);
+      if (!(dkk > T(0))) return k + 1;
+      const T d = vsqrt(dkk);
+      if (lane == k) a[k] = d;
+      else if (lane > k) a[k] = a[k] / d;
+#pragma unroll
+      for (int c = k + 1; c < NB; ++c) {
+        const T lck = __shfl_sync(0xffffffffu, a[k], c);  // L(c, k) from lane c
+        if (lane >= c) a[c] = fma(-a[k], lck, a[c]);
+      }
+    }
+  }
+  return 0;
+}
+
+// ------------------------------------------------------------------ one row of X L11^T = B
+// L11 is read from shared memory as L(c, k) = D[k * ldd + c] (every thread reads the same element:
+// a broadcast), with invd[c] = 1 / L(c, c).
+template <typename T, int NB>
+__device__ __forceinline__ void trsm_row(T (&x)[NB], const T* D, int ldd, const T* invd, int w) {
+#pragma unroll
+  for (int c = 0; c < NB; ++c) {
+    if (c < w) {
+      T v = x[c];
+#pragma unroll
+      for (int k = 0; k < c; ++k) v = fma(-x[k], D[k * ldd + c], v);
+      x[c] = v * invd[c];
+    }
+  }
+}
+
+// Zero rows [r0, r1) x columns [c0, c0 + nc) of a matrix, coalesced for either layout.
+template <typename T, bool ROW>
+__device__ void zero_rect(T* L, long long ld, int r0, int r1, int c0, int nc, int tid, int nt) {
+  const int nr = r1 - r0;
+  if (nr <= 0 || nc <= 0) return;
+  const int total = nr * nc;
+  for (int e = tid; e < total; e += nt) {
+    const int r = ROW ? e / nc : e % nr, c = ROW ? e % nc : e / nr;
+    L[at<ROW>(r0 + r, c0 + c, ld)] = T(0);
+  }
+}
+
+// ================================================================== fused step
+// One block per problem: the m x w panel lives in shared memory (column-major, leading dimension
+// mpad, odd so that row-wise accesses spread over banks). The block
+//   1. loads the panel of A and writes the zeros above it in L,
+//   2. subtracts L[j:, :j] L[j:j+w, :j]^T in row chunks of RC (the factored columns stream from
+//      global memory through gemm_nt's cp.async pipeline),
+//   3. factors the diagonal block in warp 0's registers (POTF2),
+//   4. solves the rows below, one row per thread (TRSM against L11 in shared memory),
+//   5. writes the panel back to L.
+// RC (32, 64, 128) is picked per launch from the group's tallest panel, so short panels run with
+// 64 or 128 threads and many blocks per SM instead of idle warps.
+template <typename T, int NB, int RC, bool ROW>
+__global__ void __launch_bounds__(2 * RC)
+fused_step(const T* A, T* L, const long long* meta, const int* imeta, int* info, int K, int lo,
+           int hi, int step, int mpad) {
+  constexpr int WARPS = RC / 16, NT = 32 * WARPS, TM = RC / 32, TN = NB / WARPS, KB = 16;
+  static_assert(NB % WARPS == 0, "columns per warp");
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  T* P = reinterpret_cast<T*>(smem_raw);
+  T* invd = P + NB * mpad;
+  T* sbuf = invd + NB;
+  __shared__ int s_fail;
+
+  const int q = lo + blockIdx.x;
+  if (q >= hi) return;
+  const Problem pr = load_problem(meta, imeta, K, q);
+  if (info[pr.orig] != 0) return;  // failed at an earlier step: stop, like LAPACK
+  const int j = (step - pr.start) * NB, w = min(NB, pr.p - j), m = pr.n - j;
+  const T* Ab = A + pr.off;
+  T* Lb = L + pr.off;
+  const long long ld = pr.ld;
+  const int tid = threadIdx.x;
+
+  // 1. panel of A into P; zeros above the panel in L.
+  if (ROW) {
+    for (int e = tid; e < m * NB; e += NT) {
+      const int r = e / NB, c = e % NB;
+      if (c < w) P[c * mpad + r] = Ab[at<ROW>(j + r, j + c, ld)];
+    }
+  } else {
+    for (int c = 0; c < w; ++c)
+      for (int r = tid; r < m; r += NT) P[c * mpad + r] = Ab[at<ROW>(j + r, j + c, ld)];
+  }
+  zero_rect<T, ROW>(Lb, ld, 0, j, j, w, tid, NT);
+  __syncthreads();
+
+  // 2. left-looking update from the factored columns [0, j).
+  if (j > 0) {
+    const int ty = tid & 31, tx = tid >> 5;
+    for (int r0 = 0; r0 < m; r0 += RC) {
+      T acc[TM][TN];
+      gemm_nt<T, RC, NB, WARPS, KB, ROW>(Lb, ld, j + r0, min(RC, m - r0), j, w, j, acc, sbuf);
+#pragma unroll
+      for (int i = 0; i < TM; ++i)
+#pragma unroll
+        for (int jj = 0; jj < TN; ++jj) {
+          const int r = r0 + ty + 32 * i, c = tx * TN + jj;
+          if (r < m && c < w) P[c * mpad + r] -= acc[i][jj];
+        }
+    }
+    __syncthreads();
+  }
+
+  // 3. POTF2 of the diagonal block by warp 0.
+  if (tid < 32) {
+    T a[NB];
+#pragma unroll
+    for (int c = 0; c < NB; ++c) a[c] = (tid < w && c <= tid && c < w) ? P[c * mpad + tid] : T(0);
+    const int fail = potf2_regs<T, NB>(a, w);
+    if (tid < w) {
+#pragma unroll
+      for (int c = 0; c < NB; ++c) {
+        if (c < w) P[c * mpad + tid] = c <= tid ? a[c] : T(0);
+        if (c == tid) invd[c] = T(1) / a[c];  // compile-time index: `a` stays in registers
+      }
+    }
+    if (tid == 0) s_fail = fail;
+  }
+  __syncthreads();
+  if (s_fail) {
+    if (tid == 0) info[pr.orig] = j + s_fail;
+    return;
+  }
+
+  // 4. TRSM: rows [w, m) of the panel.
+  for (int r = w + tid; r < m; r += NT) {
+    T x[NB];
+#pragma unroll
+    for (int c = 0; c < NB; ++c) x[c] = c < w ? P[c * mpad + r] : T(0);
+    trsm_row<T, NB>(x, P, mpad, invd, w);
+#pragma unroll
+    for (int c = 0; c < NB; ++c)
+      if (c < w) P[c * mpad + r] = x[c];
+  }
+  __syncthreads();
+
+  // 5. panel back to L (the diagonal block's upper part was zeroed in step 3).
+  if (ROW) {
+    for (int e = tid; e < m * NB; e += NT) {
+      const int r = e / NB, c = e % NB;
+      if (c < w) Lb[at<ROW>(j + r, j + c, ld)] = P[c * mpad + r];
+    }
+  } else {
+    for (int c = 0; c < w; ++c)
+      for (int r = tid; r < m; r += NT) Lb[at<ROW>(j + r, j + c, ld)] = P[c * mpad + r];
+  }
+}
+
+// ================================================================== separated kernels
+// For panels too tall for one block: a 2-D grid of (problem, row tile), where the grid is sized
+// for the tallest panel of the group and blocks past their own problem's rows exit at entry
+// (adaptive subgrid truncation). Problems are in gridDim.x, so batches beyond 65,535 work.
+
+// update: L[j + r, j + c] = A[j + r, j + c] - sum_k L[j + r, k] L[j + c, k] for the tile's rows;
+// the first `zero_tiles` tiles in y instead write the zeros above the panel (rows [0, j)).
+template <typename T, int NB, bool ROW>
+__global__ void __launch_bounds__(256)
+update_step(const T* A, T* L, const long long* meta, const int* imeta, int* info, int K, int lo,
+            int hi, int step, int zero_tiles) {
+  constexpr int RC = 128, WARPS = 8, NT = 256, TM = RC / 32, TN = NB / WARPS, KB = 16;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  T* sbuf = reinterpret_cast<T*>(smem_raw);
+
+  const int q = lo + blockIdx.x;
+  if (q >= hi) return;
+  const Problem pr = load_problem(meta, imeta, K, q);
+  if (info[pr.orig] != 0) return;
+  const int j = (step - pr.start) * NB, w = min(NB, pr.p - j), m = pr.n - j;
+  const T* Ab = A + pr.off;
+  T* Lb = L + pr.off;
+  const long long ld = pr.ld;
+  const int tid = threadIdx.x, ty = tid & 31, tx = tid >> 5;
+
+  if ((int)blockIdx.y < zero_tiles) {
+    const int r0 = blockIdx.y * RC;
+    if (r0 < j) zero_rect<T, ROW>(Lb, ld, r0, min(j, r0 + RC), j, w, tid, NT);
+    return;
+  }
+  const int r0 = (blockIdx.y - zero_tiles) * RC;
+  if (r0 >= m) return;
+  const int mx = min(RC, m - r0);
+  T acc[TM][TN];
+  gemm_nt<T, RC, NB, WARPS, KB, ROW>(Lb, ld, j + r0, mx, j, w, j, acc, sbuf);
+  if (ROW) {
+    // Stage through shared memory so that each row of the tile is written contiguously.
+    T* C = sbuf;
+#pragma unroll
+    for (int i = 0; i < TM; ++i)
+#pragma unroll
+      for (int jj = 0; jj < TN; ++jj) C[(ty + 32 * i) * (NB + 1) + tx * TN + jj] = acc[i][jj];
+    __syncthreads();
+    for (int e = tid; e < mx * NB; e += NT) {
+      const int r = e / NB, c = e % NB;
+      if (c < w) {
+        const long long g = at<ROW>(j + r0 + r, j + c, ld);
+        Lb[g] = Ab[g] - C[r * (NB + 1) + c];
+      }
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < TM; ++i)
+#pragma unroll
+      for (int jj = 0; jj < TN; ++jj) {
+        const int r = ty + 32 * i, c = tx * TN + jj;
+        if (r < mx && c < w) {
+          const long long g = at<ROW>(j + r0 + r, j + c, ld);
+          Lb[g] = Ab[g] - acc[i][jj];
+        }
+      }
+  }
+}
+
+// potf2: one warp per problem factors the diagonal block. It reads A when nothing was updated
+// (j == 0: the plan leaves such updates out), else the updated panel in L.
+template <typename T, int NB, bool ROW>
+__global__ void __launch_bounds__(32)
+potf2_step(const T* A, T* L, const long long* meta, const int* imeta, int* info, int K, int lo,
+           int hi, int step) {
+  const int q = lo + blockIdx.x;
+  if (q >= hi) return;
+  const Problem pr = load_problem(meta, imeta, K, q);
+  if (info[pr.orig] != 0) return;
+  const int j = (step - pr.start) * NB, w = min(NB, pr.p - j);
+  const T* S = (j == 0 ? A : L) + pr.off;
+  T* Lb = L + pr.off;
+  const long long ld = pr.ld;
+  const int lane = threadIdx.x;
+  T a[NB];
+#pragma unroll
+  for (int c = 0; c < NB; ++c) a[c] = (lane < w && c <= lane && c < w) ? S[at<ROW>(j + lane, j + c, ld)] : T(0);
+  const int fail = potf2_regs<T, NB>(a, w);
+  if (fail) {
+    if (lane == 0) info[pr.orig] = j + fail;
+    return;
+  }
+  if (lane < w) {
+#pragma unroll
+    for (int c = 0; c < NB; ++c)
+      if (c < w) Lb[at<ROW>(j + lane, j + c, ld)] = c <= lane ? a[c] : T(0);
+  }
+}
+
+// trsm: rows below the diagonal block, one row per thread, 128 rows per block; L11 from L.
+template <typename T, int NB, bool ROW>
+__global__ void __launch_bounds__(128)
+trsm_step(const T* A, T* L, const long long* meta, const int* imeta, int* info, int K, int lo,
+          int hi, int step) {
+  constexpr int RT = 128;
+  __shared__ T D[NB * (NB + 1)];
+  __shared__ T invd[NB];
+  const int q = lo + blockIdx.x;
+  if (q >= hi) return;
+  const Problem pr = load_problem(meta, imeta, K, q);
+  if (info[pr.orig] != 0) return;
+  const int j = (step - pr.start) * NB, w = min(NB, pr.p - j), m = pr.n - j;
+  const int r0 = w + blockIdx.y * RT;
+  if (r0 >= m) return;
+  const T* S = (j == 0 ? A : L) + pr.off;
+  T* Lb = L + pr.off;
+  const long long ld = pr.ld;
+  const int tid = threadIdx.x;
+  for (int e = tid; e < NB * NB; e += RT) {
+    const int k = e / NB, c = e % NB;  // D[k * (NB + 1) + c] = L(c, k), c >= k
+    if (k < w && c < w && c >= k) D[k * (NB + 1) + c] = Lb[at<ROW>(j + c, j + k, ld)];
+  }
+  __syncthreads();
+  if (tid < w) invd[tid] = T(1) / D[tid * (NB + 1) + tid];
+  __syncthreads();
+  const int r = r0 + tid;
+  if (r >= m) return;
+  T x[NB];
+#pragma unroll
+  for (int c = 0; c < NB; ++c) x[c] = c < w ? S[at<ROW>(j + r, j + c, ld)] : T(0);
+  trsm_row<T, NB>(x, D, NB + 1, invd, w);
+#pragma unroll
+  for (int c = 0; c < NB; ++c)
+    if (c < w) Lb[at<ROW>(j + r, j + c, ld)] = x[c];
+}
+
+// ================================================================== Schur complement (partial)
+// S = A22 - L21 L21^T for problems that factor p < n columns, on 64 x 64 tiles of the trailing
+// block's lower triangle (blockIdx.y enumerates tile pairs bi >= bj). Diagonal tiles also write
+// the zeros of the (1, 2) block above them; off-diagonal tiles the zeros of their mirror tile.
+template <typename T, bool ROW>
+__global__ void __launch_bounds__(256)
+schur_step(const T* A, T* L, const long long* meta, const int* imeta, int* info, int K, int lo,
+           int hi, int step) {
+  constexpr int TS = 64, WARPS = 8, NT = 256, TM = TS / 32, TN = TS / WARPS, KB = 16;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  T* sbuf = reinterpret_cast<T*>(smem_raw);
+  const int q = lo + blockIdx.x;
+  if (q >= hi) return;
+  const Problem pr = load_problem(meta, imeta, K, q);
+  if (info[pr.orig] != 0) return;
+  const int p = pr.p, tr = pr.n - pr.p;
+  const int y = blockIdx.y;
+  int bi = (int)((sqrtf(8.0f * y + 1.0f) - 1.0f) * 0.5f);
+  while ((bi + 1) * (bi + 2) / 2 <= y) ++bi;
+  while (bi * (bi + 1) / 2 > y) --bi;
+  const int bj = y - bi * (bi + 1) / 2;
+  const int r0 = bi * TS, c0 = bj * TS;
+  if (r0 >= tr) return;
+  const T* Ab = A + pr.off;
+  T* Lb = L + pr.off;
+  const long long ld = pr.ld;
+  const int tid = threadIdx.x, ty = tid & 31, tx = tid >> 5;
+  const int mx = min(TS, tr - r0), ny = min(TS, tr - c0);
+  T acc[TM][TN];
+  gemm_nt<T, TS, TS, WARPS, KB, ROW>(Lb, ld, p + r0, mx, p + c0, ny, p, acc, sbuf);
+#pragma unroll
+  for (int i = 0; i < TM; ++i)
+#pragma unroll
+    for (int jj = 0; jj < TN; ++jj) {
+      const int r = ty + 32 * i, c = tx * TN + jj;
+      if (r < mx && c < ny) {
+        const long long g = at<ROW>(p + r0 + r, p + c0 + c, ld);
+        Lb[g] = (r0 + r >= c0 + c) ? Ab[g] - acc[i][jj] : T(0);
+      }
+    }
+  if (bi > bj) zero_rect<T, ROW>(Lb, ld, p + c0, p + c0 + ny, p + r0, mx, tid, NT);
+  else zero_rect<T, ROW>(Lb, ld, 0, p, p + c0, ny, tid, NT);
+}
+
+// ================================================================== gather / scatter
+// Copy k matrices between caller-owned arrays (any strides, addresses in ptrs) and a packed
+// buffer, in one launch: block b copies matrix b. to_packed = 1 gathers, 0 scatters.
+template <typename T>
+__global__ void __launch_bounds__(256)
+copy_matrices(const long long* ptrs, const long long* rs, const long long* cs, T* packed,
+              const long long* off, const long long* ld, const int* n, int k, int row_major,
+              int to_packed) {
+  const int b = blockIdx.x;
+  if (b >= k) return;
+  const int nb = n[b];
+  if (nb == 0) return;
+  T* user = reinterpret_cast<T*>(ptrs[b]);
+  const long long urs = rs[b], ucs = cs[b], pld = ld[b];
+  T* pk = packed + off[b];
+  for (int r = threadIdx.y; r < nb; r += blockDim.y)
+    for (int c = threadIdx.x; c < nb; c += blockDim.x) {
+      const long long pi = row_major ? (long long)r * pld + c : r + (long long)c * pld;
+      const long long ui = (long long)r * urs + (long long)c * ucs;
+      if (to_packed) pk[pi] = user[ui];
+      else user[ui] = pk[pi];
+    }
+}
+
+}  // namespace vb
+
+#ifndef __CUDACC_RTC__
+// nvcc (CI's compile check): instantiate everything NVRTC would, so the check covers it all.
+#define VB_STEP(T, NB, ROW)                                                                         \
+  template __global__ void vb::fused_step<T, NB, 32, ROW>(const T*, T*, const long long*, const int*, \
+                                                          int*, int, int, int, int, int);           \
+  template __global__ void vb::fused_step<T, NB, 64, ROW>(const T*, T*, const long long*, const int*, \
+                                                          int*, int, int, int, int, int);           \
+  template __global__ void vb::fused_step<T, NB, 128, ROW>(const T*, T*, const long long*,          \
+                                                           const int*, int*, int, int, int, int, int); \
+  template __global__ void vb::update_step<T, NB, ROW>(const T*, T*, const long long*, const int*,   \
+                                                       int*, int, int, int, int, int);              \
+  template __global__ void vb::potf2_step<T, NB, ROW>(const T*, T*, const long long*, const int*,    \
+                                                      int*, int, int, int, int);                    \
+  template __global__ void vb::trsm_step<T, NB, ROW>(const T*, T*, const long long*, const int*,     \
+                                                     int*, int, int, int, int);
+#define VB_ALL(T)                                                                                   \
+  VB_STEP(T, 16, false) VB_STEP(T, 16, true) VB_STEP(T, 32, false) VB_STEP(T, 32, true)           \
+  template __global__ void vb::schur_step<T, false>(const T*, T*, const long long*, const int*, int*, \
+                                                    int, int, int, int);                            \
+  template __global__ void vb::schur_step<T, true>(const T*, T*, const long long*, const int*, int*,  \
+                                                   int, int, int, int);                             \
+  template __global__ void vb::copy_matrices<T>(const long long*, const long long*, const long long*, \
+                                                T*, const long long*, const long long*, const int*, \
+                                                int, int, int);
+VB_ALL(float)
+VB_ALL(double)
+#endif

@@ -1,0 +1,171 @@
+"""CUDA backend, beyond the shared conformance suite (test_cholesky.py runs there too).
+
+Run on a GPU machine: ``python -m pytest -m gpu``. Everything here is skipped without one.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from _check import check_factor, to_host
+from vbatch import PackedBatch, Runtime, reference
+from vbatch.ops.generate import make_indefinite, sizes, spd_list
+
+pytestmark = pytest.mark.gpu
+
+SIZE_EDGES = [0, 1, 31, 32, 33, 63, 64, 65, 511, 512, 513, 2048]
+
+
+@pytest.fixture(scope="module")
+def cupy():
+    import cupy
+
+    return cupy
+
+
+def _rt(**opts):
+    return Runtime("cuda", **opts)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("kind", ["numpy", "cupy"])
+def test_edge_sizes_including_2048(cupy, dtype, kind):
+    """Sizes 0, 1, 31..33, 63..65, 511..513 and 2048 in one batch: the 2048 matrix's tall panels
+    take the separated path (beyond the fused kernel's shared memory), the rest the fused one."""
+    rng = np.random.default_rng(1)
+    mats = spd_list(SIZE_EDGES, dtype, rng)
+    inp = mats if kind == "numpy" else [cupy.asarray(m) for m in mats]
+    res = _rt().cholesky(inp).result()
+    counts = res.plan.counts()
+    assert counts.get("fused") and counts.get("update") and counts.get("trsm"), counts
+    assert not res.info.any()
+    for a, f in zip(mats, res.factors):
+        assert type(f).__module__.split(".")[0] == kind
+        check_factor(a, f, dtype, where=f"n={a.shape[0]}")
+
+
+@pytest.mark.parametrize("dist", ["uniform", "gauss", "skewed"])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("order", ["F", "C"])
+def test_distributions_packed_on_the_device(cupy, dist, dtype, order):
+    from vbatch.kernels.cuda import spd_fill
+
+    rng = np.random.default_rng(2)
+    n = sizes(dist, 300, 300, rng)
+    ld = np.maximum(n, 1)
+    off = np.r_[0, np.cumsum(ld * n)[:-1]]
+    batch = PackedBatch.from_buffer(cupy.empty(int((ld * n).sum()), dtype), n, off, ld, order)
+    spd_fill(batch, seed=5)
+    before = batch.data.copy()
+    res = _rt().cholesky(batch).result()
+    assert not res.info.any()
+    assert cupy.array_equal(batch.data, before), "input modified"
+    host_a = batch.with_data(batch.data.get())
+    host_f = res.factors.with_data(res.factors.data.get())
+    for i in range(batch.k):
+        check_factor(host_a.matrix(i), host_f.matrix(i), dtype, where=f"{dist} problem {i}")
+
+
+def test_separated_and_fused_agree(cupy):
+    rng = np.random.default_rng(3)
+    ns = [5, 40, 100, 130, 200, 257]
+    mats = [cupy.asarray(m) for m in spd_list(ns, np.float64, rng)]
+    fused = _rt(nb=32).cholesky(mats).result()
+    sep = _rt(nb=32, fused_max_rows=0).cholesky(mats).result()
+    assert set(sep.plan.counts()) == {"update", "potf2", "trsm"}
+    for a, b in zip(fused.factors, sep.factors):
+        np.testing.assert_allclose(to_host(a), to_host(b), rtol=1e-12, atol=1e-12)
+
+
+def test_matches_the_cpu_backend(cupy):
+    rng = np.random.default_rng(4)
+    ns = list(rng.integers(0, 150, 60))
+    mats = spd_list(ns, np.float64, rng)
+    npiv = [int(rng.integers(0, n + 1)) for n in ns]
+    gpu = _rt(nb=16).cholesky(mats, npiv).result()
+    cpu = Runtime("cpu", nb=16).cholesky(mats, npiv).result()
+    for a, b in zip(gpu.factors, cpu.factors):
+        np.testing.assert_allclose(to_host(a), b, rtol=1e-10, atol=1e-10)
+
+
+def test_seventy_thousand_tiny_matrices(cupy):
+    """More problems than gridDim.y could hold (65,535): the batch index is in gridDim.x."""
+    rng = np.random.default_rng(5)
+    n = rng.integers(1, 9, size=70_000)
+    mats = [cupy.asarray(m) for m in spd_list(n, np.float64, rng)]
+    res = _rt().cholesky(mats).result()
+    assert res.info.shape == (70_000,) and not res.info.any()
+    assert len(res.plan.launches) == 1 and res.plan.launches[0].count == 70_000
+    host = [m.get() for m in mats]
+    facs = res.factors
+    for i in range(0, 70_000, 97):  # every 97th, plus the last
+        check_factor(host[i], facs[i], np.float64, where=f"problem {i}")
+    check_factor(host[-1], facs[-1], np.float64)
+
+
+def test_gather_and_scatter_for_cupy_lists(cupy):
+    rng = np.random.default_rng(6)
+    host = spd_list([3, 0, 17, 64, 1], np.float64, rng)
+    # One C-contiguous, one Fortran-ordered, one a strided view: gather handles any strides.
+    mats = [cupy.asarray(m) for m in host]
+    mats[2] = cupy.asfortranarray(mats[2])
+    big = cupy.zeros((128, 128))
+    big[::2, ::2] = mats[3]
+    mats[3] = big[::2, ::2]
+    res = _rt().cholesky(mats, overwrite=True).result()
+    assert all(f is m for f, m in zip(res.factors, mats))
+    for a, m in zip(host, mats):
+        check_factor(a, m.get(), np.float64)
+    assert not cupy.any(big[1::2, :]), "scatter wrote outside the strided view"
+
+
+def test_non_spd_isolation_on_device_inputs(cupy):
+    rng = np.random.default_rng(7)
+    good = spd_list([40, 700, 33, 90], np.float64, rng)
+    bad = [m.copy() for m in good]
+    bad[1] = make_indefinite(good[1], 650)  # in a separated-path panel
+    bad[2] = make_indefinite(good[2], 32)
+    res = _rt().cholesky([cupy.asarray(m) for m in bad]).result()
+    assert res.info.tolist() == [0, 651, 33, 0]
+    assert res.info.tolist() == [reference(m)[1] for m in bad]
+    ok = _rt().cholesky([cupy.asarray(m) for m in good]).result()
+    for i in (0, 3):
+        assert cupy.array_equal(res.factors[i], ok.factors[i])
+
+
+def test_streams_and_dependencies(cupy):
+    """Partial factorizations with several chains run on several streams; a dependent
+    submission waits for its dependency on the device."""
+    rng = np.random.default_rng(8)
+    ns = [64, 64, 200, 200, 90, 300]
+    npiv = [64, 32, 40, 40, 90, 100]
+    mats = spd_list(ns, np.float64, rng)
+    rt = _rt(streams=4)
+    f1 = rt.cholesky([cupy.asarray(m) for m in mats], npiv)
+    plan = f1.result().plan
+    assert plan.nstreams > 1
+    for i, (a, f) in enumerate(zip(mats, f1.result().factors)):
+        check_factor(a, f, np.float64, npiv[i])
+
+    # f3 factors what f2 wrote in place. Had it run early it would see the SPD inputs and
+    # produce their factors; run after f2 it sees lower-triangular factors instead.
+    work = [cupy.asarray(m) for m in mats]
+    f2 = rt.cholesky(work, overwrite=True)
+    f3 = rt.cholesky(work, after=[f2])
+    rt.wait()
+    assert f2.done() and f3.done()
+    r3 = f3.result()
+    direct = _rt().cholesky([w.copy() for w in work]).result()
+    early = _rt().cholesky([cupy.asarray(m) for m in mats]).result()
+    assert r3.info.tolist() == direct.info.tolist()
+    for i in np.flatnonzero(r3.info == 0):
+        assert cupy.array_equal(r3.factors[i], direct.factors[i])
+        assert not cupy.allclose(r3.factors[i], early.factors[i])
+
+
+def test_unsupported_nb_is_rejected(cupy):
+    from vbatch import InputError
+
+    with pytest.raises(InputError, match=r"supports nb in \(8, 16, 32\), got 64"):
+        _rt(nb=64).cholesky([np.eye(3)])
