@@ -67,7 +67,8 @@ class Backend(ABC):
     def plan_defaults(self, dtype: np.dtype) -> PlanDefaults: ...
 
     def check_options(self, dtype: np.dtype, options: dict) -> None:  # noqa: B027
-        """Raise ``InputError`` for planner options this backend cannot run (default: any)."""
+        """Raise ``InputError`` for planner options this backend cannot run, or cap them in
+        place to what it can (default: accept all)."""
 
     # ------------------------------------------------------------ memory
     @abstractmethod

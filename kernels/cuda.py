@@ -189,13 +189,10 @@ class CudaBackend(Backend):
         if nb not in NB_SUPPORTED:
             raise InputError([(None, f"the cuda backend supports nb in {NB_SUPPORTED}, got {nb}")],
                              what="runtime options")
+        # A taller panel than shared memory holds cannot be fused whatever was asked: the
+        # crossover is "fuse up to this height", so it is capped, not refused.
         limit = fused_rows_limit(nb, np.dtype(dtype).itemsize, _smem_optin())
-        if options["fused_max_rows"] > limit:
-            raise InputError(
-                [(None, f"fused_max_rows {options['fused_max_rows']} exceeds what fits in shared "
-                        f"memory for nb={nb}, {np.dtype(dtype).name} ({limit})")],
-                what="runtime options",
-            )
+        options["fused_max_rows"] = min(options["fused_max_rows"], limit)
 
     # ------------------------------------------------------------ memory
     def adopt(self, batch: PackedBatch, overwrite: bool):

@@ -150,8 +150,9 @@ __device__ __forceinline__ int potf2_regs(T (&a)[NB], int w) {
       const T dkk = __shfl_sync(0xffffffffu, a[k], k);
       if (!(dkk > T(0))) return k + 1;
       const T d = vsqrt(dkk);
+      const T rd = T(1) / d;  // scale by the reciprocal, as LAPACK's potf2 does
       if (lane == k) a[k] = d;
-      else if (lane > k) a[k] = a[k] / d;
+      else if (lane > k) a[k] *= rd;
 #pragma unroll
       for (int c = k + 1; c < NB; ++c) {
         const T lck = __shfl_sync(0xffffffffu, a[k], c);  // L(c, k) from lane c
@@ -164,16 +165,17 @@ __device__ __forceinline__ int potf2_regs(T (&a)[NB], int w) {
 
 // ------------------------------------------------------------------ one row of X L11^T = B
 // L11 is read from shared memory as L(c, k) = D[k * ldd + c] (every thread reads the same element:
-// a broadcast), with invd[c] = 1 / L(c, c).
+// a broadcast), with invd[c] = 1 / L(c, c). Right-looking: once x[c] is final it updates every
+// later x[c2] at once, so the dependent chain is one multiply and one FMA per column; the
+// left-looking dot product per column made a chain of ~NB^2 / 2 dependent FMAs.
 template <typename T, int NB>
 __device__ __forceinline__ void trsm_row(T (&x)[NB], const T* D, int ldd, const T* invd, int w) {
 #pragma unroll
   for (int c = 0; c < NB; ++c) {
     if (c < w) {
-      T v = x[c];
+      x[c] *= invd[c];
 #pragma unroll
-      for (int k = 0; k < c; ++k) v = fma(-x[k], D[k * ldd + c], v);
-      x[c] = v * invd[c];
+      for (int c2 = c + 1; c2 < NB; ++c2) x[c2] = fma(-x[c], D[c * ldd + c2], x[c2]);
     }
   }
 }

@@ -110,7 +110,8 @@ def cmd_demo(args) -> int:
             m[...] = make_indefinite(m, col)
             expect_bad[int(i)] = col + 1
     if rt.device == "cuda":
-        batch = rt.backend.adopt(batch, copy=True)  # time the call with the data already there
+        batch, _ = rt.backend.adopt(batch, overwrite=True)  # a device copy: time the call with
+        # the data already on the GPU, as users of the packed form have it
 
     res = rt.cholesky(batch).result()  # warm-up: compiles kernels, caches the plan
     times = []

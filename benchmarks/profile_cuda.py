@@ -1,0 +1,193 @@
+"""Where the time goes on the GPU: host costs, per-launch kernel times, the crossover.
+
+    python benchmarks/profile_cuda.py host
+    python benchmarks/profile_cuda.py launches --dist uniform --nmax 512 [--fused-max-rows N]
+    python benchmarks/profile_cuda.py crossover --nmax 512 1024 --values 0 128 256 512
+    python benchmarks/profile_cuda.py listpath
+
+``launches`` runs a plan one launch at a time, each between two events with the device idle
+before it, and prints each kernel's time, rate and distance from its own roofline floor (bytes
+it must move at the measured copy bandwidth, flops at the measured DGEMM/SGEMM rate).
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import pstats
+import time
+
+import cupy
+import numpy as np
+
+import vbatch
+from vbatch.kernels.cuda import CudaBackend, spd_fill
+from vbatch.ops.generate import sizes
+
+BW = 3.0e12  # bytes/s, device copy measured by cuda_potrf.py on the H100 (2026-11-20)
+PEAK = {"float64": 59.5e12, "float32": 50.9e12}  # GEMM rates measured there
+
+
+def make(dist, k, nmax, dtype, seed=1, order="F"):
+    n = sizes(dist, k, nmax, np.random.default_rng(seed))
+    ld = np.maximum(n, 1)
+    off = np.r_[0, np.cumsum(ld * n)[:-1]].astype(np.int64)
+    b = vbatch.PackedBatch.from_buffer(cupy.empty(int((ld * n).sum()), dtype), n, off, ld, order)
+    return spd_fill(b, seed)
+
+
+def per_call_us(fn, reps=2000):
+    fn()
+    cupy.cuda.Device().synchronize()
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        fn()
+    cupy.cuda.Device().synchronize()
+    return (time.perf_counter() - t0) / reps * 1e6
+
+
+def cmd_host(args):
+    info = cupy.zeros(2000, np.int32)
+    out = {}
+    out["cupy.empty(1M f64)"] = per_call_us(lambda: cupy.empty(1 << 20, np.float64))
+    out["cupy.zeros(2000 i32)"] = per_call_us(lambda: cupy.zeros(2000, np.int32))
+    out["memset_async 8KB"] = per_call_us(lambda: info.data.memset_async(0, info.nbytes))
+    k = cupy.RawKernel("extern \"C\" __global__ void nop(const double* a, double* b, "
+                       "const long long* m, const int* im, int* info, int K, int lo, int hi, "
+                       "int step, int mpad) {}", "nop")
+    a = cupy.empty(8)
+    args10 = (a, a, info, info, info, np.int32(1), np.int32(0), np.int32(1), np.int32(0),
+              np.int32(1))
+    out["RawKernel launch, 10 args"] = per_call_us(lambda: k((1,), (32,), args10))
+    out["Event() + record"] = per_call_us(lambda: cupy.cuda.get_current_stream().record())
+    out["info.get() (8KB D2H + sync)"] = per_call_us(lambda: info.get(), 500)
+    pinned = cupy.cuda.alloc_pinned_memory(info.nbytes)
+    host = np.frombuffer(pinned, np.int32, 2000)
+    out["info.get(out=pinned) + sync"] = per_call_us(lambda: info.get(out=host), 500)
+    g = make("uniform", 2000, 32, np.float64)
+    rt = vbatch.Runtime("cuda")
+    out["vbatch uniform 32 call"] = per_call_us(lambda: rt.cholesky(g).result(), 500)
+    out["vbatch submit only"] = per_call_us(lambda: rt.cholesky(g), 500)
+    for name, us in out.items():
+        print(f"  {name:<32} {us:8.2f} us")
+    pr = cProfile.Profile()
+    pr.enable()
+    for _ in range(300):
+        rt.cholesky(g).result()
+    pr.disable()
+    s = io.StringIO()
+    pstats.Stats(pr, stream=s).sort_stats("tottime").print_stats(18)
+    print(s.getvalue()[:5000])
+
+
+def cmd_launches(args):
+    dtype = np.dtype(args.dtype)
+    k = 500 if args.nmax >= 1024 else 2000
+    b = make(args.dist, k, args.nmax, dtype)
+    opts = {} if args.fused_max_rows is None else {"fused_max_rows": args.fused_max_rows}
+    rt = vbatch.Runtime("cuda", **opts)
+    plan = rt.cholesky(b).result().plan
+    be: CudaBackend = rt.backend
+    dst = b.with_data(cupy.empty_like(b.data))
+    rows = []
+    for _ in range(2):  # second pass is timed
+        rows = []
+        ex = be.begin(b, dst, plan, [])
+        for lc in plan.launches:
+            s, e = cupy.cuda.Event(), cupy.cuda.Event()
+            cupy.cuda.Device().synchronize()
+            s.record()
+            be.launch(ex, lc)
+            e.record()
+            e.synchronize()
+            rows.append((lc, cupy.cuda.get_elapsed_time(s, e)))
+        be.end(ex).wait()
+    isz = dtype.itemsize
+    tot = {}
+    print(plan.summary())
+    print(f"{'#':>3} {'step':>4} {'kind':<7} {'count':>5} {'rows':>9} {'j':>9} {'ms':>8} "
+          f"{'GFLOP/s':>8} {'xfloor':>7}")
+    for lc, ms in rows:
+        q = np.arange(lc.lo, lc.hi)
+        j = (lc.step - plan.start[q]) * plan.nb
+        h = plan.n[q] - j
+        w = np.minimum(plan.nb, plan.npiv[q] - j)
+        if lc.kind == "schur":
+            flops = byts = 0.0
+        else:
+            upd = 2.0 * h * w * j
+            fac = w**3 / 3.0 + (h - w) * w * w
+            flops = float({"fused": upd + fac, "update": upd, "potf2": w**3 / 3.0,
+                           "trsm": (h - w) * w * w}[lc.kind].sum())
+            reads_l = (h * j) if lc.kind in ("fused", "update") else 0
+            byts = float((reads_l + 2 * h * w).sum()) * isz
+        floor = max(byts / BW, flops / PEAK[dtype.name]) * 1e3
+        tot[lc.kind] = [a + b_ for a, b_ in zip(tot.get(lc.kind, [0, 0, 0]), [ms, flops, floor])]
+        print(f"{lc.index:>3} {lc.step:>4} {lc.kind:<7} {lc.count:>5} "
+              f"{f'{lc.rows[0]}..{lc.rows[1]}':>9} {f'{lc.cols[0]}..{lc.cols[1]}':>9} "
+              f"{ms:8.4f} {flops / ms / 1e6 if ms else 0:8.1f} {ms / floor if floor else 0:7.1f}")
+    total = sum(v[0] for v in tot.values())
+    for kind, (ms, fl, fo) in tot.items():
+        print(f"  {kind:<7} {ms:8.3f} ms  {fl / ms / 1e6:8.1f} GFLOP/s  floor {fo:7.3f} ms "
+              f"({ms / fo if fo else 0:5.1f}x)  {100 * ms / total:5.1f}% of kernel time")
+    print(f"  total kernel time {total:.3f} ms")
+
+
+def cmd_crossover(args):
+    for dtype in args.dtype:
+        for dist in args.dist:
+            for nmax in args.nmax:
+                k = 500 if nmax >= 1024 else 2000
+                b = make(dist, k, nmax, np.dtype(dtype))
+                line = f"{dtype} {dist:<8} {nmax:>5}:"
+                for v in args.values:
+                    rt = vbatch.Runtime("cuda", **({} if v < 0 else {"fused_max_rows": v}))
+                    rt.cholesky(b).result()
+                    ts = []
+                    for _ in range(5):
+                        t0 = time.perf_counter()
+                        rt.cholesky(b).result()
+                        ts.append((time.perf_counter() - t0) * 1e3)
+                    line += f"  fmr={v if v >= 0 else 'dflt'}: {np.median(ts):7.3f}"
+                print(line, flush=True)
+
+
+def cmd_listpath(args):
+    b = make("uniform", 2000, 128, np.float64)
+    views = b.unpack()
+    rt = vbatch.Runtime("cuda")
+    from vbatch.ops.batch import MatrixList
+
+    print(f"  validate list      {per_call_us(lambda: MatrixList(mats=views), 20) / 1e3:8.3f} ms")
+    ml = MatrixList(mats=views)
+    be = rt.backend
+    print(f"  pack (gather)      {per_call_us(lambda: be.pack_list(ml, 'C'), 20) / 1e3:8.3f} ms")
+    w = be.pack_list(ml, "C")
+    print(f"  unpack views       {per_call_us(lambda: w.unpack(), 20) / 1e3:8.3f} ms")
+    whole = per_call_us(lambda: rt.cholesky(views).result(), 10) / 1e3
+    print(f"  whole list call    {whole:8.3f} ms")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("host")
+    p = sub.add_parser("launches")
+    p.add_argument("--dist", default="uniform")
+    p.add_argument("--nmax", type=int, default=512)
+    p.add_argument("--dtype", default="float64")
+    p.add_argument("--fused-max-rows", type=int, default=None)
+    c = sub.add_parser("crossover")
+    c.add_argument("--dtype", nargs="+", default=["float64"])
+    c.add_argument("--dist", nargs="+", default=["uniform"])
+    c.add_argument("--nmax", type=int, nargs="+", default=[512, 1024])
+    c.add_argument("--values", type=int, nargs="+", default=[0, 64, 128, 256, 512, -1])
+    sub.add_parser("listpath")
+    args = ap.parse_args()
+    {"host": cmd_host, "launches": cmd_launches, "crossover": cmd_crossover,
+     "listpath": cmd_listpath}[args.cmd](args)
+
+
+if __name__ == "__main__":
+    main()
