@@ -57,6 +57,10 @@ class Completion(ABC):
     def done(self) -> bool:
         """True once ``wait`` would not block."""
 
+    def sync(self) -> None:
+        """Block until done without consuming the result (``Runtime.wait``)."""
+        self.wait()
+
 
 class Backend(ABC):
     name: str = "?"

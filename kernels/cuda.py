@@ -11,19 +11,29 @@ Per batch and plan, built once and cached on the batch:
 * a launch record per plan launch: kernel, grid, block, dynamic shared memory, scalars.
 
 Per call: an output buffer (out of place) or none (``overwrite`` or a buffer of our own), an
-``info`` array zeroed by one memset, the launches, one event. ``info`` is written by the kernels
-at the caller's indices and copied to the host once, when the future's result is asked for.
+``info`` array zeroed by one memset, the launches, an asynchronous copy of ``info`` into pinned
+host memory, one event. ``info`` is written by the kernels at the caller's indices; the future's
+``result()`` synchronizes on the event and reads the pinned copy.
+
+Launches go through the driver (``cuLaunchKernel``) with parameter blocks built once per
+(batch, plan): a call changes three pointers, shared by all its launches. CuPy's RawKernel call
+costs about 10 us per launch in argument handling (profile_cuda.py host, H100, 2026-11-21);
+a plan for Nmax 512 has 46 launches.
 """
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import math
-from dataclasses import dataclass
+import threading
+from collections import deque
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import cupy
 import numpy as np
+from cupy_backends.cuda.api import driver
 
 from vbatch.kernels.backend import Backend, Completion, PlanDefaults
 from vbatch.ops.batch import MatrixList, PackedBatch, array_kind, pack
@@ -33,7 +43,6 @@ from vbatch.scheduler.plan import Launch, Plan
 HERE = Path(__file__).parent
 NB_SUPPORTED = (8, 16, 32)  # POTF2 keeps one row of the diagonal block per lane: nb <= 32
 KB = 16  # K-chunk of gemm_nt in potrf.cu
-UPDATE_RC = 128  # rows per update tile (update_step)
 TRSM_RT = 128  # rows per trsm block (trsm_step)
 SCHUR_TS = 64  # Schur complement tile (schur_step)
 MAX_GRID_Y = 65535
@@ -104,8 +113,8 @@ def _smem_optin() -> int:
 
 
 def _fused_rc(rows: int) -> int:
-    """Rows per update chunk in the fused kernel: the smallest of 32, 64, 128 that holds the
-    tallest panel (threads = 2 * RC), so short panels get small blocks and many per SM."""
+    """Rows per update chunk (fused and update kernels): the smallest of 32, 64, 128 that holds
+    the tallest panel (threads = 2 * RC), so short panels get small blocks and many per SM."""
     return 32 if rows <= 32 else 64 if rows <= 64 else 128
 
 
@@ -118,20 +127,42 @@ def fused_smem_bytes(rows: int, nb: int, itemsize: int) -> int:
     return (nb * mpad + nb + _gemm_smem(_fused_rc(rows), nb)) * itemsize
 
 
+STATIC_SMEM_MARGIN = 1024  # bytes: the kernels' static shared memory counts against the opt-in
+
+
 def fused_rows_limit(nb: int, itemsize: int, smem: int) -> int:
     """The tallest panel whose fused kernel fits in ``smem`` bytes of shared memory."""
-    rows = (smem // itemsize - nb - _gemm_smem(128, nb)) // nb - 1
+    rows = ((smem - STATIC_SMEM_MARGIN) // itemsize - nb - _gemm_smem(128, nb)) // nb - 1
     return max(0, rows)
 
 
-@dataclass(frozen=True)
+class _Pointers(ctypes.Structure):
+    """The pointer parameters every kernel of a plan takes first, shared by all its launches."""
+
+    _fields_ = [("A", ctypes.c_uint64), ("L", ctypes.c_uint64), ("meta", ctypes.c_uint64),
+                ("imeta", ctypes.c_uint64), ("info", ctypes.c_uint64)]
+
+
+@dataclass
 class _Record:
+    """One launch, ready for cuLaunchKernel: its parameter block points at the plan's shared
+    pointers and at its own scalars (K, lo, hi, step and an optional extra int)."""
+
     kernel: object
+    func: int
     grid: tuple
     block: tuple
     smem: int
     stream: int
-    scalars: tuple
+    scalars: object = None
+    params: object = None
+
+    def bind(self, ptrs: _Pointers, scalars: tuple) -> None:
+        self.scalars = (ctypes.c_int32 * len(scalars))(*[int(s) for s in scalars])
+        base = ctypes.addressof(ptrs)
+        slots = [base + getattr(_Pointers, f).offset for f, _ in _Pointers._fields_]
+        slots += [ctypes.addressof(self.scalars) + 4 * i for i in range(len(scalars))]
+        self.params = (ctypes.c_void_p * len(slots))(*slots)
 
 
 @dataclass
@@ -143,28 +174,65 @@ class _Prepared:
     imeta: object  # cupy int32 [4K]
     records: list
     nstreams: int
+    ptrs: _Pointers = field(default_factory=_Pointers)
+    lock: threading.Lock = field(default_factory=threading.Lock)
 
 
 @dataclass
 class _Exec:
     prep: _Prepared
-    head: tuple  # (src data, dst data, meta, imeta, info)
     info: object
     main: object  # the caller's current stream
-    streams: list
+    streams: list  # Stream objects, one per plan stream (just `main` for one-stream plans)
+    sptr: list  # their raw pointers, for cuLaunchKernel
     keep: tuple  # buffers that must outlive the launches
 
 
+class _PinnedPool:
+    """Pinned host buffers for info copies. A buffer goes back to the free list only after its
+    reader copied it out (Completion.wait); until its copy's event completes it is also held
+    here, so a future dropped mid-flight cannot free memory the copy engine still writes."""
+
+    def __init__(self):
+        self._free: dict[int, list] = {}
+        self._inflight: deque = deque()
+        self._lock = threading.Lock()
+
+    def take(self, nbytes: int):
+        with self._lock:
+            while self._inflight and self._inflight[0][1].done:
+                self._inflight.popleft()
+            stack = self._free.get(nbytes)
+            return stack.pop() if stack else cupy.cuda.alloc_pinned_memory(nbytes)
+
+    def hold(self, mem, event) -> None:
+        with self._lock:
+            self._inflight.append((mem, event))
+
+    def give(self, mem, nbytes: int) -> None:
+        with self._lock:
+            self._free.setdefault(nbytes, []).append(mem)
+
+
 class _Done(Completion):
-    def __init__(self, event, info, keep, queue):
-        self.event, self._info, self._keep, self.queue = event, info, keep, queue
+    def __init__(self, event, pool, mem, nbytes, k, keep, queue):
+        self.event, self.queue = event, queue
+        self._pool, self._mem, self._nbytes, self._k, self._keep = pool, mem, nbytes, k, keep
+        self._info = None
 
     def wait(self) -> np.ndarray:
-        self.event.synchronize()
-        return self._info.get()
+        if self._info is None:
+            self.event.synchronize()
+            self._info = np.frombuffer(self._mem, np.int32, self._k).copy()
+            self._pool.give(self._mem, self._nbytes)
+            self._mem = self._keep = None
+        return self._info
 
     def done(self) -> bool:
         return self.event.done
+
+    def sync(self) -> None:
+        self.event.synchronize()
 
 
 class CudaBackend(Backend):
@@ -174,6 +242,7 @@ class CudaBackend(Backend):
 
     def __init__(self):
         self._streams: dict[int, list] = {}
+        self._pinned = _PinnedPool()
 
     # ------------------------------------------------------------ options
     def plan_defaults(self, dtype: np.dtype) -> PlanDefaults:
@@ -199,7 +268,7 @@ class CudaBackend(Backend):
         if batch.kind == "cupy":
             if overwrite:
                 return batch, batch
-            return batch, batch.with_data(cupy.empty_like(batch.data))
+            return batch, batch.with_data(cupy.empty(batch.data.size, batch.data.dtype))
         dev = batch.with_data(cupy.asarray(batch.data))  # one upload; the copy is ours
         return dev, dev
 
@@ -269,8 +338,12 @@ class CudaBackend(Backend):
         K = len(order)
         meta = np.concatenate([batch.offset[order], batch.ld[order]]).astype(np.int64)
         imeta = np.concatenate([plan.n, plan.npiv, plan.start, order]).astype(np.int32)
-        records = [self._record(lc, plan, batch.dtype, batch.order, K) for lc in plan.launches]
-        prep = _Prepared(plan, cupy.asarray(meta), cupy.asarray(imeta), records, plan.nstreams)
+        prep = _Prepared(plan, cupy.asarray(meta), cupy.asarray(imeta), [], plan.nstreams)
+        prep.ptrs.meta, prep.ptrs.imeta = prep.meta.data.ptr, prep.imeta.data.ptr
+        for lc in plan.launches:
+            rec, scalars = self._record(lc, plan, batch.dtype, batch.order, K)
+            rec.bind(prep.ptrs, scalars)
+            prep.records.append(rec)
         batch._cache[key] = prep
         return prep
 
@@ -288,10 +361,11 @@ class CudaBackend(Backend):
             smem = fused_smem_bytes(rows, nb, isz)
             scalars = head + (np.int32(rows | 1),)
         elif lc.kind == "update":
-            kern = _kernel(f"vb::update_step<{T},{nb},{R}>")
-            zero_tiles = math.ceil(lc.cols[1] / UPDATE_RC)
-            grid = (lc.count, zero_tiles + math.ceil(rows / UPDATE_RC))
-            block, smem = (256,), _gemm_smem(UPDATE_RC, nb) * isz
+            rc = _fused_rc(rows)
+            kern = _kernel(f"vb::update_step<{T},{nb},{rc},{R}>")
+            zero_tiles = math.ceil(lc.cols[1] / rc)
+            grid = (lc.count, zero_tiles + math.ceil(rows / rc))
+            block, smem = (2 * rc,), _gemm_smem(rc, nb) * isz
             scalars = head + (np.int32(zero_tiles),)
         elif lc.kind == "potf2":
             kern = _kernel(f"vb::potf2_step<{T},{nb},{R}>")
@@ -312,7 +386,9 @@ class CudaBackend(Backend):
                                      f"more than the grid allows ({MAX_GRID_Y})")])
         if smem > 48 * 1024 and kern.max_dynamic_shared_size_bytes < smem:
             kern.max_dynamic_shared_size_bytes = smem
-        return _Record(kern, grid, block, smem, lc.stream, scalars)
+        grid3 = tuple(grid) + (1,) * (3 - len(grid))
+        block3 = tuple(block) + (1,) * (3 - len(block))
+        return _Record(kern, kern.kernel.ptr, grid3, block3, smem, lc.stream), scalars
 
     def begin(self, src: PackedBatch, dst: PackedBatch, plan: Plan, after: list) -> _Exec:
         prep = self._prepare(src, plan)
@@ -322,27 +398,45 @@ class CudaBackend(Backend):
                 main.wait_event(dep.event)
             else:
                 dep.wait()
-        info = cupy.zeros(plan.k, dtype=np.int32)
+        info = cupy.empty(plan.k, dtype=np.int32)
+        if plan.k:
+            info.data.memset_async(0, info.nbytes)
         streams = [main]
         if prep.nstreams > 1:
             streams = self._streams_for(prep.nstreams)
             ready = main.record()
             for s in streams:
                 s.wait_event(ready)
-        head = (src.data, dst.data, prep.meta, prep.imeta, info)
-        return _Exec(prep, head, info, main, streams, (src, dst))
+        # Launches of one call share the pointer block; the lock keeps two threads calling on
+        # the same batch from interleaving their pointers (the driver copies them at launch).
+        prep.lock.acquire()
+        prep.ptrs.A, prep.ptrs.L = src.data.data.ptr, dst.data.data.ptr
+        prep.ptrs.info = info.data.ptr
+        return _Exec(prep, info, main, streams, [s.ptr for s in streams], (src, dst))
 
     def launch(self, ex: _Exec, lc: Launch) -> None:
         rec = ex.prep.records[lc.index]
-        args = ex.head + rec.scalars
-        if len(ex.streams) == 1:
-            rec.kernel(rec.grid, rec.block, args, shared_mem=rec.smem)
-        else:
-            with ex.streams[rec.stream]:
-                rec.kernel(rec.grid, rec.block, args, shared_mem=rec.smem)
+        g, b = rec.grid, rec.block
+        stream = ex.sptr[rec.stream] if len(ex.sptr) > 1 else ex.sptr[0]
+        try:
+            driver.launchKernel(rec.func, g[0], g[1], g[2], b[0], b[1], b[2], rec.smem, stream,
+                                ctypes.addressof(rec.params), 0)
+        except BaseException:
+            ex.prep.lock.release()  # end() will not run for this call
+            raise
 
     def end(self, ex: _Exec) -> Completion:
+        ex.prep.lock.release()
+        main = ex.main
         if len(ex.streams) > 1:
             for s in ex.streams:
-                ex.main.wait_event(s.record())
-        return _Done(ex.main.record(), ex.info, ex.keep, ex.main.ptr)
+                main.wait_event(s.record())
+        k = ex.info.size
+        nbytes = max(4 * k, 4)
+        mem = self._pinned.take(nbytes)
+        if k:
+            cupy.cuda.runtime.memcpyAsync(mem.ptr, ex.info.data.ptr, 4 * k,
+                                          cupy.cuda.runtime.memcpyDeviceToHost, main.ptr)
+        event = main.record()
+        self._pinned.hold(mem, event)
+        return _Done(event, self._pinned, mem, nbytes, k, ex.keep + (ex.info,), main.ptr)

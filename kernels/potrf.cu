@@ -202,9 +202,10 @@ __device__ void zero_rect(T* L, long long ld, int r0, int r1, int c0, int nc, in
 //   4. solves the rows below, one row per thread (TRSM against L11 in shared memory),
 //   5. writes the panel back to L.
 // RC (32, 64, 128) is picked per launch from the group's tallest panel, so short panels run with
-// 64 or 128 threads and many blocks per SM instead of idle warps.
+// 64 or 128 threads and many blocks per SM instead of idle warps. The register cap keeps at least
+// 512 threads per SM: uncapped, the fp64 RC=128 variant took 184 registers, one block per SM.
 template <typename T, int NB, int RC, bool ROW>
-__global__ void __launch_bounds__(2 * RC)
+__global__ void __launch_bounds__(2 * RC, 256 / RC)
 fused_step(const T* A, T* L, const long long* meta, const int* imeta, int* info, int K, int lo,
            int hi, int step, int mpad) {
   constexpr int WARPS = RC / 16, NT = 32 * WARPS, TM = RC / 32, TN = NB / WARPS, KB = 16;
@@ -225,15 +226,16 @@ fused_step(const T* A, T* L, const long long* meta, const int* imeta, int* info,
   const long long ld = pr.ld;
   const int tid = threadIdx.x;
 
-  // 1. panel of A into P; zeros above the panel in L.
-  if (ROW) {
-    for (int e = tid; e < m * NB; e += NT) {
-      const int r = e / NB, c = e % NB;
-      if (c < w) P[c * mpad + r] = Ab[at<ROW>(j + r, j + c, ld)];
-    }
-  } else {
-    for (int c = 0; c < w; ++c)
-      for (int r = tid; r < m; r += NT) P[c * mpad + r] = Ab[at<ROW>(j + r, j + c, ld)];
+  // 1. panel of A into P; zeros above the panel in L. A thread loads a whole panel row into
+  // registers before storing any of it, so its NB loads are in flight together: the earlier
+  // loop over columns (run-time bound) waited out one global-memory latency per column, about
+  // 60 us per block at NB = 32 (profile_cuda.py launches, Nmax 128, 2026-11-21).
+  for (int r = tid; r < m; r += NT) {
+    T v[NB];
+#pragma unroll
+    for (int c = 0; c < NB; ++c) v[c] = c < w ? Ab[at<ROW>(j + r, j + c, ld)] : T(0);
+#pragma unroll
+    for (int c = 0; c < NB; ++c) P[c * mpad + r] = v[c];
   }
   zero_rect<T, ROW>(Lb, ld, 0, j, j, w, tid, NT);
   __syncthreads();
@@ -289,14 +291,10 @@ fused_step(const T* A, T* L, const long long* meta, const int* imeta, int* info,
   __syncthreads();
 
   // 5. panel back to L (the diagonal block's upper part was zeroed in step 3).
-  if (ROW) {
-    for (int e = tid; e < m * NB; e += NT) {
-      const int r = e / NB, c = e % NB;
+  for (int r = tid; r < m; r += NT) {
+#pragma unroll
+    for (int c = 0; c < NB; ++c)
       if (c < w) Lb[at<ROW>(j + r, j + c, ld)] = P[c * mpad + r];
-    }
-  } else {
-    for (int c = 0; c < w; ++c)
-      for (int r = tid; r < m; r += NT) Lb[at<ROW>(j + r, j + c, ld)] = P[c * mpad + r];
   }
 }
 
@@ -306,12 +304,15 @@ fused_step(const T* A, T* L, const long long* meta, const int* imeta, int* info,
 // (adaptive subgrid truncation). Problems are in gridDim.x, so batches beyond 65,535 work.
 
 // update: L[j + r, j + c] = A[j + r, j + c] - sum_k L[j + r, k] L[j + c, k] for the tile's rows;
-// the first `zero_tiles` tiles in y instead write the zeros above the panel (rows [0, j)).
-template <typename T, int NB, bool ROW>
-__global__ void __launch_bounds__(256)
+// the first `zero_tiles` tiles in y instead write the zeros above the panel (rows [0, j)). RC
+// rows per tile (32, 64, 128) is picked per launch from the tallest panel, as for fused_step:
+// with 128-row tiles, panels of 32 rows left three quarters of each block idle (12.5x its floor
+// at uniform Nmax 512, last step).
+template <typename T, int NB, int RC, bool ROW>
+__global__ void __launch_bounds__(2 * RC)
 update_step(const T* A, T* L, const long long* meta, const int* imeta, int* info, int K, int lo,
             int hi, int step, int zero_tiles) {
-  constexpr int RC = 128, WARPS = 8, NT = 256, TM = RC / 32, TN = NB / WARPS, KB = 16;
+  constexpr int WARPS = RC / 16, NT = 2 * RC, TM = RC / 32, TN = NB / WARPS, KB = 16;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   T* sbuf = reinterpret_cast<T*>(smem_raw);
 
@@ -510,8 +511,12 @@ copy_matrices(const long long* ptrs, const long long* rs, const long long* cs, T
                                                           int*, int, int, int, int, int);           \
   template __global__ void vb::fused_step<T, NB, 128, ROW>(const T*, T*, const long long*,          \
                                                            const int*, int*, int, int, int, int, int); \
-  template __global__ void vb::update_step<T, NB, ROW>(const T*, T*, const long long*, const int*,   \
-                                                       int*, int, int, int, int, int);              \
+  template __global__ void vb::update_step<T, NB, 32, ROW>(const T*, T*, const long long*,          \
+                                                           const int*, int*, int, int, int, int, int); \
+  template __global__ void vb::update_step<T, NB, 64, ROW>(const T*, T*, const long long*,          \
+                                                           const int*, int*, int, int, int, int, int); \
+  template __global__ void vb::update_step<T, NB, 128, ROW>(const T*, T*, const long long*,         \
+                                                            const int*, int*, int, int, int, int, int); \
   template __global__ void vb::potf2_step<T, NB, ROW>(const T*, T*, const long long*, const int*,    \
                                                       int*, int, int, int, int);                    \
   template __global__ void vb::trsm_step<T, NB, ROW>(const T*, T*, const long long*, const int*,     \

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -63,35 +64,65 @@ class CholeskyResult:
         return np.flatnonzero(self.info)
 
 
+_PENDING = object()
+
+
 class Future:
     """The pending result of one submission. ``result()`` waits and returns a
-    :class:`CholeskyResult`, or raises what the execution raised."""
+    :class:`CholeskyResult`, or raises what the execution raised.
 
-    def __init__(self, runtime: "Runtime"):
+    On the CPU the worker thread fulfils a ``concurrent.futures.Future``. On CUDA the future
+    holds the backend's completion (an event) and builds its result on the first ``result()``:
+    no thread, no condition variable, on a path whose whole budget is tens of microseconds.
+    """
+
+    __slots__ = ("_runtime", "_cf", "_completion", "_finish", "_value", "_error", "_lock")
+
+    def __init__(self, runtime: "Runtime", threaded: bool):
         self._runtime = runtime
-        self._cf: cf.Future = cf.Future()
+        self._cf: cf.Future | None = cf.Future() if threaded else None
         self._completion: Completion | None = None
         self._finish = None
+        self._value = _PENDING
+        self._error: BaseException | None = None
         self._lock = threading.Lock()
 
     # Set by the runtime when the work is enqueued on an asynchronous backend.
     def _attach(self, completion: Completion, finish) -> None:
         self._completion, self._finish = completion, finish
 
+    def _fail(self, exc: BaseException) -> None:
+        if self._cf is not None:
+            self._cf.set_exception(exc)
+        else:
+            self._error = exc
+
     def done(self) -> bool:
-        if self._cf.done():
+        if self._cf is not None:
+            return self._cf.done()
+        if self._value is not _PENDING or self._error is not None:
             return True
         return self._completion is not None and self._completion.done()
 
     def result(self, timeout: float | None = None) -> CholeskyResult:
-        if not self._cf.done() and self._completion is not None:
+        if self._cf is not None:
+            return self._cf.result(timeout)
+        if self._value is _PENDING and self._error is None:
+            if timeout is not None:
+                deadline = time.monotonic() + timeout
+                while not self._completion.done():
+                    if time.monotonic() > deadline:
+                        raise cf.TimeoutError()
+                    time.sleep(1e-4)
             with self._lock:
-                if not self._cf.done():
+                if self._value is _PENDING and self._error is None:
                     try:
-                        self._cf.set_result(self._finish(self._completion.wait()))
-                    except BaseException as exc:  # noqa: BLE001 - handed to the caller below
-                        self._cf.set_exception(exc)
-        return self._cf.result(timeout)
+                        self._value = self._finish(self._completion.wait())
+                    except BaseException as exc:  # noqa: BLE001 - raised to the caller below
+                        self._error = exc
+        if self._error is not None:
+            raise self._error
+        return self._value
 
     def exception(self, timeout: float | None = None) -> BaseException | None:
         try:
@@ -203,7 +234,7 @@ class Runtime:
             if bad:
                 raise InputError(bad, what="submission")
         plan = self._plan(batch, p, full)
-        fut = Future(self)
+        fut = Future(self, threaded=self._pool is not None)
         job = (fut, batch, overwrite, plan, deps)
         if self._pool is not None:
             self._pool.submit(self._run_sync, *job)
@@ -219,7 +250,7 @@ class Runtime:
         with self._lock:
             tails = list(self._tails.values())
         for c in tails:
-            c.wait()
+            c.sync()
 
     def close(self) -> None:
         self.wait()
@@ -244,12 +275,20 @@ class Runtime:
         ex = b.begin(src, dst, plan, after)
         for lc in plan.launches:
             b.launch(ex, lc)
+        # Writing back into the caller's device arrays is enqueued now, before the completion,
+        # so that work ordered after this submission sees it. Host arrays are written when the
+        # result is built (it needs the data on the host anyway).
+        device_writeback = (isinstance(batch, MatrixList) and overwrite
+                            and batch.kind == b.kind and b.asynchronous)
+        if device_writeback:
+            b.scatter(dst, batch.mats)
         completion = b.end(ex)
 
         def finish(info: np.ndarray) -> CholeskyResult:
             if isinstance(batch, MatrixList):
                 if overwrite:
-                    b.scatter(dst, batch.mats)
+                    if not device_writeback:
+                        b.scatter(dst, batch.mats)
                     return CholeskyResult(batch.mats, info, plan)
                 return CholeskyResult(b.export(dst, batch.kind).unpack(), info, plan)
             if not overwrite:
@@ -273,19 +312,22 @@ class Runtime:
 
     def _run_async(self, fut: Future, batch, overwrite: bool, plan: Plan, deps: list) -> None:
         waits: list[Completion] = []
+        # Host inputs are read now, in this thread, so every dependency must have finished
+        # (and written its host results back) first; device inputs are ordered on the device.
+        host_input = batch.kind != self.backend.kind
         for i, d in enumerate(deps):
             c = d.completion()
-            if c is None or d._runtime.backend is not self.backend:
-                exc = d.exception()  # another backend's work: wait for it on the host
+            if host_input or c is None or d._runtime.backend is not self.backend:
+                exc = d.exception()
                 if exc is not None:
-                    fut._cf.set_exception(DependencyError(f"after[{i}] failed: {exc!r}"))
+                    fut._fail(DependencyError(f"after[{i}] failed: {exc!r}"))
                     return
             else:
                 waits.append(c)
         try:
             completion, finish = self._execute(batch, overwrite, plan, waits)
         except BaseException as exc:  # noqa: BLE001 - delivered through the future
-            fut._cf.set_exception(exc)
+            fut._fail(exc)
             return
         fut._attach(completion, finish)
         with self._lock:
