@@ -295,7 +295,7 @@ class MatrixList(BaseModel):
                             "(one batch, one kind)")
                     )
             dt = a.dtype
-            if dt != dtype0:
+            if dtype0 is None or dt != dtype0:  # (numpy reads `dtype != None` as `!= float64`)
                 bad = _dtype_problem(np.dtype(dt))
                 if bad:
                     problems.append((i, bad))
