@@ -69,6 +69,24 @@ def cmd_host(args):
     rt = vbatch.Runtime("cuda")
     out["vbatch uniform 32 call"] = per_call_us(lambda: rt.cholesky(g).result(), 500)
     out["vbatch submit only"] = per_call_us(lambda: rt.cholesky(g), 500)
+    # The stages of one call, each timed alone (same order as Runtime._execute).
+    be = rt.backend
+    plan = rt.cholesky(g).result().plan
+    out["  _plan (cache hit)"] = per_call_us(lambda: rt._plan(g, g.n, True))
+    out["  adopt (alloc output)"] = per_call_us(lambda: be.adopt(g, False))
+    src, dst = be.adopt(g, False)
+
+    def stages():
+        ex = be.begin(src, dst, plan, [])
+        for lc in plan.launches:
+            be.launch(ex, lc)
+        return be.end(ex)
+
+    out["  begin+launch+end"] = per_call_us(stages, 500)
+    ex = be.begin(src, dst, plan, [])
+    done = be.end(ex)
+    out["  Completion.wait (done)"] = per_call_us(lambda: (done.__setattr__("_info", None),
+                                                          done.wait()) if False else done.wait())
     for name, us in out.items():
         print(f"  {name:<32} {us:8.2f} us")
     pr = cProfile.Profile()
@@ -77,8 +95,8 @@ def cmd_host(args):
         rt.cholesky(g).result()
     pr.disable()
     s = io.StringIO()
-    pstats.Stats(pr, stream=s).sort_stats("tottime").print_stats(18)
-    print(s.getvalue()[:5000])
+    pstats.Stats(pr, stream=s).sort_stats("tottime").print_stats(30)
+    print(s.getvalue()[:7000])
 
 
 def cmd_launches(args):

@@ -72,8 +72,9 @@ def kernel_names(dtypes=("float64", "float32"), nbs=(32,), orders=("F", "C")) ->
         for order in orders:
             R = "true" if order == "C" else "false"
             for nb in nbs:
-                out += [f"vb::fused_step<{T},{nb},{rc},{R}>" for rc in (32, 64, 128)]
-                out += [f"vb::{k}_step<{T},{nb},{R}>" for k in ("update", "potf2", "trsm")]
+                out += [f"vb::fused_step<{T},{nb},{nt},{R}>" for nt in (32, 64, 128, 256)]
+                out += [f"vb::update_step<{T},{nb},{rc},{R}>" for rc in (32, 64, 128)]
+                out += [f"vb::{k}_step<{T},{nb},{R}>" for k in ("potf2", "trsm")]
             out.append(f"vb::schur_step<{T},{R}>")
         out.append(f"vb::copy_matrices<{T}>")
     return out
@@ -107,14 +108,9 @@ def spd_fill(batch: PackedBatch, seed: int) -> PackedBatch:
     return batch
 
 
-@cupy.memoize(for_each_device=True)
-def _smem_optin() -> int:
-    return cupy.cuda.Device().attributes["MaxSharedMemoryPerBlockOptin"]
-
-
-def _fused_rc(rows: int) -> int:
-    """Rows per update chunk (fused and update kernels): the smallest of 32, 64, 128 that holds
-    the tallest panel (threads = 2 * RC), so short panels get small blocks and many per SM."""
+def _update_rc(rows: int) -> int:
+    """Rows per update tile: the smallest of 32, 64, 128 that holds the tallest panel
+    (threads = 2 * RC), so short panels get small blocks and many per SM."""
     return 32 if rows <= 32 else 64 if rows <= 64 else 128
 
 
@@ -122,18 +118,13 @@ def _gemm_smem(rc: int, cc: int) -> int:
     return 2 * (rc + cc) * (KB + 1)
 
 
-def fused_smem_bytes(rows: int, nb: int, itemsize: int) -> int:
-    mpad = rows | 1  # odd leading dimension: row-wise shared-memory accesses spread over banks
-    return (nb * mpad + nb + _gemm_smem(_fused_rc(rows), nb)) * itemsize
+# The fused kernel runs one thread per panel row, so the tallest panel it takes is the largest
+# block it is compiled for.
+FUSED_ROWS_MAX = 256
 
 
-STATIC_SMEM_MARGIN = 1024  # bytes: the kernels' static shared memory counts against the opt-in
-
-
-def fused_rows_limit(nb: int, itemsize: int, smem: int) -> int:
-    """The tallest panel whose fused kernel fits in ``smem`` bytes of shared memory."""
-    rows = ((smem - STATIC_SMEM_MARGIN) // itemsize - nb - _gemm_smem(128, nb)) // nb - 1
-    return max(0, rows)
+def _fused_threads(rows: int) -> int:
+    return 32 * max(1, math.ceil(rows / 32))
 
 
 class _Pointers(ctypes.Structure):
@@ -246,22 +237,16 @@ class CudaBackend(Backend):
 
     # ------------------------------------------------------------ options
     def plan_defaults(self, dtype: np.dtype) -> PlanDefaults:
-        nb = 32
-        return PlanDefaults(
-            nb=nb,
-            fused_max_rows=fused_rows_limit(nb, np.dtype(dtype).itemsize, _smem_optin()),
-            streams=4,
-        )
+        return PlanDefaults(nb=32, fused_max_rows=FUSED_ROWS_MAX, streams=4)
 
     def check_options(self, dtype: np.dtype, options: dict) -> None:
         nb = options["nb"]
         if nb not in NB_SUPPORTED:
             raise InputError([(None, f"the cuda backend supports nb in {NB_SUPPORTED}, got {nb}")],
                              what="runtime options")
-        # A taller panel than shared memory holds cannot be fused whatever was asked: the
-        # crossover is "fuse up to this height", so it is capped, not refused.
-        limit = fused_rows_limit(nb, np.dtype(dtype).itemsize, _smem_optin())
-        options["fused_max_rows"] = min(options["fused_max_rows"], limit)
+        # A taller panel than the fused kernel's largest block cannot be fused whatever was
+        # asked: the crossover is "fuse up to this height", so it is capped, not refused.
+        options["fused_max_rows"] = min(options["fused_max_rows"], FUSED_ROWS_MAX)
 
     # ------------------------------------------------------------ memory
     def adopt(self, batch: PackedBatch, overwrite: bool):
@@ -355,13 +340,12 @@ class CudaBackend(Backend):
         head = (np.int32(K), np.int32(lc.lo), np.int32(lc.hi), np.int32(lc.step))
         rows = lc.rows[1]
         if lc.kind == "fused":
-            rc = _fused_rc(rows)
-            kern = _kernel(f"vb::fused_step<{T},{nb},{rc},{R}>")
-            grid, block = (lc.count,), (2 * rc,)
-            smem = fused_smem_bytes(rows, nb, isz)
-            scalars = head + (np.int32(rows | 1),)
+            nt = _fused_threads(rows)
+            kern = _kernel(f"vb::fused_step<{T},{nb},{nt},{R}>")
+            grid, block, smem = (lc.count,), (nt,), 0
+            scalars = head + (np.int32(0),)
         elif lc.kind == "update":
-            rc = _fused_rc(rows)
+            rc = _update_rc(rows)
             kern = _kernel(f"vb::update_step<{T},{nb},{rc},{R}>")
             zero_tiles = math.ceil(lc.cols[1] / rc)
             grid = (lc.count, zero_tiles + math.ceil(rows / rc))

@@ -137,11 +137,12 @@ constexpr int gemm_smem_elems() { return 2 * (RC + CC) * (KB + 1); }
 
 // ------------------------------------------------------------------ POTF2 in one warp's registers
 // Lane r holds row r of the w x w diagonal block in a[0..NB): right-looking, one column per
-// iteration, the pivot and the column broadcast by shuffles. Returns 0, or the first column + 1
-// whose pivot is not > 0 (NaN included, as reference LAPACK). The return value is the same in
+// iteration, the pivot and the column broadcast by shuffles. Lanes with `act` false (rows that
+// are not in the diagonal block) only serve the shuffles and keep their values. Returns 0, or
+// the first column + 1 whose pivot is not > 0 (NaN included, as reference LAPACK); the same in
 // every lane, because every lane sees the same broadcast pivot.
 template <typename T, int NB>
-__device__ __forceinline__ int potf2_regs(T (&a)[NB], int w) {
+__device__ __forceinline__ int potf2_regs(T (&a)[NB], int w, bool act) {
   static_assert(NB <= 32, "one lane per row of the diagonal block");
   const int lane = threadIdx.x & 31;
 #pragma unroll
@@ -151,12 +152,14 @@ __device__ __forceinline__ int potf2_regs(T (&a)[NB], int w) {
       if (!(dkk > T(0))) return k + 1;
       const T d = vsqrt(dkk);
       const T rd = T(1) / d;  // scale by the reciprocal, as LAPACK's potf2 does
-      if (lane == k) a[k] = d;
-      else if (lane > k) a[k] *= rd;
+      if (act) {
+        if (lane == k) a[k] = d;
+        else if (lane > k) a[k] *= rd;
+      }
 #pragma unroll
       for (int c = k + 1; c < NB; ++c) {
         const T lck = __shfl_sync(0xffffffffu, a[k], c);  // L(c, k) from lane c
-        if (lane >= c) a[c] = fma(-a[k], lck, a[c]);
+        if (act && lane >= c) a[c] = fma(-a[k], lck, a[c]);
       }
     }
   }
@@ -193,27 +196,28 @@ __device__ void zero_rect(T* L, long long ld, int r0, int r1, int c0, int nc, in
 }
 
 // ================================================================== fused step
-// One block per problem: the m x w panel lives in shared memory (column-major, leading dimension
-// mpad, odd so that row-wise accesses spread over banks). The block
-//   1. loads the panel of A and writes the zeros above it in L,
-//   2. subtracts L[j:, :j] L[j:j+w, :j]^T in row chunks of RC (the factored columns stream from
-//      global memory through gemm_nt's cp.async pipeline),
-//   3. factors the diagonal block in warp 0's registers (POTF2),
-//   4. solves the rows below, one row per thread (TRSM against L11 in shared memory),
-//   5. writes the panel back to L.
-// RC (32, 64, 128) is picked per launch from the group's tallest panel, so short panels run with
-// 64 or 128 threads and many blocks per SM instead of idle warps. The register cap keeps at least
-// 512 threads per SM: uncapped, the fp64 RC=128 variant took 184 registers, one block per SM.
-template <typename T, int NB, int RC, bool ROW>
-__global__ void __launch_bounds__(2 * RC, 256 / RC)
+// One block per problem, one thread per panel row: thread r keeps row r of the m x w panel in
+// registers (x[0..NB)) through the whole step.
+//   1. x = A[j + r, j:j+w]; the zeros above the panel are written to L;
+//   2. update: x -= sum_k L[j + r, k] L[j:j+w, k]^T. Each thread streams its own row of the
+//      factored columns from global memory (coalesced across lanes for column-major L) and the
+//      top w rows, which are warp 0's own rows, come through a shared-memory tile that every
+//      thread reads as a broadcast: 32 FMAs per 16 wide shared loads;
+//   3. POTF2 of the diagonal block in warp 0's registers (its lanes r < w hold those rows);
+//   4. TRSM: threads r >= w solve their rows against L11 (shared memory, broadcast reads);
+//   5. each thread writes its row back.
+// NT = 32 * ceil(tallest panel / 32) threads, picked per launch, so a block is as small as its
+// panels: the earlier design (panel in shared memory, 4x4 register tiles, POTF2 in one warp of
+// eight) sat 3.5-10x above its floor and lost to the separated kernels at every height measured
+// (profile_cuda.py crossover, H100, 2026-11-21).
+template <typename T, int NB, int NT, bool ROW>
+__global__ void __launch_bounds__(NT, 512 / NT)  // >= 512 threads per SM: <= 128 registers
 fused_step(const T* A, T* L, const long long* meta, const int* imeta, int* info, int K, int lo,
-           int hi, int step, int mpad) {
-  constexpr int WARPS = RC / 16, NT = 32 * WARPS, TM = RC / 32, TN = NB / WARPS, KB = 16;
-  static_assert(NB % WARPS == 0, "columns per warp");
-  extern __shared__ __align__(16) unsigned char smem_raw[];
-  T* P = reinterpret_cast<T*>(smem_raw);
-  T* invd = P + NB * mpad;
-  T* sbuf = invd + NB;
+           int hi, int step, int unused) {
+  constexpr int KB = 8;
+  __shared__ __align__(16) T Lt[2][KB][NB];  // top rows of the factored columns, by k
+  __shared__ T D[NB * (NB + 1)];             // L11, D[k * (NB + 1) + c] = L(c, k)
+  __shared__ T invd[NB];
   __shared__ int s_fail;
 
   const int q = lo + blockIdx.x;
@@ -224,77 +228,69 @@ fused_step(const T* A, T* L, const long long* meta, const int* imeta, int* info,
   const T* Ab = A + pr.off;
   T* Lb = L + pr.off;
   const long long ld = pr.ld;
-  const int tid = threadIdx.x;
+  const int r = threadIdx.x, lane = r & 31;
+  const bool row = r < m;
 
-  // 1. panel of A into P; zeros above the panel in L. A thread loads a whole panel row into
-  // registers before storing any of it, so its NB loads are in flight together: the earlier
-  // loop over columns (run-time bound) waited out one global-memory latency per column, about
-  // 60 us per block at NB = 32 (profile_cuda.py launches, Nmax 128, 2026-11-21).
-  for (int r = tid; r < m; r += NT) {
-    T v[NB];
+  // 1. own row of A; zeros above the panel.
+  T x[NB];
 #pragma unroll
-    for (int c = 0; c < NB; ++c) v[c] = c < w ? Ab[at<ROW>(j + r, j + c, ld)] : T(0);
-#pragma unroll
-    for (int c = 0; c < NB; ++c) P[c * mpad + r] = v[c];
-  }
-  zero_rect<T, ROW>(Lb, ld, 0, j, j, w, tid, NT);
-  __syncthreads();
+  for (int c = 0; c < NB; ++c) x[c] = (row && c < w) ? Ab[at<ROW>(j + r, j + c, ld)] : T(0);
+  zero_rect<T, ROW>(Lb, ld, 0, j, j, w, r, NT);
 
-  // 2. left-looking update from the factored columns [0, j).
+  // 2. update from the factored columns [0, j), KB at a time, the next chunk's loads in flight
+  //    while the current one is multiplied.
   if (j > 0) {
-    const int ty = tid & 31, tx = tid >> 5;
-    for (int r0 = 0; r0 < m; r0 += RC) {
-      T acc[TM][TN];
-      gemm_nt<T, RC, NB, WARPS, KB, ROW>(Lb, ld, j + r0, min(RC, m - r0), j, w, j, acc, sbuf);
+    T own[KB], nxt[KB];
 #pragma unroll
-      for (int i = 0; i < TM; ++i)
+    for (int kk = 0; kk < KB; ++kk) nxt[kk] = (row && kk < j) ? Lb[at<ROW>(j + r, kk, ld)] : T(0);
+    int buf = 0;
+    for (int k0 = 0; k0 < j; k0 += KB, buf ^= 1) {
 #pragma unroll
-        for (int jj = 0; jj < TN; ++jj) {
-          const int r = r0 + ty + 32 * i, c = tx * TN + jj;
-          if (r < m && c < w) P[c * mpad + r] -= acc[i][jj];
-        }
-    }
-    __syncthreads();
-  }
-
-  // 3. POTF2 of the diagonal block by warp 0.
-  if (tid < 32) {
-    T a[NB];
+      for (int kk = 0; kk < KB; ++kk) own[kk] = nxt[kk];
+      if (r < w) {
 #pragma unroll
-    for (int c = 0; c < NB; ++c) a[c] = (tid < w && c <= tid && c < w) ? P[c * mpad + tid] : T(0);
-    const int fail = potf2_regs<T, NB>(a, w);
-    if (tid < w) {
+        for (int kk = 0; kk < KB; ++kk) Lt[buf][kk][r] = own[kk];
+      }
+      const int k1 = k0 + KB;
 #pragma unroll
-      for (int c = 0; c < NB; ++c) {
-        if (c < w) P[c * mpad + tid] = c <= tid ? a[c] : T(0);
-        if (c == tid) invd[c] = T(1) / a[c];  // compile-time index: `a` stays in registers
+      for (int kk = 0; kk < KB; ++kk)
+        nxt[kk] = (row && k1 + kk < j) ? Lb[at<ROW>(j + r, k1 + kk, ld)] : T(0);
+      __syncthreads();  // Lt[buf] written; the other buffer is free since the last barrier
+#pragma unroll
+      for (int kk = 0; kk < KB; ++kk) {
+        const T o = own[kk];
+#pragma unroll
+        for (int c = 0; c < NB; ++c) x[c] = fma(-o, Lt[buf][kk][c], x[c]);
       }
     }
-    if (tid == 0) s_fail = fail;
+  }
+
+  // 3. POTF2 by warp 0.
+  if (r < 32) {
+    const int fail = potf2_regs<T, NB>(x, w, r < w);
+    if (r < w) {
+#pragma unroll
+      for (int c = 0; c < NB; ++c) {
+        if (c < w && c <= r) D[c * (NB + 1) + r] = x[c];
+        if (c == r) invd[c] = T(1) / x[c];  // compile-time index: x stays in registers
+      }
+    }
+    if (r == 0) s_fail = fail;
   }
   __syncthreads();
   if (s_fail) {
-    if (tid == 0) info[pr.orig] = j + s_fail;
+    if (r == 0) info[pr.orig] = j + s_fail;
     return;
   }
 
-  // 4. TRSM: rows [w, m) of the panel.
-  for (int r = w + tid; r < m; r += NT) {
-    T x[NB];
-#pragma unroll
-    for (int c = 0; c < NB; ++c) x[c] = c < w ? P[c * mpad + r] : T(0);
-    trsm_row<T, NB>(x, P, mpad, invd, w);
-#pragma unroll
-    for (int c = 0; c < NB; ++c)
-      if (c < w) P[c * mpad + r] = x[c];
-  }
-  __syncthreads();
+  // 4. TRSM for the rows below the diagonal block.
+  if (row && r >= w) trsm_row<T, NB>(x, D, NB + 1, invd, w);
 
-  // 5. panel back to L (the diagonal block's upper part was zeroed in step 3).
-  for (int r = tid; r < m; r += NT) {
+  // 5. own row back to L (zeros above the diagonal inside the block).
+  if (row) {
 #pragma unroll
     for (int c = 0; c < NB; ++c)
-      if (c < w) Lb[at<ROW>(j + r, j + c, ld)] = P[c * mpad + r];
+      if (c < w) Lb[at<ROW>(j + r, j + c, ld)] = (r < w && c > r) ? T(0) : x[c];
   }
 }
 
@@ -383,7 +379,7 @@ potf2_step(const T* A, T* L, const long long* meta, const int* imeta, int* info,
   T a[NB];
 #pragma unroll
   for (int c = 0; c < NB; ++c) a[c] = (lane < w && c <= lane && c < w) ? S[at<ROW>(j + lane, j + c, ld)] : T(0);
-  const int fail = potf2_regs<T, NB>(a, w);
+  const int fail = potf2_regs<T, NB>(a, w, lane < w);
   if (fail) {
     if (lane == 0) info[pr.orig] = j + fail;
     return;
@@ -510,6 +506,8 @@ copy_matrices(const long long* ptrs, const long long* rs, const long long* cs, T
   template __global__ void vb::fused_step<T, NB, 64, ROW>(const T*, T*, const long long*, const int*, \
                                                           int*, int, int, int, int, int);           \
   template __global__ void vb::fused_step<T, NB, 128, ROW>(const T*, T*, const long long*,          \
+                                                           const int*, int*, int, int, int, int, int); \
+  template __global__ void vb::fused_step<T, NB, 256, ROW>(const T*, T*, const long long*,          \
                                                            const int*, int*, int, int, int, int, int); \
   template __global__ void vb::update_step<T, NB, 32, ROW>(const T*, T*, const long long*,          \
                                                            const int*, int*, int, int, int, int, int); \
