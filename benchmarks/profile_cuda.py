@@ -83,10 +83,6 @@ def cmd_host(args):
         return be.end(ex)
 
     out["  begin+launch+end"] = per_call_us(stages, 500)
-    ex = be.begin(src, dst, plan, [])
-    done = be.end(ex)
-    out["  Completion.wait (done)"] = per_call_us(lambda: (done.__setattr__("_info", None),
-                                                          done.wait()) if False else done.wait())
     for name, us in out.items():
         print(f"  {name:<32} {us:8.2f} us")
     pr = cProfile.Profile()
