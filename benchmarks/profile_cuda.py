@@ -154,17 +154,19 @@ def cmd_crossover(args):
             for nmax in args.nmax:
                 k = 500 if nmax >= 1024 else 2000
                 b = make(dist, k, nmax, np.dtype(dtype))
-                line = f"{dtype} {dist:<8} {nmax:>5}:"
-                for v in args.values:
-                    rt = vbatch.Runtime("cuda", **({} if v < 0 else {"fused_max_rows": v}))
-                    rt.cholesky(b).result()
-                    ts = []
-                    for _ in range(5):
-                        t0 = time.perf_counter()
+                for nb in args.nb:
+                    line = f"{dtype} {dist:<8} {nmax:>5} nb={nb}:"
+                    for v in args.values:
+                        opts = {"nb": nb} | ({} if v < 0 else {"fused_max_rows": v})
+                        rt = vbatch.Runtime("cuda", **opts)
                         rt.cholesky(b).result()
-                        ts.append((time.perf_counter() - t0) * 1e3)
-                    line += f"  fmr={v if v >= 0 else 'dflt'}: {np.median(ts):7.3f}"
-                print(line, flush=True)
+                        ts = []
+                        for _ in range(7):
+                            t0 = time.perf_counter()
+                            rt.cholesky(b).result()
+                            ts.append((time.perf_counter() - t0) * 1e3)
+                        line += f"  fmr={v if v >= 0 else 'dflt'}: {np.median(ts):7.3f}"
+                    print(line, flush=True)
 
 
 def cmd_listpath(args):
@@ -197,6 +199,7 @@ def main():
     c.add_argument("--dist", nargs="+", default=["uniform"])
     c.add_argument("--nmax", type=int, nargs="+", default=[512, 1024])
     c.add_argument("--values", type=int, nargs="+", default=[0, 64, 128, 256, 512, -1])
+    c.add_argument("--nb", type=int, nargs="+", default=[32])
     sub.add_parser("listpath")
     args = ap.parse_args()
     {"host": cmd_host, "launches": cmd_launches, "crossover": cmd_crossover,

@@ -10,10 +10,11 @@ Per batch and plan, built once and cached on the batch:
   (int32: n, npiv, start step, caller's index). A launch passes only ``(lo, hi, step)``.
 * a launch record per plan launch: kernel, grid, block, dynamic shared memory, scalars.
 
-Per call: an output buffer (out of place) or none (``overwrite`` or a buffer of our own), an
-``info`` array zeroed by one memset, the launches, an asynchronous copy of ``info`` into pinned
-host memory, one event. ``info`` is written by the kernels at the caller's indices; the future's
-``result()`` synchronizes on the event and reads the pinned copy.
+Per call: an output buffer (out of place) or none (``overwrite`` or a buffer of our own), the
+launches, one event record. ``info`` lives in pinned host memory that the kernels address
+directly (unified addressing): the host zeroes it, kernels write a problem's entry only when a
+pivot fails, and ``result()`` reads it after the event. A device array plus memset plus
+copy-back cost three CUDA calls, about 11 us per call (profile_cuda.py host, H100, 2026-11-21).
 
 Launches go through the driver (``cuLaunchKernel``) with parameter blocks built once per
 (batch, plan): a call changes three pointers, shared by all its launches. CuPy's RawKernel call
@@ -172,51 +173,60 @@ class _Prepared:
 @dataclass
 class _Exec:
     prep: _Prepared
-    info: object
+    slot: _Slot
     main: object  # the caller's current stream
     streams: list  # Stream objects, one per plan stream (just `main` for one-stream plans)
     sptr: list  # their raw pointers, for cuLaunchKernel
     keep: tuple  # buffers that must outlive the launches
 
 
-class _PinnedPool:
-    """Pinned host buffers for info copies. A buffer goes back to the free list only after its
-    reader copied it out (Completion.wait); until its copy's event completes it is also held
-    here, so a future dropped mid-flight cannot free memory the copy engine still writes."""
+class _Slot:
+    """A pinned host buffer for one call's info, with the event that ends that call."""
+
+    __slots__ = ("mem", "view", "event")
+
+    def __init__(self, k: int):
+        self.mem = cupy.cuda.alloc_pinned_memory(max(4 * k, 4))
+        self.view = np.frombuffer(self.mem, np.int32, k)
+        self.event = cupy.cuda.Event(block=False, disable_timing=True)
+
+
+class _SlotPool:
+    """Slots go back to the free list only after their reader copied info out
+    (Completion.wait). One taken by a call whose future is dropped unread is kept here until its
+    event completes, so the memory kernels may still write is never freed under them."""
 
     def __init__(self):
         self._free: dict[int, list] = {}
         self._inflight: deque = deque()
         self._lock = threading.Lock()
 
-    def take(self, nbytes: int):
+    def take(self, k: int) -> _Slot:
         with self._lock:
-            while self._inflight and self._inflight[0][1].done:
-                self._inflight.popleft()
-            stack = self._free.get(nbytes)
-            return stack.pop() if stack else cupy.cuda.alloc_pinned_memory(nbytes)
+            stack = self._free.get(k)
+            slot = stack.pop() if stack else _Slot(k)
+            self._inflight.append(slot)
+            if len(self._inflight) > 64:  # forget finished ones now and then, not on every call
+                self._inflight = deque(s for s in self._inflight if not s.event.done)
+        return slot
 
-    def hold(self, mem, event) -> None:
+    def give(self, slot: _Slot) -> None:
         with self._lock:
-            self._inflight.append((mem, event))
-
-    def give(self, mem, nbytes: int) -> None:
-        with self._lock:
-            self._free.setdefault(nbytes, []).append(mem)
+            self._free.setdefault(slot.view.size, []).append(slot)
 
 
 class _Done(Completion):
-    def __init__(self, event, pool, mem, nbytes, k, keep, queue):
-        self.event, self.queue = event, queue
-        self._pool, self._mem, self._nbytes, self._k, self._keep = pool, mem, nbytes, k, keep
+    def __init__(self, slot: _Slot, pool: _SlotPool, keep, queue):
+        self.event, self.queue = slot.event, queue
+        self._slot, self._pool, self._keep = slot, pool, keep
         self._info = None
 
     def wait(self) -> np.ndarray:
         if self._info is None:
             self.event.synchronize()
-            self._info = np.frombuffer(self._mem, np.int32, self._k).copy()
-            self._pool.give(self._mem, self._nbytes)
-            self._mem = self._keep = None
+            self._info = self._slot.view.copy()
+            self._pool.give(self._slot)
+            self._slot = self._keep = None
         return self._info
 
     def done(self) -> bool:
@@ -233,7 +243,7 @@ class CudaBackend(Backend):
 
     def __init__(self):
         self._streams: dict[int, list] = {}
-        self._pinned = _PinnedPool()
+        self._slots = _SlotPool()
 
     # ------------------------------------------------------------ options
     def plan_defaults(self, dtype: np.dtype) -> PlanDefaults:
@@ -315,7 +325,7 @@ class CudaBackend(Backend):
         return pool[:n]
 
     def _prepare(self, batch: PackedBatch, plan: Plan) -> _Prepared:
-        key = ("cuda", cupy.cuda.Device().id, id(plan))
+        key = ("cuda", cupy.cuda.runtime.getDevice(), id(plan))
         hit = batch._cache.get(key)
         if hit is not None and hit.plan is plan:
             return hit
@@ -382,9 +392,8 @@ class CudaBackend(Backend):
                 main.wait_event(dep.event)
             else:
                 dep.wait()
-        info = cupy.empty(plan.k, dtype=np.int32)
-        if plan.k:
-            info.data.memset_async(0, info.nbytes)
+        slot = self._slots.take(plan.k)
+        slot.view[:] = 0
         streams = [main]
         if prep.nstreams > 1:
             streams = self._streams_for(prep.nstreams)
@@ -395,8 +404,8 @@ class CudaBackend(Backend):
         # the same batch from interleaving their pointers (the driver copies them at launch).
         prep.lock.acquire()
         prep.ptrs.A, prep.ptrs.L = src.data.data.ptr, dst.data.data.ptr
-        prep.ptrs.info = info.data.ptr
-        return _Exec(prep, info, main, streams, [s.ptr for s in streams], (src, dst))
+        prep.ptrs.info = slot.mem.ptr
+        return _Exec(prep, slot, main, streams, [s.ptr for s in streams], (src, dst))
 
     def launch(self, ex: _Exec, lc: Launch) -> None:
         rec = ex.prep.records[lc.index]
@@ -415,12 +424,5 @@ class CudaBackend(Backend):
         if len(ex.streams) > 1:
             for s in ex.streams:
                 main.wait_event(s.record())
-        k = ex.info.size
-        nbytes = max(4 * k, 4)
-        mem = self._pinned.take(nbytes)
-        if k:
-            cupy.cuda.runtime.memcpyAsync(mem.ptr, ex.info.data.ptr, 4 * k,
-                                          cupy.cuda.runtime.memcpyDeviceToHost, main.ptr)
-        event = main.record()
-        self._pinned.hold(mem, event)
-        return _Done(event, self._pinned, mem, nbytes, k, ex.keep + (ex.info,), main.ptr)
+        ex.slot.event.record(main)
+        return _Done(ex.slot, self._slots, ex.keep, main.ptr)

@@ -5,8 +5,9 @@
 //   meta  (int64): offset[K], ld[K]
 //   imeta (int32): n[K], npiv[K], start[K], orig[K]   (orig: index in the caller's batch)
 // so a launch needs only (lo, hi, step): each block derives its panel, j = (step - start) * NB,
-// w = min(NB, npiv - j), m = n - j. `info` is indexed by `orig`; it is zeroed before the first
-// launch and read by the host once, after the last.
+// w = min(NB, npiv - j), m = n - j. `info` is indexed by `orig` and lives in pinned host memory
+// that the kernels address directly (unified addressing): the host zeroes it before the first
+// launch and reads it once, after the last; kernels write it only for a failed pivot.
 //
 // Factorizations run out of place or in place: A is read (original values of each panel, the
 // first time it is touched) and L is written; A == L is allowed. L is lower triangular on exit:
@@ -20,9 +21,13 @@
 
 namespace vb {
 
-template <typename T> __device__ __forceinline__ T vsqrt(T x);
-template <> __device__ __forceinline__ double vsqrt<double>(double x) { return sqrt(x); }
-template <> __device__ __forceinline__ float vsqrt<float>(float x) { return sqrtf(x); }
+// 1 / sqrt(x): one special-function sequence gives both the pivot (x * rsqrt(x)) and its
+// reciprocal, where sqrt then a division put two on POTF2's per-column dependency chain.
+// CUDA documents rsqrt within 1 ulp (double) and 2 ulp (float); Cholesky's backward error
+// bound does not rest on a correctly rounded square root.
+template <typename T> __device__ __forceinline__ T vrsqrt(T x);
+template <> __device__ __forceinline__ double vrsqrt<double>(double x) { return rsqrt(x); }
+template <> __device__ __forceinline__ float vrsqrt<float>(float x) { return rsqrtf(x); }
 
 template <bool ROW>
 __device__ __forceinline__ long long at(int r, int c, long long ld) {
@@ -150,8 +155,8 @@ __device__ __forceinline__ int potf2_regs(T (&a)[NB], int w, bool act) {
     if (k < w) {
       const T dkk = __shfl_sync(0xffffffffu, a[k], k);
       if (!(dkk > T(0))) return k + 1;
-      const T d = vsqrt(dkk);
-      const T rd = T(1) / d;  // scale by the reciprocal, as LAPACK's potf2 does
+      const T rd = vrsqrt(dkk);  // scale by the reciprocal, as LAPACK's potf2 does
+      const T d = dkk * rd;
       if (act) {
         if (lane == k) a[k] = d;
         else if (lane > k) a[k] *= rd;
