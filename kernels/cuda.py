@@ -75,6 +75,8 @@ def kernel_names(dtypes=("float64", "float32"), nbs=(32,), orders=("F", "C")) ->
             for nb in nbs:
                 out += [f"vb::fused_step<{T},{nb},{nt},{R}>" for nt in (32, 64, 128, 256)]
                 out += [f"vb::update_step<{T},{nb},{rc},{R}>" for rc in (32, 64, 128)]
+                if T == "double":
+                    out += [f"vb::update_mma<{nb},{rc},{R}>" for rc in (32, 64, 128)]
                 out += [f"vb::{k}_step<{T},{nb},{R}>" for k in ("potf2", "trsm")]
             out.append(f"vb::schur_step<{T},{R}>")
         out.append(f"vb::copy_matrices<{T}>")
@@ -117,6 +119,13 @@ def _update_rc(rows: int) -> int:
 
 def _gemm_smem(rc: int, cc: int) -> int:
     return 2 * (rc + cc) * (KB + 1)
+
+
+def _mma_smem(rc: int, nb: int, row: bool) -> int:
+    """Elements of update_mma's double-buffered tiles (paddings as in potrf.cu)."""
+    sa = rc * (KB + 4) if row else KB * (rc + 8)
+    sb = nb * (KB + 4) if row else KB * (nb + 8)
+    return 2 * (sa + sb)
 
 
 # The fused kernel runs one thread per panel row, so the tallest panel it takes is the largest
@@ -356,10 +365,14 @@ class CudaBackend(Backend):
             scalars = head + (np.int32(0),)
         elif lc.kind == "update":
             rc = _update_rc(rows)
-            kern = _kernel(f"vb::update_step<{T},{nb},{rc},{R}>")
             zero_tiles = math.ceil(lc.cols[1] / rc)
             grid = (lc.count, zero_tiles + math.ceil(rows / rc))
-            block, smem = (2 * rc,), _gemm_smem(rc, nb) * isz
+            if T == "double":  # FP64 tensor cores (DMMA); float32 has no FP32 MMA without TF32
+                kern = _kernel(f"vb::update_mma<{nb},{rc},{R}>")
+                block, smem = (rc,), _mma_smem(rc, nb, order == "C") * isz
+            else:
+                kern = _kernel(f"vb::update_step<{T},{nb},{rc},{R}>")
+                block, smem = (2 * rc,), _gemm_smem(rc, nb) * isz
             scalars = head + (np.int32(zero_tiles),)
         elif lc.kind == "potf2":
             kern = _kernel(f"vb::potf2_step<{T},{nb},{R}>")
