@@ -103,6 +103,7 @@ def cmd_launches(args):
     rt = vbatch.Runtime("cuda", **opts)
     plan = rt.cholesky(b).result().plan
     be: CudaBackend = rt.backend
+    be.graphs = False  # one launch at a time, each between its own events
     dst = b.with_data(cupy.empty_like(b.data))
     rows = []
     for _ in range(2):  # second pass is timed

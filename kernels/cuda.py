@@ -10,16 +10,17 @@ Per batch and plan, built once and cached on the batch:
   (int32: n, npiv, start step, caller's index). A launch passes only ``(lo, hi, step)``.
 * a launch record per plan launch: kernel, grid, block, dynamic shared memory, scalars.
 
-Per call: an output buffer (out of place) or none (``overwrite`` or a buffer of our own), the
-launches, one event record. ``info`` lives in pinned host memory that the kernels address
-directly (unified addressing): the host zeroes it, kernels write a problem's entry only when a
-pivot fails, and ``result()`` reads it after the event. A device array plus memset plus
-copy-back cost three CUDA calls, about 11 us per call (profile_cuda.py host, H100, 2026-11-21).
+* a CUDA graph holding every launch of the plan, captured once. Kernels take the per-call
+  pointers (A, L, info) from a 3-entry device table, so the graph's parameters never change.
 
-Launches go through the driver (``cuLaunchKernel``) with parameter blocks built once per
-(batch, plan): a call changes three pointers, shared by all its launches. CuPy's RawKernel call
-costs about 10 us per launch in argument handling (profile_cuda.py host, H100, 2026-11-21);
-a plan for Nmax 512 has 46 launches.
+Per call: an output buffer (out of place) or none (``overwrite`` or a buffer of our own), one
+24-byte copy of the pointer table, one graph launch, one event record. ``info`` lives in pinned
+host memory that the kernels address directly (unified addressing): the host zeroes it, kernels
+write a problem's entry only when a pivot fails, and ``result()`` reads it after the event.
+Measured on the H100 (profile_cuda.py host, 2026-11-21): a device info array plus memset plus
+copy-back cost ~11 us per call, and each kernel launch ~8 us of host time even through
+``cuLaunchKernel`` with prebuilt parameter blocks (CuPy's RawKernel call: ~10 us); a plan for
+Nmax 512 has 32-46 launches. ``VBATCH_CUDA_GRAPHS=0`` launches kernel by kernel instead.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import math
+import os
 import threading
 from collections import deque
 from dataclasses import dataclass, field
@@ -137,17 +139,17 @@ def _fused_threads(rows: int) -> int:
     return 32 * max(1, math.ceil(rows / 32))
 
 
-class _Pointers(ctypes.Structure):
-    """The pointer parameters every kernel of a plan takes first, shared by all its launches."""
+class _Params(ctypes.Structure):
+    """The pointer parameters every step kernel takes first: the per-call table (A, L, info)
+    and the batch's metadata. Fixed per (batch, plan), so a captured graph stays valid."""
 
-    _fields_ = [("A", ctypes.c_uint64), ("L", ctypes.c_uint64), ("meta", ctypes.c_uint64),
-                ("imeta", ctypes.c_uint64), ("info", ctypes.c_uint64)]
+    _fields_ = [("tbl", ctypes.c_uint64), ("meta", ctypes.c_uint64), ("imeta", ctypes.c_uint64)]
 
 
 @dataclass
 class _Record:
     """One launch, ready for cuLaunchKernel: its parameter block points at the plan's shared
-    pointers and at its own scalars (K, lo, hi, step and an optional extra int)."""
+    pointer parameters and at its own scalars (K, lo, hi, step, extra)."""
 
     kernel: object
     func: int
@@ -158,52 +160,69 @@ class _Record:
     scalars: object = None
     params: object = None
 
-    def bind(self, ptrs: _Pointers, scalars: tuple) -> None:
+    def bind(self, ptrs: _Params, scalars: tuple) -> None:
         self.scalars = (ctypes.c_int32 * len(scalars))(*[int(s) for s in scalars])
         base = ctypes.addressof(ptrs)
-        slots = [base + getattr(_Pointers, f).offset for f, _ in _Pointers._fields_]
+        slots = [base + getattr(_Params, f).offset for f, _ in _Params._fields_]
         slots += [ctypes.addressof(self.scalars) + 4 * i for i in range(len(scalars))]
         self.params = (ctypes.c_void_p * len(slots))(*slots)
+
+    def launch(self, stream: int) -> None:
+        g, b = self.grid, self.block
+        driver.launchKernel(self.func, g[0], g[1], g[2], b[0], b[1], b[2], self.smem, stream,
+                            ctypes.addressof(self.params), 0)
 
 
 @dataclass
 class _Prepared:
-    """Device-side state of one (batch layout, plan): built once, reused by every call."""
+    """Device-side state of one (batch layout, plan): built once, reused by every call.
+
+    ``table`` is the device copy of a call's (A, L, info) pointers; calls that share it are
+    ordered by ``last`` (the previous call's end event), so one call never rewrites the table
+    under another's kernels. ``graph`` holds every launch of the plan, captured once."""
 
     plan: Plan
     meta: object  # cupy int64 [2K]
     imeta: object  # cupy int32 [4K]
+    table: object  # cupy uint64 [3]
     records: list
     nstreams: int
-    ptrs: _Pointers = field(default_factory=_Pointers)
+    ptrs: _Params = field(default_factory=_Params)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    graph: object = None
+    last: object = None
 
 
 @dataclass
 class _Exec:
     prep: _Prepared
-    slot: _Slot
+    slot: object
     main: object  # the caller's current stream
     streams: list  # Stream objects, one per plan stream (just `main` for one-stream plans)
     sptr: list  # their raw pointers, for cuLaunchKernel
     keep: tuple  # buffers that must outlive the launches
+    graph: object = None  # the plan's graph, when the call runs through it
 
 
 class _Slot:
-    """A pinned host buffer for one call's info, with the event that ends that call."""
+    """Pinned host memory for one call: the (A, L, info) table copied to the device at submit,
+    and ``info`` itself, which the kernels address directly (unified addressing). Also the
+    event that ends the call."""
 
-    __slots__ = ("mem", "view", "event")
+    __slots__ = ("mem", "table", "info", "info_ptr", "event")
 
     def __init__(self, k: int):
-        self.mem = cupy.cuda.alloc_pinned_memory(max(4 * k, 4))
-        self.view = np.frombuffer(self.mem, np.int32, k)
+        self.mem = cupy.cuda.alloc_pinned_memory(32 + max(4 * k, 4))
+        self.table = np.frombuffer(self.mem, np.uint64, 3)
+        self.info = np.frombuffer(self.mem, np.int32, k, offset=32)
+        self.info_ptr = self.mem.ptr + 32
         self.event = cupy.cuda.Event(block=False, disable_timing=True)
 
 
 class _SlotPool:
     """Slots go back to the free list only after their reader copied info out
     (Completion.wait). One taken by a call whose future is dropped unread is kept here until its
-    event completes, so the memory kernels may still write is never freed under them."""
+    event completes, so memory the kernels may still write is never freed under them."""
 
     def __init__(self):
         self._free: dict[int, list] = {}
@@ -221,7 +240,7 @@ class _SlotPool:
 
     def give(self, slot: _Slot) -> None:
         with self._lock:
-            self._free.setdefault(slot.view.size, []).append(slot)
+            self._free.setdefault(slot.info.size, []).append(slot)
 
 
 class _Done(Completion):
@@ -233,7 +252,7 @@ class _Done(Completion):
     def wait(self) -> np.ndarray:
         if self._info is None:
             self.event.synchronize()
-            self._info = self._slot.view.copy()
+            self._info = self._slot.info.copy()
             self._pool.give(self._slot)
             self._slot = self._keep = None
         return self._info
@@ -253,6 +272,12 @@ class CudaBackend(Backend):
     def __init__(self):
         self._streams: dict[int, list] = {}
         self._slots = _SlotPool()
+        # One CUDA graph launch per call instead of one launch per plan step: launches cost
+        # ~8 us each of host time through the driver (cuda_potrf.py host column, H100,
+        # 2026-11-21). VBATCH_CUDA_GRAPHS=0 launches kernel by kernel (profile_cuda.py uses it).
+        self.graphs = os.environ.get("VBATCH_CUDA_GRAPHS", "1") != "0"
+        # float64 panel updates on tensor cores (DMMA) or FMA: VBATCH_FP64_UPDATE=mma|fma.
+        self.fp64_update = os.environ.get("VBATCH_FP64_UPDATE", "mma")
 
     # ------------------------------------------------------------ options
     def plan_defaults(self, dtype: np.dtype) -> PlanDefaults:
@@ -342,14 +367,39 @@ class CudaBackend(Backend):
         K = len(order)
         meta = np.concatenate([batch.offset[order], batch.ld[order]]).astype(np.int64)
         imeta = np.concatenate([plan.n, plan.npiv, plan.start, order]).astype(np.int32)
-        prep = _Prepared(plan, cupy.asarray(meta), cupy.asarray(imeta), [], plan.nstreams)
+        prep = _Prepared(plan, cupy.asarray(meta), cupy.asarray(imeta),
+                         cupy.zeros(3, dtype=np.uint64), [], plan.nstreams)
+        prep.ptrs.tbl = prep.table.data.ptr
         prep.ptrs.meta, prep.ptrs.imeta = prep.meta.data.ptr, prep.imeta.data.ptr
         for lc in plan.launches:
             rec, scalars = self._record(lc, plan, batch.dtype, batch.order, K)
             rec.bind(prep.ptrs, scalars)
             prep.records.append(rec)
+        if prep.records:
+            prep.graph = self._capture(prep)
         batch._cache[key] = prep
         return prep
+
+    @staticmethod
+    def _capture(prep: _Prepared):
+        """Every launch of the plan, captured once into a CUDA graph (run by one call per
+        factorization). Plans with several chains keep them on forked streams in the graph."""
+        cs = cupy.cuda.Stream(non_blocking=True)
+        sides = [cupy.cuda.Stream(non_blocking=True) for _ in range(prep.nstreams - 1)]
+        cs.begin_capture()
+        try:
+            streams = [cs] + sides
+            if sides:
+                fork = cs.record()
+                for s in sides:
+                    s.wait_event(fork)
+            for rec in prep.records:
+                rec.launch(streams[rec.stream].ptr)
+            for s in sides:
+                cs.wait_event(s.record())
+        finally:
+            graph = cs.end_capture()
+        return graph
 
     def _record(self, lc: Launch, plan: Plan, dtype: np.dtype, order: str, K: int) -> _Record:
         T = _CTYPE[np.dtype(dtype)]
@@ -367,7 +417,7 @@ class CudaBackend(Backend):
             rc = _update_rc(rows)
             zero_tiles = math.ceil(lc.cols[1] / rc)
             grid = (lc.count, zero_tiles + math.ceil(rows / rc))
-            if T == "double":  # FP64 tensor cores (DMMA); float32 has no FP32 MMA without TF32
+            if T == "double" and self.fp64_update == "mma":  # no FP32 MMA without TF32
                 kern = _kernel(f"vb::update_mma<{nb},{rc},{R}>")
                 block, smem = (rc,), _mma_smem(rc, nb, order == "C") * isz
             else:
@@ -406,36 +456,45 @@ class CudaBackend(Backend):
             else:
                 dep.wait()
         slot = self._slots.take(plan.k)
-        slot.view[:] = 0
+        slot.info[:] = 0
+        slot.table[0], slot.table[1], slot.table[2] = (src.data.data.ptr, dst.data.data.ptr,
+                                                        slot.info_ptr)
+        # Calls on one (batch, plan) share its device table: each waits for the previous one
+        # before overwriting it, and the lock keeps two threads from interleaving.
+        prep.lock.acquire()
+        if prep.last is not None:
+            main.wait_event(prep.last)
+        cupy.cuda.runtime.memcpyAsync(prep.table.data.ptr, slot.mem.ptr, 24,
+                                      cupy.cuda.runtime.memcpyHostToDevice, main.ptr)
         streams = [main]
-        if prep.nstreams > 1:
+        graph = prep.graph if self.graphs else None
+        if graph is None and prep.nstreams > 1:
             streams = self._streams_for(prep.nstreams)
             ready = main.record()
             for s in streams:
                 s.wait_event(ready)
-        # Launches of one call share the pointer block; the lock keeps two threads calling on
-        # the same batch from interleaving their pointers (the driver copies them at launch).
-        prep.lock.acquire()
-        prep.ptrs.A, prep.ptrs.L = src.data.data.ptr, dst.data.data.ptr
-        prep.ptrs.info = slot.mem.ptr
-        return _Exec(prep, slot, main, streams, [s.ptr for s in streams], (src, dst))
+        return _Exec(prep, slot, main, streams, [s.ptr for s in streams], (src, dst), graph)
 
     def launch(self, ex: _Exec, lc: Launch) -> None:
+        if ex.graph is not None:
+            return  # the whole plan goes as one graph in end()
         rec = ex.prep.records[lc.index]
-        g, b = rec.grid, rec.block
-        stream = ex.sptr[rec.stream] if len(ex.sptr) > 1 else ex.sptr[0]
         try:
-            driver.launchKernel(rec.func, g[0], g[1], g[2], b[0], b[1], b[2], rec.smem, stream,
-                                ctypes.addressof(rec.params), 0)
+            rec.launch(ex.sptr[rec.stream] if len(ex.sptr) > 1 else ex.sptr[0])
         except BaseException:
             ex.prep.lock.release()  # end() will not run for this call
             raise
 
     def end(self, ex: _Exec) -> Completion:
-        ex.prep.lock.release()
-        main = ex.main
-        if len(ex.streams) > 1:
-            for s in ex.streams:
-                main.wait_event(s.record())
-        ex.slot.event.record(main)
+        main, prep = ex.main, ex.prep
+        try:
+            if ex.graph is not None:
+                ex.graph.launch(main)
+            elif len(ex.streams) > 1:
+                for s in ex.streams:
+                    main.wait_event(s.record())
+            ex.slot.event.record(main)
+            prep.last = ex.slot.event
+        finally:
+            prep.lock.release()
         return _Done(ex.slot, self._slots, ex.keep, main.ptr)

@@ -9,6 +9,9 @@
 // that the kernels address directly (unified addressing): the host zeroes it before the first
 // launch and reads it once, after the last; kernels write it only for a failed pivot.
 //
+// The per-call pointers (A, L, info) come from a 3-entry device table, `tbl`: a plan's launches
+// are captured once into a CUDA graph with fixed parameters, and a call only refreshes the table.
+//
 // Factorizations run out of place or in place: A is read (original values of each panel, the
 // first time it is touched) and L is written; A == L is allowed. L is lower triangular on exit:
 // every kernel that finishes a panel also writes the zeros above it.
@@ -221,8 +224,11 @@ __device__ void zero_rect(T* L, long long ld, int r0, int r1, int c0, int nc, in
 // (profile_cuda.py crossover, H100, 2026-11-21).
 template <typename T, int NB, int NT, bool ROW>
 __global__ void __launch_bounds__(NT, 512 / NT)  // >= 512 threads per SM: <= 128 registers
-fused_step(const T* A, T* L, const long long* meta, const int* imeta, int* info, int K, int lo,
+fused_step(const unsigned long long* tbl, const long long* meta, const int* imeta, int K, int lo,
            int hi, int step, int unused) {
+  const T* A = reinterpret_cast<const T*>(tbl[0]);
+  T* L = reinterpret_cast<T*>(tbl[1]);
+  int* info = reinterpret_cast<int*>(tbl[2]);
   constexpr int KB = 8;
   __shared__ __align__(16) T Lt[2][KB][NB];  // top rows of the factored columns, by k
   __shared__ __align__(16) T D[NB * NB];     // L11, D[k * NB + c] = L(c, k)
@@ -238,7 +244,7 @@ fused_step(const T* A, T* L, const long long* meta, const int* imeta, int* info,
   const T* Ab = A + pr.off;
   T* Lb = L + pr.off;
   const long long ld = pr.ld;
-  const int r = threadIdx.x, lane = r & 31;
+  const int r = threadIdx.x;
   const bool row = r < m;
 
   // 1. own row of A; zeros above the panel.
@@ -316,8 +322,11 @@ fused_step(const T* A, T* L, const long long* meta, const int* imeta, int* info,
 // at uniform Nmax 512, last step).
 template <typename T, int NB, int RC, bool ROW>
 __global__ void __launch_bounds__(2 * RC)
-update_step(const T* A, T* L, const long long* meta, const int* imeta, int* info, int K, int lo,
+update_step(const unsigned long long* tbl, const long long* meta, const int* imeta, int K, int lo,
             int hi, int step, int zero_tiles) {
+  const T* A = reinterpret_cast<const T*>(tbl[0]);
+  T* L = reinterpret_cast<T*>(tbl[1]);
+  int* info = reinterpret_cast<int*>(tbl[2]);
   constexpr int WARPS = RC / 16, NT = 2 * RC, TM = RC / 32, TN = NB / WARPS, KB = 16;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   T* sbuf = reinterpret_cast<T*>(smem_raw);
@@ -386,12 +395,15 @@ __device__ __forceinline__ void dmma_m8n8k4(double& d0, double& d1, double a, do
 }
 
 template <bool ROW, int RC, int KB>
-__device__ __forceinline__ int sm(int r, int kk) { return ROW ? r * (KB + 4) : kk * (RC + 8) + r; }
+__device__ __forceinline__ int sm(int r, int kk) { return ROW ? r * (KB + 4) + kk : kk * (RC + 8) + r; }
 
 template <int NB, int RC, bool ROW>
 __global__ void __launch_bounds__(RC)
-update_mma(const double* A, double* L, const long long* meta, const int* imeta, int* info, int K,
-           int lo, int hi, int step, int zero_tiles) {
+update_mma(const unsigned long long* tbl, const long long* meta, const int* imeta, int K, int lo,
+           int hi, int step, int zero_tiles) {
+  const double* A = reinterpret_cast<const double*>(tbl[0]);
+  double* L = reinterpret_cast<double*>(tbl[1]);
+  int* info = reinterpret_cast<int*>(tbl[2]);
   constexpr int KB = 16, NT = RC, MT = 4, NTL = NB / 8;
   constexpr int SA = ROW ? RC * (KB + 4) : KB * (RC + 8);
   constexpr int SB = ROW ? NB * (KB + 4) : KB * (NB + 8);
@@ -485,8 +497,11 @@ update_mma(const double* A, double* L, const long long* meta, const int* imeta, 
 // (j == 0: the plan leaves such updates out), else the updated panel in L.
 template <typename T, int NB, bool ROW>
 __global__ void __launch_bounds__(32)
-potf2_step(const T* A, T* L, const long long* meta, const int* imeta, int* info, int K, int lo,
-           int hi, int step) {
+potf2_step(const unsigned long long* tbl, const long long* meta, const int* imeta, int K, int lo,
+           int hi, int step, int unused) {
+  const T* A = reinterpret_cast<const T*>(tbl[0]);
+  T* L = reinterpret_cast<T*>(tbl[1]);
+  int* info = reinterpret_cast<int*>(tbl[2]);
   const int q = lo + blockIdx.x;
   if (q >= hi) return;
   const Problem pr = load_problem(meta, imeta, K, q);
@@ -515,8 +530,11 @@ potf2_step(const T* A, T* L, const long long* meta, const int* imeta, int* info,
 // trsm: rows below the diagonal block, one row per thread, 128 rows per block; L11 from L.
 template <typename T, int NB, bool ROW>
 __global__ void __launch_bounds__(128)
-trsm_step(const T* A, T* L, const long long* meta, const int* imeta, int* info, int K, int lo,
-          int hi, int step) {
+trsm_step(const unsigned long long* tbl, const long long* meta, const int* imeta, int K, int lo,
+          int hi, int step, int unused) {
+  const T* A = reinterpret_cast<const T*>(tbl[0]);
+  T* L = reinterpret_cast<T*>(tbl[1]);
+  int* info = reinterpret_cast<int*>(tbl[2]);
   constexpr int RT = 128;
   __shared__ __align__(16) T D[NB * NB];  // D[k * NB + c] = L(c, k): rows pair into 128-bit loads
   __shared__ T invd[NB];
@@ -555,8 +573,11 @@ trsm_step(const T* A, T* L, const long long* meta, const int* imeta, int* info, 
 // the zeros of the (1, 2) block above them; off-diagonal tiles the zeros of their mirror tile.
 template <typename T, bool ROW>
 __global__ void __launch_bounds__(256)
-schur_step(const T* A, T* L, const long long* meta, const int* imeta, int* info, int K, int lo,
-           int hi, int step) {
+schur_step(const unsigned long long* tbl, const long long* meta, const int* imeta, int K, int lo,
+           int hi, int step, int unused) {
+  const T* A = reinterpret_cast<const T*>(tbl[0]);
+  T* L = reinterpret_cast<T*>(tbl[1]);
+  int* info = reinterpret_cast<int*>(tbl[2]);
   constexpr int TS = 64, WARPS = 8, NT = 256, TM = TS / 32, TN = TS / WARPS, KB = 16;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   T* sbuf = reinterpret_cast<T*>(smem_raw);
@@ -621,43 +642,30 @@ copy_matrices(const long long* ptrs, const long long* rs, const long long* cs, T
 
 #ifndef __CUDACC_RTC__
 // nvcc (CI's compile check): instantiate everything NVRTC would, so the check covers it all.
-#define VB_STEP(T, NB, ROW)                                                                         \
-  template __global__ void vb::fused_step<T, NB, 32, ROW>(const T*, T*, const long long*, const int*, \
-                                                          int*, int, int, int, int, int);           \
-  template __global__ void vb::fused_step<T, NB, 64, ROW>(const T*, T*, const long long*, const int*, \
-                                                          int*, int, int, int, int, int);           \
-  template __global__ void vb::fused_step<T, NB, 128, ROW>(const T*, T*, const long long*,          \
-                                                           const int*, int*, int, int, int, int, int); \
-  template __global__ void vb::fused_step<T, NB, 256, ROW>(const T*, T*, const long long*,          \
-                                                           const int*, int*, int, int, int, int, int); \
-  template __global__ void vb::update_step<T, NB, 32, ROW>(const T*, T*, const long long*,          \
-                                                           const int*, int*, int, int, int, int, int); \
-  template __global__ void vb::update_step<T, NB, 64, ROW>(const T*, T*, const long long*,          \
-                                                           const int*, int*, int, int, int, int, int); \
-  template __global__ void vb::update_step<T, NB, 128, ROW>(const T*, T*, const long long*,         \
-                                                            const int*, int*, int, int, int, int, int); \
-  template __global__ void vb::potf2_step<T, NB, ROW>(const T*, T*, const long long*, const int*,    \
-                                                      int*, int, int, int, int);                    \
-  template __global__ void vb::trsm_step<T, NB, ROW>(const T*, T*, const long long*, const int*,     \
-                                                     int*, int, int, int, int);
-#define VB_ALL(T)                                                                                   \
-  VB_STEP(T, 16, false) VB_STEP(T, 16, true) VB_STEP(T, 32, false) VB_STEP(T, 32, true)           \
-  template __global__ void vb::schur_step<T, false>(const T*, T*, const long long*, const int*, int*, \
-                                                    int, int, int, int);                            \
-  template __global__ void vb::schur_step<T, true>(const T*, T*, const long long*, const int*, int*,  \
-                                                   int, int, int, int);                             \
+#define VB_ARGS const unsigned long long*, const long long*, const int*, int, int, int, int, int
+#define VB_STEP(T, NB, ROW)                                              \
+  template __global__ void vb::fused_step<T, NB, 32, ROW>(VB_ARGS);      \
+  template __global__ void vb::fused_step<T, NB, 64, ROW>(VB_ARGS);      \
+  template __global__ void vb::fused_step<T, NB, 128, ROW>(VB_ARGS);     \
+  template __global__ void vb::fused_step<T, NB, 256, ROW>(VB_ARGS);     \
+  template __global__ void vb::update_step<T, NB, 32, ROW>(VB_ARGS);     \
+  template __global__ void vb::update_step<T, NB, 64, ROW>(VB_ARGS);     \
+  template __global__ void vb::update_step<T, NB, 128, ROW>(VB_ARGS);    \
+  template __global__ void vb::potf2_step<T, NB, ROW>(VB_ARGS);          \
+  template __global__ void vb::trsm_step<T, NB, ROW>(VB_ARGS);
+#define VB_ALL(T)                                                        \
+  VB_STEP(T, 8, false) VB_STEP(T, 8, true) VB_STEP(T, 16, false)         \
+  VB_STEP(T, 16, true) VB_STEP(T, 32, false) VB_STEP(T, 32, true)        \
+  template __global__ void vb::schur_step<T, false>(VB_ARGS);            \
+  template __global__ void vb::schur_step<T, true>(VB_ARGS);             \
   template __global__ void vb::copy_matrices<T>(const long long*, const long long*, const long long*, \
                                                 T*, const long long*, const long long*, const int*, \
                                                 int, int, int);
 VB_ALL(float)
 VB_ALL(double)
-#define VB_MMA(NB, RC, ROW)                                                                         \
-  template __global__ void vb::update_mma<NB, RC, ROW>(const double*, double*, const long long*,    \
-                                                       const int*, int*, int, int, int, int, int);
-VB_MMA(16, 32, false) VB_MMA(16, 64, false) VB_MMA(16, 128, false)
-VB_MMA(16, 32, true) VB_MMA(16, 64, true) VB_MMA(16, 128, true)
-VB_MMA(32, 32, false) VB_MMA(32, 64, false) VB_MMA(32, 128, false)
-VB_MMA(32, 32, true) VB_MMA(32, 64, true) VB_MMA(32, 128, true)
-VB_MMA(8, 32, false) VB_MMA(8, 64, false) VB_MMA(8, 128, false)
-VB_MMA(8, 32, true) VB_MMA(8, 64, true) VB_MMA(8, 128, true)
+#define VB_MMA(NB, ROW)                                                  \
+  template __global__ void vb::update_mma<NB, 32, ROW>(VB_ARGS);         \
+  template __global__ void vb::update_mma<NB, 64, ROW>(VB_ARGS);         \
+  template __global__ void vb::update_mma<NB, 128, ROW>(VB_ARGS);
+VB_MMA(8, false) VB_MMA(8, true) VB_MMA(16, false) VB_MMA(16, true) VB_MMA(32, false) VB_MMA(32, true)
 #endif
