@@ -161,6 +161,8 @@ class _Record:
     params: object = None
 
     def bind(self, ptrs: _Params, scalars: tuple) -> None:
+        if len(scalars) != 5:
+            raise ValueError(f"a step kernel takes 5 scalars, got {len(scalars)}")
         self.scalars = (ctypes.c_int32 * len(scalars))(*[int(s) for s in scalars])
         base = ctypes.addressof(ptrs)
         slots = [base + getattr(_Params, f).offset for f, _ in _Params._fields_]
@@ -406,13 +408,17 @@ class CudaBackend(Backend):
         R = "true" if order == "C" else "false"
         nb = plan.nb
         isz = np.dtype(dtype).itemsize
+        # Every step kernel takes (tbl, meta, imeta, K, lo, hi, step, extra): five scalars,
+        # extra = 0 where a kernel has no use for it (cuLaunchKernel reads exactly as many
+        # parameter pointers as the kernel has, so a short list reads past the array).
         head = (np.int32(K), np.int32(lc.lo), np.int32(lc.hi), np.int32(lc.step))
+        none = (np.int32(0),)
         rows = lc.rows[1]
         if lc.kind == "fused":
             nt = _fused_threads(rows)
             kern = _kernel(f"vb::fused_step<{T},{nb},{nt},{R}>")
             grid, block, smem = (lc.count,), (nt,), 0
-            scalars = head + (np.int32(0),)
+            scalars = head + none
         elif lc.kind == "update":
             rc = _update_rc(rows)
             zero_tiles = math.ceil(lc.cols[1] / rc)
@@ -426,16 +432,16 @@ class CudaBackend(Backend):
             scalars = head + (np.int32(zero_tiles),)
         elif lc.kind == "potf2":
             kern = _kernel(f"vb::potf2_step<{T},{nb},{R}>")
-            grid, block, smem, scalars = (lc.count,), (32,), 0, head
+            grid, block, smem, scalars = (lc.count,), (32,), 0, head + none
         elif lc.kind == "trsm":
             kern = _kernel(f"vb::trsm_step<{T},{nb},{R}>")
             grid, block, smem = (lc.count, max(1, math.ceil(rows / TRSM_RT))), (TRSM_RT,), 0
-            scalars = head
+            scalars = head + none
         elif lc.kind == "schur":
             kern = _kernel(f"vb::schur_step<{T},{R}>")
             t = math.ceil(rows / SCHUR_TS)
             grid, block = (lc.count, t * (t + 1) // 2), (256,)
-            smem, scalars = _gemm_smem(SCHUR_TS, SCHUR_TS) * isz, head
+            smem, scalars = _gemm_smem(SCHUR_TS, SCHUR_TS) * isz, head + none
         else:
             raise ValueError(f"cuda backend: unknown launch kind {lc.kind!r}")
         if len(grid) > 1 and grid[1] > MAX_GRID_Y:
