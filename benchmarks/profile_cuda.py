@@ -80,7 +80,8 @@ def cmd_host(args):
         ex = be.begin(src, dst, plan, [])
         for lc in plan.launches:
             be.launch(ex, lc)
-        return be.end(ex)
+        be.flush(ex)
+        return be.end(ex).wait()
 
     out["  begin+launch+end"] = per_call_us(stages, 500)
     for name, us in out.items():
@@ -117,6 +118,7 @@ def cmd_launches(args):
             e.record()
             e.synchronize()
             rows.append((lc, cupy.cuda.get_elapsed_time(s, e)))
+        be.flush(ex)
         be.end(ex).wait()
     isz = dtype.itemsize
     tot = {}

@@ -7,6 +7,7 @@ A backend owns memory of one array kind (numpy for the CPU, cupy for CUDA) and e
     ex = backend.begin(src, dst, plan, after=[...])      # per-batch metadata, info array
     for launch in plan.launches:
         backend.launch(ex, launch)                       # one vbatched launch per group
+    backend.flush(ex)                                    # all issued (a CUDA graph runs here)
     done = backend.end(ex)                               # a Completion; done.wait() -> info
 
 Kernels read each panel of ``src`` once (its original values) and write the factor to ``dst``;
@@ -100,6 +101,10 @@ class Backend(ABC):
 
     @abstractmethod
     def launch(self, ex: Any, launch: Launch) -> None: ...
+
+    def flush(self, ex: Any) -> None:  # noqa: B027 - optional hook
+        """Issue whatever ``launch`` deferred. Work enqueued after this (a write-back into the
+        caller's arrays) is ordered after the factorization."""
 
     @abstractmethod
     def end(self, ex: Any) -> Completion: ...

@@ -278,8 +278,11 @@ class CudaBackend(Backend):
         # ~8 us each of host time through the driver (cuda_potrf.py host column, H100,
         # 2026-11-21). VBATCH_CUDA_GRAPHS=0 launches kernel by kernel (profile_cuda.py uses it).
         self.graphs = os.environ.get("VBATCH_CUDA_GRAPHS", "1") != "0"
-        # float64 panel updates on tensor cores (DMMA) or FMA: VBATCH_FP64_UPDATE=mma|fma.
-        self.fp64_update = os.environ.get("VBATCH_FP64_UPDATE", "mma")
+        # float64 panel updates with FMA (default) or on tensor cores (DMMA):
+        # VBATCH_FP64_UPDATE=fma|mma. DMMA measured no faster: uniform Nmax 512 4.56 ms against
+        # 4.22 ms with FMA, Nmax 1024 7.31 against 7.26 (fused_max_rows 256, H100,
+        # 2026-11-21); the update is bound by re-reading the factored columns, not by flops.
+        self.fp64_update = os.environ.get("VBATCH_FP64_UPDATE", "fma")
 
     # ------------------------------------------------------------ options
     def plan_defaults(self, dtype: np.dtype) -> PlanDefaults:
@@ -483,7 +486,7 @@ class CudaBackend(Backend):
 
     def launch(self, ex: _Exec, lc: Launch) -> None:
         if ex.graph is not None:
-            return  # the whole plan goes as one graph in end()
+            return  # the whole plan goes as one graph in flush()
         rec = ex.prep.records[lc.index]
         try:
             rec.launch(ex.sptr[rec.stream] if len(ex.sptr) > 1 else ex.sptr[0])
@@ -491,12 +494,18 @@ class CudaBackend(Backend):
             ex.prep.lock.release()  # end() will not run for this call
             raise
 
+    def flush(self, ex: _Exec) -> None:
+        if ex.graph is not None:
+            try:
+                ex.graph.launch(ex.main)
+            except BaseException:
+                ex.prep.lock.release()  # end() will not run for this call
+                raise
+
     def end(self, ex: _Exec) -> Completion:
         main, prep = ex.main, ex.prep
         try:
-            if ex.graph is not None:
-                ex.graph.launch(main)
-            elif len(ex.streams) > 1:
+            if ex.graph is None and len(ex.streams) > 1:
                 for s in ex.streams:
                     main.wait_event(s.record())
             ex.slot.event.record(main)

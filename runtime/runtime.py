@@ -275,6 +275,7 @@ class Runtime:
         ex = b.begin(src, dst, plan, after)
         for lc in plan.launches:
             b.launch(ex, lc)
+        b.flush(ex)
         # Writing back into the caller's device arrays is enqueued now, before the completion,
         # so that work ordered after this submission sees it. Host arrays are written when the
         # result is built (it needs the data on the host anyway).
