@@ -8,8 +8,7 @@ Per batch and plan, built once and cached on the batch:
 
 * two metadata arrays on the device, in plan order: ``meta`` (int64: offset, ld) and ``imeta``
   (int32: n, npiv, start step, caller's index). A launch passes only ``(lo, hi, step)``.
-* a launch record per plan launch: kernel, grid, block, dynamic shared memory, scalars.
-
+* a launch record per plan launch: kernel, grid, block, dynamic shared memory, scalars;
 * a CUDA graph holding every launch of the plan, captured once. Kernels take the per-call
   pointers (A, L, info) from a 3-entry device table, so the graph's parameters never change.
 

@@ -140,9 +140,6 @@ __device__ void gemm_nt(const T* L, long long ld, int rx, int mx, int ry, int ny
   }
 }
 
-template <typename T, int RC, int CC, int KB>
-constexpr int gemm_smem_elems() { return 2 * (RC + CC) * (KB + 1); }
-
 // ------------------------------------------------------------------ POTF2 in one warp's registers
 // Lane r holds row r of the w x w diagonal block in a[0..NB): right-looking, one column per
 // iteration. The pivot comes by one shuffle; the scaled column goes through shared memory
