@@ -83,6 +83,40 @@ __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_gr
 template <bool ROW, int RC, int KB>
 __device__ __forceinline__ int sx(int r, int kk) { return ROW ? r * (KB + 1) + kk : kk * RC + r; }
 
+// Stage one K-chunk of L into shared memory: rows [r0, r0 + ROWS), columns [k0, k0 + KB), at
+// s[idx(r, kk)]. Rows at or past `valid` and columns at or past K read as zero (cp.async with
+// src-size 0), so partial tiles need no special case downstream.
+template <typename T, bool ROW, int ROWS, int KB, typename Idx>
+__device__ __forceinline__ void stage_rows(T* s, const T* L, long long ld, int r0, int valid,
+                                           int k0, int K, int tid, int nt, Idx idx) {
+  for (int e = tid; e < ROWS * KB; e += nt) {
+    const int r = ROW ? e / KB : e % ROWS, kk = ROW ? e % KB : e / ROWS;
+    const bool ok = r < valid && k0 + kk < K;
+    cp_async_zfill<sizeof(T)>(s + idx(r, kk), ok ? L + at<ROW>(r0 + r, k0 + kk, ld) : L, ok);
+  }
+}
+
+// The double-buffered K loop of the update GEMMs: chunk kc + 1 is staged (cp.async) while chunk
+// kc is multiplied. stage(buf, k0) issues and commits one chunk; multiply(buf) consumes one.
+// Ends with __syncthreads, so the caller may reuse the staging buffers at once.
+template <int KB, typename Stage, typename Multiply>
+__device__ __forceinline__ void k_pipeline(int K, Stage stage, Multiply multiply) {
+  const int nk = (K + KB - 1) / KB;
+  if (nk == 0) return;
+  stage(0, 0);
+  for (int kc = 0; kc < nk; ++kc) {
+    if (kc + 1 < nk) {
+      stage((kc + 1) & 1, (kc + 1) * KB);
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+    multiply(kc & 1);
+    __syncthreads();
+  }
+}
+
 template <typename T, int RC, int CC, int WARPS, int KB, bool ROW>
 __device__ void gemm_nt(const T* L, long long ld, int rx, int mx, int ry, int ny, int K,
                         T (&acc)[RC / 32][CC / WARPS], T* sbuf) {
@@ -94,50 +128,32 @@ __device__ void gemm_nt(const T* L, long long ld, int rx, int mx, int ry, int ny
   for (int i = 0; i < TM; ++i)
 #pragma unroll
     for (int jj = 0; jj < TN; ++jj) acc[i][jj] = T(0);
-  const int nk = (K + KB - 1) / KB;
-  if (nk == 0) return;
-
-  auto load = [&](int stage, int k0) {
-    T* sA = sbuf + stage * STAGE;
-    T* sB = sA + SA;
-    for (int e = tid; e < RC * KB; e += NT) {
-      const int r = ROW ? e / KB : e % RC, kk = ROW ? e % KB : e / RC;
-      const bool ok = r < mx && k0 + kk < K;
-      cp_async_zfill<sizeof(T)>(sA + sx<ROW, RC, KB>(r, kk), ok ? L + at<ROW>(rx + r, k0 + kk, ld) : L, ok);
-    }
-    for (int e = tid; e < CC * KB; e += NT) {
-      const int c = ROW ? e / KB : e % CC, kk = ROW ? e % KB : e / CC;
-      const bool ok = c < ny && k0 + kk < K;
-      cp_async_zfill<sizeof(T)>(sB + sx<ROW, CC, KB>(c, kk), ok ? L + at<ROW>(ry + c, k0 + kk, ld) : L, ok);
-    }
-    cp_async_commit();
-  };
-
-  load(0, 0);
-  for (int kc = 0; kc < nk; ++kc) {
-    if (kc + 1 < nk) {
-      load((kc + 1) & 1, (kc + 1) * KB);
-      cp_async_wait<1>();
-    } else {
-      cp_async_wait<0>();
-    }
-    __syncthreads();
-    const T* sA = sbuf + (kc & 1) * STAGE;
-    const T* sB = sA + SA;
+  const auto ia = [](int r, int kk) { return sx<ROW, RC, KB>(r, kk); };
+  const auto ib = [](int c, int kk) { return sx<ROW, CC, KB>(c, kk); };
+  k_pipeline<KB>(
+      K,
+      [&](int buf, int k0) {
+        T* sA = sbuf + buf * STAGE;
+        stage_rows<T, ROW, RC, KB>(sA, L, ld, rx, mx, k0, K, tid, NT, ia);
+        stage_rows<T, ROW, CC, KB>(sA + SA, L, ld, ry, ny, k0, K, tid, NT, ib);
+        cp_async_commit();
+      },
+      [&](int buf) {
+        const T* sA = sbuf + buf * STAGE;
+        const T* sB = sA + SA;
 #pragma unroll
-    for (int kk = 0; kk < KB; ++kk) {
-      T a[TM], b[TN];
+        for (int kk = 0; kk < KB; ++kk) {
+          T a[TM], b[TN];
 #pragma unroll
-      for (int i = 0; i < TM; ++i) a[i] = sA[sx<ROW, RC, KB>(ty + 32 * i, kk)];
+          for (int i = 0; i < TM; ++i) a[i] = sA[ia(ty + 32 * i, kk)];
 #pragma unroll
-      for (int jj = 0; jj < TN; ++jj) b[jj] = sB[sx<ROW, CC, KB>(tx * TN + jj, kk)];
+          for (int jj = 0; jj < TN; ++jj) b[jj] = sB[ib(tx * TN + jj, kk)];
 #pragma unroll
-      for (int i = 0; i < TM; ++i)
+          for (int i = 0; i < TM; ++i)
 #pragma unroll
-        for (int jj = 0; jj < TN; ++jj) acc[i][jj] = fma(a[i], b[jj], acc[i][jj]);
-    }
-    __syncthreads();
-  }
+            for (int jj = 0; jj < TN; ++jj) acc[i][jj] = fma(a[i], b[jj], acc[i][jj]);
+        }
+      });
 }
 
 // ------------------------------------------------------------------ POTF2 in one warp's registers
@@ -312,42 +328,59 @@ fused_step(const unsigned long long* tbl, const long long* meta, const int* imet
 // for the tallest panel of the group and blocks past their own problem's rows exit at entry
 // (adaptive subgrid truncation). Problems are in gridDim.x, so batches beyond 65,535 work.
 
-// update: L[j + r, j + c] = A[j + r, j + c] - sum_k L[j + r, k] L[j + c, k] for the tile's rows;
-// the first `zero_tiles` tiles in y instead write the zeros above the panel (rows [0, j)). RC
-// rows per tile (32, 64, 128) is picked per launch from the tallest panel, as for fused_step:
+// The entry shared by the two update kernels: find the block's problem and panel, write the
+// zeros above the panel (the first `zero_tiles` tiles in y), and the block's row tile. False when
+// the block has nothing to multiply: past `hi`, a failed problem, a zero tile, or past its rows.
+template <typename T>
+struct UpdateTile {
+  const T* A;
+  T* L;
+  long long ld;
+  int j, w, r0, mx;
+};
+
+template <typename T, int NB, int RC, bool ROW>
+__device__ __forceinline__ bool update_tile(const unsigned long long* tbl, const long long* meta,
+                                            const int* imeta, int K, int lo, int hi, int step,
+                                            int zero_tiles, UpdateTile<T>& t) {
+  const int q = lo + blockIdx.x;
+  if (q >= hi) return false;
+  const int* info = reinterpret_cast<const int*>(tbl[2]);
+  const Problem pr = load_problem(meta, imeta, K, q);
+  if (info[pr.orig] != 0) return false;
+  t.j = (step - pr.start) * NB;
+  t.w = min(NB, pr.p - t.j);
+  const int m = pr.n - t.j;
+  t.A = reinterpret_cast<const T*>(tbl[0]) + pr.off;
+  t.L = reinterpret_cast<T*>(tbl[1]) + pr.off;
+  t.ld = pr.ld;
+  if ((int)blockIdx.y < zero_tiles) {
+    const int z0 = blockIdx.y * RC;
+    if (z0 < t.j) zero_rect<T, ROW>(t.L, t.ld, z0, min(t.j, z0 + RC), t.j, t.w, threadIdx.x, blockDim.x);
+    return false;
+  }
+  t.r0 = (blockIdx.y - zero_tiles) * RC;
+  if (t.r0 >= m) return false;
+  t.mx = min(RC, m - t.r0);
+  return true;
+}
+
+// update: L[j + r, j + c] = A[j + r, j + c] - sum_k L[j + r, k] L[j + c, k] for the tile's rows.
+// RC rows per tile (32, 64, 128) is picked per launch from the tallest panel, as for fused_step:
 // with 128-row tiles, panels of 32 rows left three quarters of each block idle (12.5x its floor
 // at uniform Nmax 512, last step).
 template <typename T, int NB, int RC, bool ROW>
 __global__ void __launch_bounds__(2 * RC)
 update_step(const unsigned long long* tbl, const long long* meta, const int* imeta, int K, int lo,
             int hi, int step, int zero_tiles) {
-  const T* A = reinterpret_cast<const T*>(tbl[0]);
-  T* L = reinterpret_cast<T*>(tbl[1]);
-  int* info = reinterpret_cast<int*>(tbl[2]);
   constexpr int WARPS = RC / 16, NT = 2 * RC, TM = RC / 32, TN = NB / WARPS, KB = 16;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   T* sbuf = reinterpret_cast<T*>(smem_raw);
-
-  const int q = lo + blockIdx.x;
-  if (q >= hi) return;
-  const Problem pr = load_problem(meta, imeta, K, q);
-  if (info[pr.orig] != 0) return;
-  const int j = (step - pr.start) * NB, w = min(NB, pr.p - j), m = pr.n - j;
-  const T* Ab = A + pr.off;
-  T* Lb = L + pr.off;
-  const long long ld = pr.ld;
+  UpdateTile<T> t;
+  if (!update_tile<T, NB, RC, ROW>(tbl, meta, imeta, K, lo, hi, step, zero_tiles, t)) return;
   const int tid = threadIdx.x, ty = tid & 31, tx = tid >> 5;
-
-  if ((int)blockIdx.y < zero_tiles) {
-    const int r0 = blockIdx.y * RC;
-    if (r0 < j) zero_rect<T, ROW>(Lb, ld, r0, min(j, r0 + RC), j, w, tid, NT);
-    return;
-  }
-  const int r0 = (blockIdx.y - zero_tiles) * RC;
-  if (r0 >= m) return;
-  const int mx = min(RC, m - r0);
   T acc[TM][TN];
-  gemm_nt<T, RC, NB, WARPS, KB, ROW>(Lb, ld, j + r0, mx, j, w, j, acc, sbuf);
+  gemm_nt<T, RC, NB, WARPS, KB, ROW>(t.L, t.ld, t.j + t.r0, t.mx, t.j, t.w, t.j, acc, sbuf);
   if (ROW) {
     // Stage through shared memory so that each row of the tile is written contiguously.
     T* C = sbuf;
@@ -356,11 +389,11 @@ update_step(const unsigned long long* tbl, const long long* meta, const int* ime
 #pragma unroll
       for (int jj = 0; jj < TN; ++jj) C[(ty + 32 * i) * (NB + 1) + tx * TN + jj] = acc[i][jj];
     __syncthreads();
-    for (int e = tid; e < mx * NB; e += NT) {
+    for (int e = tid; e < t.mx * NB; e += NT) {
       const int r = e / NB, c = e % NB;
-      if (c < w) {
-        const long long g = at<ROW>(j + r0 + r, j + c, ld);
-        Lb[g] = Ab[g] - C[r * (NB + 1) + c];
+      if (c < t.w) {
+        const long long g = at<ROW>(t.j + t.r0 + r, t.j + c, t.ld);
+        t.L[g] = t.A[g] - C[r * (NB + 1) + c];
       }
     }
   } else {
@@ -369,9 +402,9 @@ update_step(const unsigned long long* tbl, const long long* meta, const int* ime
 #pragma unroll
       for (int jj = 0; jj < TN; ++jj) {
         const int r = ty + 32 * i, c = tx * TN + jj;
-        if (r < mx && c < w) {
-          const long long g = at<ROW>(j + r0 + r, j + c, ld);
-          Lb[g] = Ab[g] - acc[i][jj];
+        if (r < t.mx && c < t.w) {
+          const long long g = at<ROW>(t.j + t.r0 + r, t.j + c, t.ld);
+          t.L[g] = t.A[g] - acc[i][jj];
         }
       }
   }
@@ -398,9 +431,6 @@ template <int NB, int RC, bool ROW>
 __global__ void __launch_bounds__(RC)
 update_mma(const unsigned long long* tbl, const long long* meta, const int* imeta, int K, int lo,
            int hi, int step, int zero_tiles) {
-  const double* A = reinterpret_cast<const double*>(tbl[0]);
-  double* L = reinterpret_cast<double*>(tbl[1]);
-  int* info = reinterpret_cast<int*>(tbl[2]);
   constexpr int KB = 16, NT = RC, MT = 4, NTL = NB / 8;
   constexpr int SA = ROW ? RC * (KB + 4) : KB * (RC + 8);
   constexpr int SB = ROW ? NB * (KB + 4) : KB * (NB + 8);
@@ -408,74 +438,42 @@ update_mma(const unsigned long long* tbl, const long long* meta, const int* imet
   static_assert(RC % 32 == 0 && NB % 8 == 0, "tile shape");
   extern __shared__ __align__(16) unsigned char smem_raw[];
   double* sbuf = reinterpret_cast<double*>(smem_raw);
-
-  const int q = lo + blockIdx.x;
-  if (q >= hi) return;
-  const Problem pr = load_problem(meta, imeta, K, q);
-  if (info[pr.orig] != 0) return;
-  const int j = (step - pr.start) * NB, w = min(NB, pr.p - j), m = pr.n - j;
-  const double* Ab = A + pr.off;
-  double* Lb = L + pr.off;
-  const long long ld = pr.ld;
+  UpdateTile<double> t;
+  if (!update_tile<double, NB, RC, ROW>(tbl, meta, imeta, K, lo, hi, step, zero_tiles, t)) return;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, gid = lane >> 2, tig = lane & 3;
-
-  if ((int)blockIdx.y < zero_tiles) {
-    const int r0 = blockIdx.y * RC;
-    if (r0 < j) zero_rect<double, ROW>(Lb, ld, r0, min(j, r0 + RC), j, w, tid, NT);
-    return;
-  }
-  const int r0 = (blockIdx.y - zero_tiles) * RC;
-  if (r0 >= m) return;
-  const int mx = min(RC, m - r0);
-
-  auto load = [&](int stage, int k0) {
-    double* sA = sbuf + stage * STAGE;
-    double* sB = sA + SA;
-    for (int e = tid; e < RC * KB; e += NT) {
-      const int r = ROW ? e / KB : e % RC, kk = ROW ? e % KB : e / RC;
-      const bool ok = r < mx && k0 + kk < j;
-      cp_async_zfill<8>(sA + sm<ROW, RC, KB>(r, kk), ok ? Lb + at<ROW>(j + r0 + r, k0 + kk, ld) : Lb, ok);
-    }
-    for (int e = tid; e < NB * KB; e += NT) {
-      const int c = ROW ? e / KB : e % NB, kk = ROW ? e % KB : e / NB;
-      const bool ok = c < w && k0 + kk < j;
-      cp_async_zfill<8>(sB + sm<ROW, NB, KB>(c, kk), ok ? Lb + at<ROW>(j + c, k0 + kk, ld) : Lb, ok);
-    }
-    cp_async_commit();
-  };
 
   double acc[MT][NTL][2];
 #pragma unroll
   for (int mi = 0; mi < MT; ++mi)
 #pragma unroll
     for (int ni = 0; ni < NTL; ++ni) acc[mi][ni][0] = acc[mi][ni][1] = 0.0;
-
-  const int nk = (j + KB - 1) / KB;
-  if (nk > 0) load(0, 0);
-  for (int kc = 0; kc < nk; ++kc) {
-    if (kc + 1 < nk) {
-      load((kc + 1) & 1, (kc + 1) * KB);
-      cp_async_wait<1>();
-    } else {
-      cp_async_wait<0>();
-    }
-    __syncthreads();
-    const double* sA = sbuf + (kc & 1) * STAGE;
-    const double* sB = sA + SA;
+  const auto ia = [](int r, int kk) { return sm<ROW, RC, KB>(r, kk); };
+  const auto ib = [](int c, int kk) { return sm<ROW, NB, KB>(c, kk); };
+  k_pipeline<KB>(
+      t.j,
+      [&](int buf, int k0) {
+        double* sA = sbuf + buf * STAGE;
+        stage_rows<double, ROW, RC, KB>(sA, t.L, t.ld, t.j + t.r0, t.mx, k0, t.j, tid, NT, ia);
+        stage_rows<double, ROW, NB, KB>(sA + SA, t.L, t.ld, t.j, t.w, k0, t.j, tid, NT, ib);
+        cp_async_commit();
+      },
+      [&](int buf) {
+        const double* sA = sbuf + buf * STAGE;
+        const double* sB = sA + SA;
 #pragma unroll
-    for (int ks = 0; ks < KB; ks += 4) {
-      double a[MT], b[NTL];
+        for (int ks = 0; ks < KB; ks += 4) {
+          double a[MT], b[NTL];
 #pragma unroll
-      for (int mi = 0; mi < MT; ++mi) a[mi] = sA[sm<ROW, RC, KB>(warp * 32 + mi * 8 + gid, ks + tig)];
+          for (int mi = 0; mi < MT; ++mi) a[mi] = sA[ia(warp * 32 + mi * 8 + gid, ks + tig)];
 #pragma unroll
-      for (int ni = 0; ni < NTL; ++ni) b[ni] = sB[sm<ROW, NB, KB>(ni * 8 + gid, ks + tig)];
+          for (int ni = 0; ni < NTL; ++ni) b[ni] = sB[ib(ni * 8 + gid, ks + tig)];
 #pragma unroll
-      for (int mi = 0; mi < MT; ++mi)
+          for (int mi = 0; mi < MT; ++mi)
 #pragma unroll
-        for (int ni = 0; ni < NTL; ++ni) dmma_m8n8k4(acc[mi][ni][0], acc[mi][ni][1], a[mi], b[ni]);
-    }
-    __syncthreads();
-  }
+            for (int ni = 0; ni < NTL; ++ni)
+              dmma_m8n8k4(acc[mi][ni][0], acc[mi][ni][1], a[mi], b[ni]);
+        }
+      });
 #pragma unroll
   for (int mi = 0; mi < MT; ++mi)
 #pragma unroll
@@ -483,9 +481,9 @@ update_mma(const unsigned long long* tbl, const long long* meta, const int* imet
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         const int r = warp * 32 + mi * 8 + gid, c = ni * 8 + 2 * tig + e;
-        if (r < mx && c < w) {
-          const long long g = at<ROW>(j + r0 + r, j + c, ld);
-          Lb[g] = Ab[g] - acc[mi][ni][e];
+        if (r < t.mx && c < t.w) {
+          const long long g = at<ROW>(t.j + t.r0 + r, t.j + c, t.ld);
+          t.L[g] = t.A[g] - acc[mi][ni][e];
         }
       }
 }
