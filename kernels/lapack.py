@@ -1,0 +1,226 @@
+"""BLAS and LAPACK for the CPU backend: scipy's own library, called through ctypes, one pool.
+
+Why not scipy's Python wrappers (``scipy.linalg.lapack.dpotrf``)? They hold the GIL for the whole
+call, so threads running whole problems side by side gained nothing: 400 factorizations of order
+200 took 53 ms on one thread and 57 ms on two (2-core VM, 2026-11-21). A ctypes call releases the
+GIL for the duration of the foreign call: the same 400 took 55 ms on one thread and 32 ms on two.
+Each ctypes call costs about 0.9 us of Python, against 0.6 us for the f2py wrapper.
+
+Why not numpy for part of it? numpy and scipy wheels each carry their own OpenBLAS with its own
+thread pool; a backend that alternated between them (numpy matmul for the update, scipy potrf for
+the panel) made the two pools fight over the cores: 6.8-13.5 s for a batch that takes 0.37 s with
+one thread each (issue 6). Everything here goes through one library, the one
+``scipy.linalg.cython_blas`` / ``cython_lapack`` call, whose C entry points scipy exports as
+capsules (``__pyx_capi__``): their signatures use C ``int`` (LP64) and take every argument by
+pointer, Fortran style.
+
+Thread control: :class:`BlasThreads` sets the BLAS libraries' thread counts through threadpoolctl,
+so that whole problems can run one per core with a single-threaded BLAS each, and a problem large
+enough to need the whole machine gets the library's own threads.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import os
+import threading
+
+import numpy as np
+
+_LAPACK = ("potrf", "lacpy", "laset")
+_BLAS = ("trsm", "syrk", "gemm")
+_PREFIX = {np.dtype(np.float64): "d", np.dtype(np.float32): "s"}
+_SCALAR = {np.dtype(np.float64): ctypes.c_double, np.dtype(np.float32): ctypes.c_float}
+
+_get_name = ctypes.pythonapi.PyCapsule_GetName
+_get_name.restype = ctypes.c_char_p
+_get_name.argtypes = [ctypes.py_object]
+_get_pointer = ctypes.pythonapi.PyCapsule_GetPointer
+_get_pointer.restype = ctypes.c_void_p
+_get_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+
+
+def _entry(module, name: str, nargs: int, chars: int):
+    """The C function behind ``module.__pyx_capi__[name]`` as a ctypes function: ``chars``
+    leading ``char *`` arguments, then ``nargs - chars`` pointers passed as integer addresses."""
+    cap = module.__pyx_capi__[name]
+    ptr = _get_pointer(cap, _get_name(cap))
+    args = [ctypes.c_char_p] * chars + [ctypes.c_void_p] * (nargs - chars)
+    proto = ctypes.CFUNCTYPE(None, *args)
+    return proto(ptr)
+
+
+# name -> (number of arguments, number of leading char* arguments)
+_ARITY = {
+    "potrf": (5, 1), "lacpy": (7, 1), "laset": (7, 1),
+    "trsm": (11, 4), "syrk": (10, 2), "gemm": (13, 2),
+}
+
+
+@functools.cache
+def routines(dtype) -> dict:
+    """``{"potrf": f, ...}`` for float64 (d) or float32 (s)."""
+    import scipy.linalg.cython_blas as cblas
+    import scipy.linalg.cython_lapack as clapack
+
+    p = _PREFIX[np.dtype(dtype)]
+    out = {}
+    for name in _LAPACK:
+        out[name] = _entry(clapack, p + name, *_ARITY[name])
+    for name in _BLAS:
+        out[name] = _entry(cblas, p + name, *_ARITY[name])
+    return out
+
+
+class Calls:
+    """One thread's caller: scalar arguments live in its own ctypes arrays (a call passes their
+    addresses), so concurrent threads never share an argument. Element-size offsets are in
+    elements; addresses are plain ints.
+
+    The methods name what they do to the *logical* matrix X stored with element (r, c) at
+    ``r + c * ld`` (order F) or ``r * ld + c`` (order C). Row-major X is column-major X^T, so for
+    order C every call is the transposed one: lower <-> upper, A B^T <-> B^T A, and so on.
+    """
+
+    def __init__(self, dtype, order: str):
+        self.f = routines(dtype)
+        self.isz = np.dtype(dtype).itemsize
+        self.row = order == "C"
+        self._i = (ctypes.c_int * 8)()
+        self._s = (_SCALAR[np.dtype(dtype)] * 4)()
+        self._ia = ctypes.addressof(self._i)
+        self._sa = ctypes.addressof(self._s)
+        self._s[0], self._s[1], self._s[2] = 1.0, -1.0, 0.0  # one, minus one, zero
+        self.lo, self.up = (b"U", b"L") if self.row else (b"L", b"U")
+
+    # addresses of the scalar slots
+    def _ints(self, *vals: int) -> list[int]:
+        i = self._i
+        for k, v in enumerate(vals):
+            i[k] = v
+        return [self._ia + 4 * k for k in range(len(vals))]
+
+    def at(self, base: int, ld: int, r: int, c: int) -> int:
+        """Address of X(r, c)."""
+        return base + ((c + r * ld) if self.row else (r + c * ld)) * self.isz
+
+    # ------------------------------------------------------------------ operations on X
+    def potrf_lower(self, a: int, n: int, ld: int) -> int:
+        """Cholesky of X's leading n x n block (lower triangle read and written); LAPACK info."""
+        pn, pld, pinfo = self._ints(n, ld, 0)
+        self.f["potrf"](self.lo, pn, a, pld, pinfo)
+        return self._i[2]
+
+    def copy(self, uplo: str, src: int, dst: int, m: int, n: int, ld_src: int, ld_dst: int):
+        """X_dst[:m, :n] = X_src[:m, :n]; uplo "L" (lower trapezoid), "U" or "A"."""
+        if m <= 0 or n <= 0:
+            return
+        u = {"L": self.lo, "U": self.up, "A": b"A"}[uplo]
+        if self.row:
+            m, n = n, m
+        pm, pn, pls, pld = self._ints(m, n, ld_src, ld_dst)
+        self.f["lacpy"](u, pm, pn, src, pls, dst, pld)
+
+    def zero(self, uplo: str, a: int, m: int, n: int, ld: int):
+        """Zero X[:m, :n]: "A" all of it, "U" strictly above its diagonal, "L" strictly below.
+        ``a`` points at X[0, 0] of the block."""
+        if m <= 0 or n <= 0:
+            return
+        if uplo == "A":
+            u = b"A"
+        else:
+            # laset's "U"/"L" also set the diagonal (to beta); shift by one row or column to
+            # leave it alone: strictly upper of X from (0, 1), strictly lower from (1, 0).
+            if uplo == "U":
+                a, n = self.at(a, ld, 0, 1), n - 1
+            else:
+                a, m = self.at(a, ld, 1, 0), m - 1
+            if m <= 0 or n <= 0:
+                return
+            u = self.up if uplo == "U" else self.lo
+        if self.row:
+            m, n = n, m
+        pm, pn, pld = self._ints(m, n, ld)
+        z = self._sa + 2 * self.isz
+        self.f["laset"](u, pm, pn, z, z, a, pld)
+
+    def syrk_lower(self, c: int, a: int, n: int, k: int, ld: int):
+        """lower(X_c[:n, :n]) -= X_a[:n, :k] X_a[:n, :k]^T."""
+        if n <= 0 or k <= 0:
+            return
+        pn, pk, pld = self._ints(n, k, ld)
+        one, minus = self._sa, self._sa + self.isz
+        self.f["syrk"](self.lo, b"T" if self.row else b"N", pn, pk, minus, a, pld, one, c, pld)
+
+    def gemm_nt(self, c: int, a: int, b: int, m: int, n: int, k: int, ld: int):
+        """X_c[:m, :n] -= X_a[:m, :k] X_b[:n, :k]^T."""
+        if m <= 0 or n <= 0 or k <= 0:
+            return
+        one, minus = self._sa, self._sa + self.isz
+        if self.row:  # C^T -= B A^T: (n x m) = (k x n)^T (k x m)
+            pm, pn, pk, pld = self._ints(n, m, k, ld)
+            self.f["gemm"](b"T", b"N", pm, pn, pk, minus, b, pld, a, pld, one, c, pld)
+        else:
+            pm, pn, pk, pld = self._ints(m, n, k, ld)
+            self.f["gemm"](b"N", b"T", pm, pn, pk, minus, a, pld, b, pld, one, c, pld)
+
+    def trsm_right_lower_t(self, b: int, t: int, m: int, n: int, ld: int):
+        """X_b[:m, :n] = X_b[:m, :n] T^-T with T = lower(X_t[:n, :n])."""
+        if m <= 0 or n <= 0:
+            return
+        one = self._sa
+        if self.row:  # B^T = L^-1 B^T, L^T upper in the column-major view
+            pm, pn, pld = self._ints(n, m, ld)
+            self.f["trsm"](b"L", b"U", b"T", b"N", pm, pn, one, t, pld, b, pld)
+        else:
+            pm, pn, pld = self._ints(m, n, ld)
+            self.f["trsm"](b"R", b"L", b"T", b"N", pm, pn, one, t, pld, b, pld)
+
+
+class BlasThreads:
+    """The thread counts of the BLAS libraries loaded in this process (threadpoolctl).
+
+    ``narrow()`` sets every BLAS library to one thread, for whole problems running one per core;
+    ``wide()`` restores the counts found at start-up, for a problem that needs the whole machine.
+    Every BLAS library is set, not only scipy's: ours is the only one this backend calls, and one
+    thread in a library nobody calls costs nothing, whereas matching the right one of two OpenBLAS
+    builds by path is fragile. ``size`` is the number of threads the backend runs problems on: the
+    BLAS's own configured count (so ``OPENBLAS_NUM_THREADS=1`` keeps vbatch on one core too),
+    capped by the cores this process may use.
+    """
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._libs = []
+        try:
+            from threadpoolctl import ThreadpoolController
+        except ImportError:  # a core dependency; tolerate its absence with no thread control
+            ThreadpoolController = None
+        if ThreadpoolController is not None:
+            ctl = ThreadpoolController()
+            self._libs = [lc for lc in ctl.lib_controllers if lc.user_api == "blas"]
+        self._orig = [lc.num_threads for lc in self._libs]
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+        blas = max(self._orig) if self._orig else 1
+        self.size = max(1, min(int(cores or 1), int(blas)))
+        self._state = None
+
+    def _set(self, counts) -> None:
+        for lc, n in zip(self._libs, counts):
+            lc.set_num_threads(n)
+
+    def narrow(self) -> None:
+        if self._state != "narrow":
+            self._set([1] * len(self._libs))
+            self._state = "narrow"
+
+    def wide(self) -> None:
+        if self._state != "wide":
+            self._set(self._orig)
+            self._state = "wide"
+
+    def restore(self) -> None:
+        if self._state is not None:
+            self._set(self._orig)
+            self._state = None
