@@ -7,11 +7,17 @@ A backend owns memory of one array kind (numpy for the CPU, cupy for CUDA) and e
     ex = backend.begin(src, dst, plan, after=[...])      # per-batch metadata, info array
     for launch in plan.launches:
         backend.launch(ex, launch)                       # one vbatched launch per group
-    backend.flush(ex)                                    # all issued (a CUDA graph runs here)
+    backend.flush(ex, then=writeback)                    # all issued (a CUDA graph runs here)
     done = backend.end(ex)                               # a Completion; done.wait() -> info
 
 Kernels read each panel of ``src`` once (its original values) and write the factor to ``dst``;
-``src is dst`` is allowed. Out of place, a backend never copies the whole input first.
+``src is dst`` is allowed. Out of place, no backend copies the whole input first: each task
+reads the part of the input it works on (the CPU backend copies it into the output just before
+working on it, the CUDA kernels read it straight into registers or shared memory).
+
+No call leaves state behind that the next one depends on if it raises: a backend that must
+serialize calls on shared device state (the CUDA backend's pointer table) does so inside one
+method (``flush``), never from one call to the next.
 
 ``launch`` gets the launch record only (kind, step, a contiguous range of the plan order); a
 backend finds each problem's panel from arrays it built once in ``begin``. That is what lets the
@@ -102,9 +108,22 @@ class Backend(ABC):
     @abstractmethod
     def launch(self, ex: Any, launch: Launch) -> None: ...
 
-    def flush(self, ex: Any) -> None:  # noqa: B027 - optional hook
-        """Issue whatever ``launch`` deferred. Work enqueued after this (a write-back into the
-        caller's arrays) is ordered after the factorization."""
+    def flush(self, ex: Any, then=None) -> None:
+        """Issue whatever ``launch`` deferred, then call ``then()`` (a write-back into the
+        caller's arrays), which is ordered after the factorization and before the completion."""
+        if then is not None:
+            then()
 
     @abstractmethod
     def end(self, ex: Any) -> Completion: ...
+
+    # ------------------------------------------------------------ memory limits
+    memory_name: str = "host"
+
+    def memory_total(self) -> int:
+        """Bytes of this backend's memory in all (0: unknown, nothing is checked)."""
+        return 0
+
+    def memory_free(self) -> int:
+        """Bytes this backend could allocate now."""
+        return self.memory_total()

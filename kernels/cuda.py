@@ -199,10 +199,9 @@ class _Exec:
     prep: _Prepared
     slot: object
     main: object  # the caller's current stream
-    streams: list  # Stream objects, one per plan stream (just `main` for one-stream plans)
-    sptr: list  # their raw pointers, for cuLaunchKernel
     keep: tuple  # buffers that must outlive the launches
     graph: object = None  # the plan's graph, when the call runs through it
+    direct: list = field(default_factory=list)  # records to launch one by one (no graph)
 
 
 class _Slot:
@@ -273,6 +272,7 @@ class CudaBackend(Backend):
     def __init__(self):
         self._streams: dict[int, list] = {}
         self._slots = _SlotPool()
+        self._mem_total: dict[int, int] = {}
         # One CUDA graph launch per call instead of one launch per plan step: launches cost
         # ~8 us each of host time through the driver (cuda_potrf.py host column, H100,
         # 2026-11-21). VBATCH_CUDA_GRAPHS=0 launches kernel by kernel (profile_cuda.py uses it).
@@ -467,48 +467,63 @@ class CudaBackend(Backend):
         slot.info[:] = 0
         slot.table[0], slot.table[1], slot.table[2] = (src.data.data.ptr, dst.data.data.ptr,
                                                         slot.info_ptr)
-        # Calls on one (batch, plan) share its device table: each waits for the previous one
-        # before overwriting it, and the lock keeps two threads from interleaving.
-        prep.lock.acquire()
-        if prep.last is not None:
-            main.wait_event(prep.last)
-        cupy.cuda.runtime.memcpyAsync(prep.table.data.ptr, slot.mem.ptr, 24,
-                                      cupy.cuda.runtime.memcpyHostToDevice, main.ptr)
-        streams = [main]
         graph = prep.graph if self.graphs else None
-        if graph is None and prep.nstreams > 1:
-            streams = self._streams_for(prep.nstreams)
-            ready = main.record()
-            for s in streams:
-                s.wait_event(ready)
-        return _Exec(prep, slot, main, streams, [s.ptr for s in streams], (src, dst), graph)
+        return _Exec(prep, slot, main, (src, dst), graph)
 
     def launch(self, ex: _Exec, lc: Launch) -> None:
-        if ex.graph is not None:
-            return  # the whole plan goes as one graph in flush()
-        rec = ex.prep.records[lc.index]
-        try:
-            rec.launch(ex.sptr[rec.stream] if len(ex.sptr) > 1 else ex.sptr[0])
-        except BaseException:
-            ex.prep.lock.release()  # end() will not run for this call
-            raise
+        # Nothing reaches the device here: the launches go out together in flush(), which
+        # holds the batch's lock for exactly as long as it uses the shared pointer table.
+        if ex.graph is None:
+            ex.direct.append(ex.prep.records[lc.index])
 
-    def flush(self, ex: _Exec) -> None:
-        if ex.graph is not None:
-            try:
-                ex.graph.launch(ex.main)
-            except BaseException:
-                ex.prep.lock.release()  # end() will not run for this call
-                raise
-
-    def end(self, ex: _Exec) -> Completion:
+    def flush(self, ex: _Exec, then=None) -> None:
         main, prep = ex.main, ex.prep
-        try:
-            if ex.graph is None and len(ex.streams) > 1:
-                for s in ex.streams:
-                    main.wait_event(s.record())
+        # Calls on one (batch, plan) share its device table: each waits for the previous one
+        # before overwriting it, and the lock keeps two threads from interleaving. Held only
+        # inside this method (a `with`), so an exception anywhere cannot leave it taken.
+        with prep.lock:
+            if prep.last is not None:
+                main.wait_event(prep.last)
+            cupy.cuda.runtime.memcpyAsync(prep.table.data.ptr, ex.slot.mem.ptr, 24,
+                                          cupy.cuda.runtime.memcpyHostToDevice, main.ptr)
+            if ex.graph is not None:
+                ex.graph.launch(main)
+            elif ex.direct:
+                self._launch_direct(main, ex.direct, prep.nstreams)
+            if then is not None:
+                then()
             ex.slot.event.record(main)
             prep.last = ex.slot.event
-        finally:
-            prep.lock.release()
-        return _Done(ex.slot, self._slots, ex.keep, main.ptr)
+
+    def _launch_direct(self, main, records: list, nstreams: int) -> None:
+        """Launch by launch (no graph), chains forked onto the backend's streams and joined."""
+        if nstreams == 1:
+            for rec in records:
+                rec.launch(main.ptr)
+            return
+        streams = self._streams_for(nstreams)
+        ready = main.record()
+        for s in streams:
+            s.wait_event(ready)
+        sptr = [s.ptr for s in streams]
+        for rec in records:
+            rec.launch(sptr[rec.stream])
+        for s in streams:
+            main.wait_event(s.record())
+
+    def end(self, ex: _Exec) -> Completion:
+        return _Done(ex.slot, self._slots, ex.keep, ex.main.ptr)
+
+    # ------------------------------------------------------------ memory limits
+    memory_name = "GPU"
+
+    def memory_total(self) -> int:
+        dev = cupy.cuda.runtime.getDevice()
+        total = self._mem_total.get(dev)
+        if total is None:
+            total = self._mem_total[dev] = cupy.cuda.runtime.memGetInfo()[1]
+        return total
+
+    def memory_free(self) -> int:
+        # What the driver has free plus what CuPy's pool holds for reuse.
+        return cupy.cuda.runtime.memGetInfo()[0] + cupy.get_default_memory_pool().free_bytes()

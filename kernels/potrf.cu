@@ -164,6 +164,8 @@ __device__ void gemm_nt(const T* L, long long ld, int rx, int mx, int ry, int ny
 // entries above the diagonal become junk that is never read. Lanes with `act` false (rows not
 // in the diagonal block) only serve the shuffles and keep their values. Returns 0, or the first
 // column + 1 whose pivot is not > 0 (NaN included, as reference LAPACK); the same in every lane.
+// On failure at column f, columns [0, f - 1) of every active lane are final: LAPACK's leading
+// factor, which the callers complete and write back.
 // The shuffle-per-element version took about 3,000 instructions and 15 us per 32 x 32 block
 // (ncu, H100, 2026-11-21: 5.5 cycles per issued instruction at 6% occupancy).
 template <typename T, int NB>
@@ -178,7 +180,9 @@ __device__ __forceinline__ int potf2_regs(T (&a)[NB], int w, bool act, T* col) {
       const T rd = vrsqrt(dkk);  // scale by the reciprocal, as LAPACK's potf2 does
       T* cb = col + (k & 1) * NB;
       if (act) {
-        a[k] = lane == k ? dkk * rd : a[k] * rd;
+        // An infinite pivot: reference LAPACK takes sqrt(inf) = inf and scales the column by
+        // 1 / inf = 0 (info stays 0); dkk * rsqrt(dkk) would be inf * 0 = NaN.
+        a[k] = lane == k ? (isinf(dkk) ? dkk : dkk * rd) : a[k] * rd;
         cb[lane] = a[k];
       }
       __syncwarp();
@@ -307,19 +311,21 @@ fused_step(const unsigned long long* tbl, const long long* meta, const int* imet
     if (r == 0) s_fail = fail;
   }
   __syncthreads();
-  if (s_fail) {
-    if (r == 0) info[pr.orig] = j + s_fail;
-    return;
-  }
+  // A failed pivot at panel column f - 1: its first f - 1 columns are still completed and
+  // written, so that the columns before the failing one hold the factor (the partial
+  // factorization of those columns), as the CPU backend leaves them; the rest is not written.
+  const int wf = s_fail ? s_fail - 1 : w;
+  if (s_fail && r == 0) info[pr.orig] = j + s_fail;
 
-  // 4. TRSM for the rows below the diagonal block.
-  if (row && r >= w) trsm_row<T, NB>(x, D, NB, invd, w);
+  // 4. TRSM for the rows below the diagonal block (with wf < w, rows [wf, w) of the block are
+  //    final already: POTF2 eliminated their first wf columns).
+  if (row && r >= w) trsm_row<T, NB>(x, D, NB, invd, wf);
 
   // 5. own row back to L (zeros above the diagonal inside the block).
   if (row) {
 #pragma unroll
     for (int c = 0; c < NB; ++c)
-      if (c < w) Lb[at<ROW>(j + r, j + c, ld)] = (r < w && c > r) ? T(0) : x[c];
+      if (c < wf) Lb[at<ROW>(j + r, j + c, ld)] = (r < w && c > r) ? T(0) : x[c];
   }
 }
 
@@ -511,14 +517,14 @@ potf2_step(const unsigned long long* tbl, const long long* meta, const int* imet
 #pragma unroll
   for (int c = 0; c < NB; ++c) a[c] = (lane < w && c <= lane && c < w) ? S[at<ROW>(j + lane, j + c, ld)] : T(0);
   const int fail = potf2_regs<T, NB>(a, w, lane < w, col);
-  if (fail) {
-    if (lane == 0) info[pr.orig] = j + fail;
-    return;
-  }
+  // On failure the leading fail - 1 columns are written all the same; trsm_step then solves
+  // the rows below against them (it reads info to know how many).
+  const int wf = fail ? fail - 1 : w;
+  if (fail && lane == 0) info[pr.orig] = j + fail;
   if (lane < w) {
 #pragma unroll
     for (int c = 0; c < NB; ++c)
-      if (c < w) Lb[at<ROW>(j + lane, j + c, ld)] = c <= lane ? a[c] : T(0);
+      if (c < wf) Lb[at<ROW>(j + lane, j + c, ld)] = c <= lane ? a[c] : T(0);
   }
 }
 
@@ -536,8 +542,13 @@ trsm_step(const unsigned long long* tbl, const long long* meta, const int* imeta
   const int q = lo + blockIdx.x;
   if (q >= hi) return;
   const Problem pr = load_problem(meta, imeta, K, q);
-  if (info[pr.orig] != 0) return;
   const int j = (step - pr.start) * NB, w = min(NB, pr.p - j), m = pr.n - j;
+  // info > j: this step's potf2 failed at column info - 1, after writing the wf columns before
+  // it; solve the rows below against those. info <= j: an earlier step failed; stop.
+  const int fail = info[pr.orig];
+  if (fail != 0 && fail <= j) return;
+  const int wf = fail ? fail - 1 - j : w;
+  if (wf == 0) return;
   const int r0 = w + blockIdx.y * RT;
   if (r0 >= m) return;
   const T* S = (j == 0 ? A : L) + pr.off;
@@ -546,20 +557,20 @@ trsm_step(const unsigned long long* tbl, const long long* meta, const int* imeta
   const int tid = threadIdx.x;
   for (int e = tid; e < NB * NB; e += RT) {
     const int k = e / NB, c = e % NB;
-    if (k < w && c < w && c >= k) D[k * NB + c] = Lb[at<ROW>(j + c, j + k, ld)];
+    if (k < wf && c < wf && c >= k) D[k * NB + c] = Lb[at<ROW>(j + c, j + k, ld)];
   }
   __syncthreads();
-  if (tid < w) invd[tid] = T(1) / D[tid * NB + tid];
+  if (tid < wf) invd[tid] = T(1) / D[tid * NB + tid];
   __syncthreads();
   const int r = r0 + tid;
   if (r >= m) return;
   T x[NB];
 #pragma unroll
-  for (int c = 0; c < NB; ++c) x[c] = c < w ? S[at<ROW>(j + r, j + c, ld)] : T(0);
-  trsm_row<T, NB>(x, D, NB, invd, w);
+  for (int c = 0; c < NB; ++c) x[c] = c < wf ? S[at<ROW>(j + r, j + c, ld)] : T(0);
+  trsm_row<T, NB>(x, D, NB, invd, wf);
 #pragma unroll
   for (int c = 0; c < NB; ++c)
-    if (c < w) Lb[at<ROW>(j + r, j + c, ld)] = x[c];
+    if (c < wf) Lb[at<ROW>(j + r, j + c, ld)] = x[c];
 }
 
 // ================================================================== Schur complement (partial)

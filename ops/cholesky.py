@@ -29,7 +29,7 @@ from typing import Any
 
 import networkx as nx
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from vbatch.ops.batch import MatrixList, PackedBatch
 from vbatch.ops.errors import InputError
@@ -53,6 +53,36 @@ def task_graph() -> nx.DiGraph:
     return g
 
 
+def _npiv_array(v: Any, k: int) -> np.ndarray:
+    """``npiv`` as k integers: one int broadcast, or one per problem. Booleans, floats and
+    other non-integers are refused by name (``True`` is not "factor one column")."""
+    if isinstance(v, (bool, np.bool_)):
+        raise InputError([(None, f"npiv must be an int or one int per problem, got {v!r}")])
+    a = np.asarray(v) if not isinstance(v, np.ndarray) else v
+    if a.size and not (np.issubdtype(a.dtype, np.integer) and a.dtype != np.bool_):
+        what = f"{type(v).__name__} {a.item()!r}" if a.ndim == 0 else f"dtype {a.dtype}"
+        raise InputError([(None, f"npiv must hold integers, got {what}")])
+    if a.ndim == 0:
+        return np.full(k, int(a), dtype=np.int64)
+    if a.ndim != 1 or len(a) != k:
+        raise InputError(
+            [(None, f"npiv must be an int or have one entry per problem ({k}), "
+                    f"got shape {a.shape}")]
+        )
+    return a
+
+
+def read_only(batch: Any) -> list[tuple[int | None, str]]:
+    """The problems of ``batch`` that ``overwrite=True`` could not write (numpy arrays or a
+    packed buffer marked read-only; device arrays are always writable)."""
+    if isinstance(batch, PackedBatch):
+        if not getattr(batch.data.flags, "writeable", True):
+            return [(None, "overwrite=True, but the packed buffer is read-only")]
+        return []
+    return [(i, "overwrite=True, but this array is read-only")
+            for i, a in enumerate(batch.mats) if not getattr(a.flags, "writeable", True)]
+
+
 def npiv_steps(npiv: np.ndarray, nb: int) -> np.ndarray:
     """Number of panel steps of each problem: ``ceil(p / nb)``."""
     return -(-np.asarray(npiv, dtype=np.int64) // nb)
@@ -62,7 +92,10 @@ class CholeskyRequest(BaseModel):
     """One submission: the batch, the columns to factor per problem, whether to overwrite.
 
     ``batch`` is a list of square arrays or a :class:`PackedBatch`. ``npiv`` is ``None`` (factor
-    everything), one int for all problems, or one int per problem, each in ``[0, n_i]``.
+    everything), one int for all problems, or one int per problem. One rule for both forms: a
+    single int is broadcast to every problem first, and every problem's entry must lie in
+    ``[0, n_i]`` (nothing is clamped: an ``npiv`` larger than some ``n_i`` names that problem).
+    ``overwrite=True`` needs writable inputs; a read-only array is named here, before any work.
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True, frozen=True)
@@ -92,19 +125,8 @@ class CholeskyRequest(BaseModel):
         n = batch.n
         if v is None:
             p = n
-        elif isinstance(v, (int, np.integer)) and not isinstance(v, bool):
-            if int(v) < 0:
-                raise InputError([(None, f"npiv must be >= 0, got {v}")])
-            p = np.minimum(n, int(v))
         else:
-            p = np.asarray(v)
-            if p.ndim != 1 or len(p) != len(n):
-                raise InputError(
-                    [(None, f"npiv must be an int or have one entry per problem ({len(n)}), "
-                            f"got shape {p.shape}")]
-                )
-            if p.size and not np.issubdtype(p.dtype, np.integer):
-                raise InputError([(None, f"npiv must hold integers, got dtype {p.dtype}")])
+            p = _npiv_array(v, len(n))
             problems = [(int(i), f"npiv {p[i]} outside [0, n={n[i]}]")
                         for i in np.flatnonzero((p < 0) | (p > n))]
             if problems:
@@ -112,6 +134,14 @@ class CholeskyRequest(BaseModel):
         p = np.array(p, dtype=np.int64, copy=True)
         p.flags.writeable = False
         return p
+
+    @model_validator(mode="after")
+    def _writable(self) -> "CholeskyRequest":
+        if self.overwrite:
+            problems = read_only(self.batch)
+            if problems:
+                raise InputError(problems)
+        return self
 
     @property
     def partial(self) -> bool:
@@ -154,7 +184,10 @@ def reference(a: np.ndarray, npiv: int | None = None) -> tuple[np.ndarray, int]:
     ``factor`` holds L11, L21 and the lower triangle of the Schur complement, zeros above the
     diagonal; ``info`` is LAPACK's (0, or the order of the first leading minor that is not
     positive definite, NaN included: :func:`potrf_info`). Only the lower triangle of ``a`` is
-    read. On failure the factor is all zeros.
+    read. On failure the factor's first ``info - 1`` columns are those of the partial
+    factorization of that many columns (what vbatch leaves there, every row included) and the
+    rest is zero. Non-finite input is taken as LAPACK takes it (an infinite pivot gives
+    ``L(i, i) = inf`` and zeros below it, ``info`` unchanged).
     """
     from scipy.linalg import lapack, solve_triangular
 
@@ -170,9 +203,11 @@ def reference(a: np.ndarray, npiv: int | None = None) -> tuple[np.ndarray, int]:
         c, info = lapack.dpotrf(np.array(sym[:p, :p], order="F"), lower=True, clean=True)
         info = potrf_info(np.diag(c), info)
         if info:
+            if info > 1:
+                out[:, : info - 1] = reference(a, info - 1)[0][:, : info - 1]
             return out, info
         l11 = c
-        l21 = solve_triangular(l11, sym[p:, :p].T, lower=True).T
+        l21 = solve_triangular(l11, sym[p:, :p].T, lower=True, check_finite=False).T
     else:
         l11, l21 = np.zeros((0, 0)), np.zeros((n, 0))
     out[:p, :p] = l11

@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from vbatch.kernels import Completion, get_backend
 from vbatch.ops.batch import MatrixList, PackedBatch
-from vbatch.ops.cholesky import CholeskyRequest
+from vbatch.ops.cholesky import CholeskyRequest, read_only
 from vbatch.ops.errors import InputError, validated
 from vbatch.runtime.device import resolve_device
 from vbatch.scheduler.plan import Plan, make_plan
@@ -76,7 +76,8 @@ class Future:
     no thread, no condition variable, on a path whose whole budget is tens of microseconds.
     """
 
-    __slots__ = ("_runtime", "_cf", "_completion", "_finish", "_value", "_error", "_lock")
+    __slots__ = ("_runtime", "_cf", "_completion", "_finish", "_value", "_error", "_lock",
+                 "_deps")
 
     def __init__(self, runtime: "Runtime", threaded: bool):
         self._runtime = runtime
@@ -86,10 +87,13 @@ class Future:
         self._value = _PENDING
         self._error: BaseException | None = None
         self._lock = threading.Lock()
+        # Dependencies ordered on the device, whose own failure (in building their result on
+        # the host) can come after this submission was enqueued: checked by result().
+        self._deps: list | None = None
 
     # Set by the runtime when the work is enqueued on an asynchronous backend.
-    def _attach(self, completion: Completion, finish) -> None:
-        self._completion, self._finish = completion, finish
+    def _attach(self, completion: Completion, finish, deps: list | None = None) -> None:
+        self._completion, self._finish, self._deps = completion, finish, deps or None
 
     def _fail(self, exc: BaseException) -> None:
         if self._cf is not None:
@@ -117,9 +121,15 @@ class Future:
             with self._lock:
                 if self._value is _PENDING and self._error is None:
                     try:
-                        self._value = self._finish(self._completion.wait())
+                        info = self._completion.wait()
+                        for i, d in self._deps or ():
+                            exc = d.exception()
+                            if exc is not None:
+                                raise DependencyError(f"after[{i}] failed: {exc!r}") from exc
+                        self._value = self._finish(info)
                     except BaseException as exc:  # noqa: BLE001 - raised to the caller below
                         self._error = exc
+                    self._finish = self._deps = None  # what they hold is no longer needed
         if self._error is not None:
             raise self._error
         return self._value
@@ -220,7 +230,9 @@ class Runtime:
         Inputs are left untouched unless ``overwrite=True``. Bad input raises
         :class:`~vbatch.InputError` here, before any work.
         """
-        if type(mats) is PackedBatch and npiv is None and isinstance(overwrite, bool):
+        if type(mats) is PackedBatch and npiv is None and (
+            overwrite is False or (overwrite is True and not read_only(mats))
+        ):
             # Hot path: a packed batch was validated when it was built and its metadata is
             # read-only; nothing else needs checking (pydantic would add ~8 us per call).
             batch, p, full = mats, mats.n, True
@@ -233,6 +245,7 @@ class Runtime:
                    for i, d in enumerate(deps) if not isinstance(d, Future)]
             if bad:
                 raise InputError(bad, what="submission")
+        self._check_memory(batch, overwrite)
         plan = self._plan(batch, p, full)
         fut = Future(self, threaded=self._pool is not None)
         job = (fut, batch, overwrite, plan, deps)
@@ -241,6 +254,33 @@ class Runtime:
         else:
             self._run_async(*job)
         return fut
+
+    def _check_memory(self, batch, overwrite: bool) -> None:
+        """Refuse, before any work, a batch the backend's memory cannot stage: a problem whose
+        own matrix is larger than the whole memory, or a batch larger than what is free."""
+        b = self.backend
+        isz = batch.dtype.itemsize
+        if isinstance(batch, PackedBatch):
+            staged = 0 if (overwrite and batch.kind == b.kind) else batch.data.size * isz
+        else:
+            staged = int((np.maximum(batch.n, 1) * batch.n).sum()) * isz
+        total = b.memory_total()
+        # Cheap on the hot path: the free memory is asked only for a batch that is a large
+        # part of the whole.
+        if not total or staged * 4 <= total:
+            return
+        where = f"{b.memory_name} memory"
+        need = batch.n.astype(np.float64) ** 2 * isz
+        big = [(int(i), f"n = {batch.n[i]} needs {_bytes(need[i])} ({batch.n[i]}^2 x {isz} "
+                        f"bytes), more than the {_bytes(total)} of {where}")
+               for i in np.flatnonzero(need > total)]
+        if big:
+            raise InputError(big)
+        free = b.memory_free()
+        if staged > free:
+            raise InputError([(None, f"the batch needs {_bytes(staged)} of {where} to run "
+                                     f"({'a copy of ' if staged else ''}its matrices), but only "
+                                     f"{_bytes(free)} of {_bytes(total)} is free")])
 
     def wait(self) -> None:
         """Wait for everything submitted so far (errors stay with their futures)."""
@@ -275,14 +315,13 @@ class Runtime:
         ex = b.begin(src, dst, plan, after)
         for lc in plan.launches:
             b.launch(ex, lc)
-        b.flush(ex)
-        # Writing back into the caller's device arrays is enqueued now, before the completion,
-        # so that work ordered after this submission sees it. Host arrays are written when the
-        # result is built (it needs the data on the host anyway).
+        # Writing back into the caller's device arrays is enqueued right after the plan's
+        # launches (flush runs it), before the completion, so that work ordered after this
+        # submission sees it. Host arrays are written when the result is built (it needs the
+        # data on the host anyway).
         device_writeback = (isinstance(batch, MatrixList) and overwrite
                             and batch.kind == b.kind and b.asynchronous)
-        if device_writeback:
-            b.scatter(dst, batch.mats)
+        b.flush(ex, then=(lambda: b.scatter(dst, batch.mats)) if device_writeback else None)
         completion = b.end(ex)
 
         def finish(info: np.ndarray) -> CholeskyResult:
@@ -318,7 +357,8 @@ class Runtime:
         host_input = batch.kind != self.backend.kind
         for i, d in enumerate(deps):
             c = d.completion()
-            if host_input or c is None or d._runtime.backend is not self.backend:
+            if (host_input or c is None or d._runtime.backend is not self.backend
+                    or d._error is not None):  # (already known to have failed)
                 exc = d.exception()
                 if exc is not None:
                     fut._fail(DependencyError(f"after[{i}] failed: {exc!r}"))
@@ -330,9 +370,20 @@ class Runtime:
         except BaseException as exc:  # noqa: BLE001 - delivered through the future
             fut._fail(exc)
             return
-        fut._attach(completion, finish)
+        # A dependency ordered on the device may still fail in building its own result; this
+        # future's result() then raises DependencyError too.
+        fut._attach(completion, finish, [(i, d) for i, d in enumerate(deps)
+                                         if d.completion() in waits])
         with self._lock:
             self._tails[completion.queue] = completion
+
+
+def _bytes(n: float) -> str:
+    for unit in ("bytes", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "bytes" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} PiB"  # pragma: no cover - the loop returns
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from _check import check_factor, edge_sizes, to_host
+from _check import check_factor, edge_sizes, to_host, tolerance
 from conftest import DEVICES
 from vbatch import PackedBatch, Runtime, reference
 from vbatch.ops.generate import make_indefinite, spd, spd_list
@@ -169,10 +169,83 @@ def test_partial_cholesky_matches_a_dense_schur_complement(device, policy):
 @pytest.mark.parametrize("device", DEVICES)
 def test_npiv_as_one_int_applies_to_all(device):
     rng = np.random.default_rng(2)
-    mats = spd_list([10, 3, 25, 0], np.float64, rng)
+    mats = spd_list([10, 5, 25, 7], np.float64, rng)
     res = runtime(device, nb=8).cholesky(as_device(mats, device), 5).result()
     for a, f in zip(mats, res.factors):
-        check_factor(a, f, np.float64, min(5, a.shape[0]))
+        check_factor(a, f, np.float64, 5)
+
+
+FAIL_SIZES = [10, 31, 32, 33, 64, 100, 257, 640]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("form", ["packed", "packed-overwrite", "list"])
+@pytest.mark.parametrize("fused_max_rows", [None, 0], ids=["default", "separated"])
+def test_a_failed_factor_holds_the_columns_before_the_failing_one(device, dtype, form,
+                                                                     fused_max_rows):
+    """For info = f, the first f - 1 columns (every row) are the partial factorization of that
+    many columns: A[:, :f-1] = L[:, :f-1] L[:f-1, :f-1]^T to working precision, zeros above the
+    diagonal. So the leading (f-1) x (f-1) block is the Cholesky factor of A's leading block, as
+    LAPACK promises. Out of place (packed), in place (packed-overwrite) and through a list."""
+    rng = np.random.default_rng(12)
+    mats, cols = [], []
+    for n in FAIL_SIZES:
+        for col in sorted({0, n // 3, 31 % n, 32 % n, n - 1}):
+            mats.append(make_indefinite(spd(n, np.float64, rng), col).astype(dtype))
+            cols.append(col)
+    opts = {} if fused_max_rows is None else {"fused_max_rows": fused_max_rows}
+    rt = runtime(device, **opts)
+    if form == "list":
+        res = rt.cholesky(as_device(mats, device)).result()
+        factors = res.factors
+    else:
+        b = packed_from(mats, "F", device)
+        res = rt.cholesky(b, overwrite=form == "packed-overwrite").result()
+        assert (res.factors is b) == (form == "packed-overwrite")
+        factors = res.factors.unpack()
+    assert res.info.tolist() == [c + 1 for c in cols]
+    for i, (a, f, col) in enumerate(zip(mats, factors, cols)):
+        f = to_host(f).astype(np.float64)
+        a64 = a.astype(np.float64)
+        sym = np.tril(a64) + np.tril(a64, -1).T
+        k = col
+        lk = f[:, :k]
+        assert np.all(np.isfinite(lk)), f"problem {i}: NaN or inf in the first {k} columns"
+        assert not np.any(np.triu(lk, 1)), f"problem {i}: non-zero above the diagonal"
+        err = np.linalg.norm(sym[:, :k] - lk @ lk[:k].T) / max(np.linalg.norm(sym), 1.0)
+        tol = tolerance(a.shape[0], dtype)
+        assert err <= tol, f"problem {i} (n={a.shape[0]}, info={col + 1}): error {err:.2e}"
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("fused_max_rows", [None, 0], ids=["default", "separated"])
+def test_an_infinite_pivot_is_taken_as_lapack_takes_it(device, dtype, fused_max_rows):
+    """+inf on the diagonal is a pivot > 0: reference LAPACK factors on with L(i, i) = inf and
+    zeros below it (x / inf), info 0. Both backends do the same; -inf fails at its column."""
+    rng = np.random.default_rng(13)
+    cases = [(5, 2), (40, 17), (33, 32), (200, 0), (300, 150), (300, 299)]
+    mats = []
+    for n, i in cases:
+        a = spd(n, np.float64, rng)
+        a[i, i] = np.inf
+        mats.append(a.astype(dtype))
+    neg = spd(50, np.float64, rng)
+    neg[20, 20] = -np.inf
+    mats.append(neg.astype(dtype))
+    opts = {} if fused_max_rows is None else {"fused_max_rows": fused_max_rows}
+    res = runtime(device, **opts).cholesky(as_device(mats, device)).result()
+    refs = [reference(a) for a in mats]
+    assert res.info.tolist() == [r[1] for r in refs] == [0] * len(cases) + [21]
+    for (n, i), f, (ref, _) in zip(cases, res.factors, refs):
+        f = to_host(f).astype(np.float64)
+        assert not np.any(np.isnan(f)), f"n={n}, inf at {i}: NaN in the factor"
+        assert np.array_equal(np.isinf(f), np.isinf(ref)), f"n={n}: infinities differ"
+        assert f[i, i] == np.inf and not np.any(f[i + 1:, i]), f"n={n}: column {i}"
+        fin = np.isfinite(ref)
+        err = np.linalg.norm(f[fin] - ref[fin]) / max(np.linalg.norm(ref[fin]), 1.0)
+        assert err <= 10 * tolerance(n, dtype), f"n={n}, inf at {i}: error {err:.2e}"
 
 
 @pytest.mark.parametrize("device", DEVICES)

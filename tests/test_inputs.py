@@ -8,6 +8,7 @@ import pytest
 import vbatch
 from vbatch import InputError, PackedBatch, Runtime
 from vbatch.kernels.cpu import CpuBackend
+from conftest import DEVICES
 from vbatch.ops.generate import spd, spd_list
 
 
@@ -58,12 +59,27 @@ def test_long_error_lists_are_cut():
     ([1, 2], r"npiv must be an int or have one entry per problem \(3\)"),
     ([1, 9, 0], r"problem 1: npiv 9 outside \[0, n=4\]"),
     ([1, -1, 0], r"problem 1: npiv -1 outside"),
-    (-2, r"npiv must be >= 0, got -2"),
-    ([0.5, 1, 1], r"npiv must hold integers"),
+    (-2, r"problem 0: npiv -2 outside \[0, n=3\]"),
+    ([0.5, 1, 1], r"npiv must hold integers, got dtype float64"),
+    # One rule for a scalar and a list: a scalar is broadcast, then every entry is checked,
+    # never clamped (it was silently clamped to each n before).
+    (3, r"invalid batch: problem 2: npiv 3 outside \[0, n=2\]"),
+    (5, r"problem 0: npiv 5 outside \[0, n=3\]\n  problem 1: npiv 5 outside \[0, n=4\]"),
+    (1.0, r"npiv must hold integers, got float 1.0"),
+    (np.float64(2.0), r"npiv must hold integers, got float64 2.0"),
+    (True, r"npiv must be an int or one int per problem, got True"),
+    ([True, False, True], r"npiv must hold integers, got dtype bool"),
+    ("2", r"npiv must hold integers, got str '2'"),
 ])
 def test_bad_npiv(npiv, msg):
     with pytest.raises(InputError, match=msg):
         Runtime("cpu").cholesky([good(3), good(4), good(2)], npiv)
+
+
+@pytest.mark.parametrize("npiv", [2, np.int32(2), np.array(2), [2, 2, 2], np.array([2, 2, 2])])
+def test_npiv_scalar_forms_broadcast(npiv):
+    res = Runtime("cpu").cholesky([good(3), good(4), good(2)], npiv).result()
+    assert res.plan.npiv.tolist() == [2, 2, 2] and res.ok
 
 
 def _buf(n=40):
@@ -146,3 +162,48 @@ def test_overwrite_factors_in_place():
     res = Runtime("cpu", nb=8).cholesky(packed, overwrite=True).result()
     assert res.factors is packed
     assert all(np.allclose(packed.matrix(i), r) for i, r in enumerate(ref))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_overwrite_of_a_read_only_array_is_refused_at_submit(device, monkeypatch):
+    """Named at submit, before any work (it used to fail in result(), after the work ran)."""
+    from vbatch.kernels import get_backend
+
+    touched = []
+    backend = type(get_backend(device))
+    monkeypatch.setattr(backend, "begin", lambda *a, **k: touched.append(a))
+    mats = [good(3), good(4), good(5)]
+    mats[1].flags.writeable = False
+    rt = Runtime(device)
+    with pytest.raises(InputError, match=r"problem 1: overwrite=True, but this array is "
+                                         r"read-only"):
+        rt.cholesky(mats, overwrite=True)
+    packed = vbatch.pack([good(3), good(4)])
+    packed.data.flags.writeable = False
+    for npiv in (None, [1, 2]):
+        with pytest.raises(InputError, match=r"overwrite=True, but the packed buffer is "
+                                             r"read-only"):
+            rt.cholesky(packed, npiv, overwrite=True)
+    assert not touched, "work started on invalid input"
+    # Read-only inputs are fine when nothing is written into them.
+    monkeypatch.undo()
+    assert rt.cholesky(mats).result().ok and rt.cholesky(packed).result().ok
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_problem_too_large_for_memory_is_refused_at_submit(device):
+    """n = 2^20 (8 TiB in float64) is named with the bytes it needs, before any allocation.
+    A broadcast array stands in for it: valid input, no memory behind it."""
+    rt = Runtime(device)
+    huge = np.broadcast_to(np.float64(1.0), (2**20, 2**20))
+    with pytest.raises(InputError, match=r"problem 1: n = 1048576 needs 8.0 TiB "
+                                         r"\(1048576\^2 x 8 bytes\), more than the .* of "
+                                         r"(host|GPU) memory"):
+        rt.cholesky([good(3), huge])
+    # Each fits, all together do not: a batch-wide error naming what it needs and what is free.
+    total = rt.backend.memory_total()
+    n = int(np.sqrt(total / 2 / 8))
+    big = np.broadcast_to(np.float64(1.0), (n, n))
+    with pytest.raises(InputError, match=r"the batch needs .* of (host|GPU) memory to run .* "
+                                         r"but only .* is free"):
+        rt.cholesky([big, big, big])

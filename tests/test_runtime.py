@@ -12,6 +12,7 @@ import vbatch
 from vbatch import DependencyError, Runtime
 from vbatch.kernels.cpu import CpuBackend
 from vbatch.ops.generate import spd_list
+from conftest import DEVICES
 from vbatch.runtime.device import cuda_status
 
 
@@ -135,3 +136,84 @@ def test_plan_is_inspectable_before_running():
     plan = rt.plan(batch())
     assert plan.policy == "ssde" and plan.nb == 16 and not np.any(plan.start)
     assert "ssde plan, nb=16" in plan.table()
+
+
+def _device_list(mats, device):
+    if device == "cuda":
+        import cupy
+
+        return [cupy.asarray(m) for m in mats]
+    return mats
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_chain_after_a_failed_future_raises_dependency_error(device, monkeypatch):
+    """f1 fails in building its result (after its work was enqueued); f2 ordered after it and
+    f3 after f2 raise DependencyError on every backend. On CUDA, f2's device input used to be
+    ordered on the device only, so it ran and returned as if nothing had failed."""
+    from vbatch.kernels import get_backend
+
+    backend = type(get_backend(device))
+    real = backend.export
+    calls = {"n": 0}
+
+    def failing_once(self, work, kind):
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise RuntimeError("lost the result")
+        return real(self, work, kind)
+
+    monkeypatch.setattr(backend, "export", failing_once)
+    rt = Runtime(device)
+    f1 = rt.cholesky(batch(1))  # a host list: its result is exported to the host
+    f2 = rt.cholesky(_device_list(batch(2), device), after=[f1])
+    f3 = rt.cholesky(_device_list(batch(3), device), after=f2)
+    with pytest.raises(DependencyError, match=r"after\[0\] failed: DependencyError"):
+        f3.result()
+    with pytest.raises(DependencyError, match=r"after\[0\] failed: RuntimeError\('lost the "
+                                              r"result'\)"):
+        f2.result()
+    with pytest.raises(RuntimeError, match="lost the result"):
+        f1.result()
+    f4 = rt.cholesky(_device_list(batch(4), device), after=[f3])  # known failed at submit
+    with pytest.raises(DependencyError):
+        f4.result()
+    assert rt.cholesky(batch(5)).result().ok  # the runtime itself is fine
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_an_exception_mid_call_leaves_the_batch_usable(device, monkeypatch):
+    """A call that raises between its first and last backend step must not leave anything
+    held: the next call on the same packed batch runs (it deadlocked on CUDA, whose batch lock
+    was taken in begin and released in end)."""
+    from vbatch.kernels import get_backend
+
+    backend = type(get_backend(device))
+    real = backend.launch
+    calls = {"n": 0}
+
+    def failing_once(self, ex, lc):
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise RuntimeError("launch failed")
+        return real(self, ex, lc)
+
+    packed = vbatch.pack(batch(6))
+    if device == "cuda":
+        import cupy
+
+        packed = packed.with_data(cupy.asarray(packed.data))
+    rt = Runtime(device)
+    monkeypatch.setattr(backend, "launch", failing_once)
+    with pytest.raises(RuntimeError, match="launch failed"):
+        rt.cholesky(packed).result()
+    out = {}
+    t = threading.Thread(target=lambda: out.setdefault("res", rt.cholesky(packed).result()))
+    t.start()
+    t.join(timeout=60)
+    assert not t.is_alive(), "the second call on the batch hung"
+    res = out["res"]
+    assert res.ok
+    host = res.factors.with_data(res.factors.data.get()) if device == "cuda" else res.factors
+    for i, a in enumerate(batch(6)):
+        assert np.allclose(host.matrix(i), np.linalg.cholesky(a))
