@@ -7,8 +7,15 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import re
+import shutil
+import subprocess
 import sys
+import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import numpy as np
 
@@ -17,9 +24,19 @@ import numpy as np
 # measured worst cases on the demo's matrices are 0.1-0.3 n eps, so 2 leaves room for other
 # summation orders (GPU kernels) without hiding a real error, which is O(1) or NaN.
 RESIDUAL_C = 2.0
+NVCC_ARCHS = ("sm_80", "sm_90")  # Ampere and Hopper: what CI's compile check builds
+
+
+def _arch(text: str) -> str:
+    # -cubin needs a real architecture; a virtual one (compute_90) or "native" makes nvcc fail
+    # after a minute of work instead of here.
+    if not re.fullmatch(r"sm_\d+[af]?", text):
+        raise argparse.ArgumentTypeError(f"expected a GPU architecture such as sm_90, got {text!r}")
+    return text
 
 
 def _parser() -> argparse.ArgumentParser:
+    from vbatch.kernels.potrf_select import DTYPES, NB_SUPPORTED, ORDERS
     from vbatch.ops.generate import DISTRIBUTIONS
 
     ap = argparse.ArgumentParser(prog="python -m vbatch", description=__doc__.splitlines()[0])
@@ -45,23 +62,80 @@ def _parser() -> argparse.ArgumentParser:
     plan = sub.add_parser("plan", help="print the launch plan for a generated batch of sizes")
     common(plan)
     plan.add_argument("--limit", type=int, default=60, help="launches to print (60)")
-    comp = sub.add_parser("compile", help="compile the CUDA kernels ahead of use (fills CuPy's "
-                                          "kernel cache, in parallel)")
-    comp.add_argument("--dtype", nargs="+", default=["float64", "float32"])
-    comp.add_argument("--nb", type=int, nargs="+", default=[32])
-    comp.add_argument("--order", nargs="+", default=["F", "C"], choices=["F", "C"])
-    comp.add_argument("--jobs", type=int, default=8)
+    comp = sub.add_parser(
+        "compile", help="compile the CUDA kernels ahead of use",
+        description="Compile every CUDA kernel instantiation a plan with these parameters can "
+                    "launch (by default all: both dtypes, every supported nb, both orders). "
+                    "Without --nvcc: through CuPy/NVRTC into CuPy's on-disk kernel cache, in "
+                    "parallel processes (needs cupy and a GPU). With --nvcc: generate one "
+                    "translation unit per dtype and compile it to cubins with nvcc (needs no "
+                    "cupy or GPU; CI's compile check).",
+    )
+    comp.add_argument("--dtype", nargs="+", choices=DTYPES, default=list(DTYPES))
+    comp.add_argument("--nb", type=int, nargs="+", choices=NB_SUPPORTED,
+                      default=list(NB_SUPPORTED), metavar="NB",
+                      help=f"panel widths, from {', '.join(map(str, NB_SUPPORTED))} (all)")
+    comp.add_argument("--order", nargs="+", choices=ORDERS, default=list(ORDERS))
+    comp.add_argument("--jobs", type=int, default=8,
+                      help="compiler processes in parallel (8)")
+    comp.add_argument("--nvcc", action="store_true",
+                      help="compile with nvcc to cubins instead of through CuPy/NVRTC")
+    comp.add_argument("--arch", type=_arch, nargs="+", default=None,
+                      help=f"with --nvcc: GPU architectures ({' '.join(NVCC_ARCHS)})")
+    comp.add_argument("--out", default=None, metavar="DIR",
+                      help="with --nvcc: keep the generated .cu files and cubins in DIR "
+                           "(default: a temporary folder, removed afterwards)")
     return ap
 
 
 def cmd_compile(args) -> int:
+    if args.nvcc:
+        return _compile_nvcc(args)
     from vbatch.kernels.cuda import kernel_names, precompile
 
     names = kernel_names(args.dtype, args.nb, args.order)
-    names += [f"vb::spd_fill<{t}>" for t in ("double", "float")]
     t0 = time.perf_counter()
     precompile(names, jobs=args.jobs)
     print(f"compiled {len(names)} kernels in {time.perf_counter() - t0:.1f} s")
+    return 0
+
+
+def _compile_nvcc(args) -> int:
+    from vbatch.kernels import potrf_select as sel
+
+    nvcc = shutil.which("nvcc")
+    kdir = Path(sel.__file__).parent
+    # One translation unit per dtype: independent nvcc processes, so --jobs > 1 shortens the
+    # wall time (one unit of everything takes ~55 s per architecture on one core).
+    units = {dt: sel.kernel_names([dt], args.nb, args.order) for dt in args.dtype}
+    total = sum(len(v) for v in units.values())
+    t0 = time.perf_counter()
+    keep = contextlib.nullcontext(args.out) if args.out else None
+    with keep or tempfile.TemporaryDirectory(prefix="vbatch-nvcc-") as where:
+        out = Path(where)
+        cmds = []
+        for dt, names in units.items():
+            cu = out / f"vbatch_{dt}.cu"
+            cu.write_text(sel.instantiation_source(names))
+            cmds += [[nvcc, "-std=c++17", f"-arch={arch}", "-cubin", f"-I{kdir}",
+                      "-o", str(out / f"vbatch_{dt}.{arch}.cubin"), str(cu)]
+                     for arch in args.arch]
+        with ThreadPoolExecutor(args.jobs) as pool:
+            runs = list(pool.map(lambda c: subprocess.run(c, capture_output=True, text=True),
+                                 cmds))
+    failed = 0
+    for cmd, r in zip(cmds, runs):
+        if r.returncode or r.stdout or r.stderr:  # warnings too: CI's log should show them
+            print(" ".join(cmd), file=sys.stderr)
+            sys.stderr.write(r.stdout + r.stderr)
+        failed += r.returncode != 0
+    secs = time.perf_counter() - t0
+    if failed:
+        print(f"nvcc failed in {failed} of {len(cmds)} runs ({secs:.1f} s)", file=sys.stderr)
+        return 1
+    kept = f", kept in {args.out}" if args.out else ""
+    print(f"compiled {total} kernels for {' '.join(args.arch)} with nvcc in {secs:.1f} s "
+          f"({len(cmds)} nvcc runs{kept})")
     return 0
 
 
@@ -160,8 +234,26 @@ def cmd_demo(args) -> int:
     return 0 if ok else 1
 
 
+def _check_compile(ap: argparse.ArgumentParser, args) -> None:
+    """Refuse a compile whose tools are missing, before any work."""
+    if args.nvcc:
+        if shutil.which("nvcc") is None:
+            ap.error("--nvcc: nvcc is not on PATH")
+        args.arch = args.arch or list(NVCC_ARCHS)
+        if args.out:
+            try:
+                Path(args.out).mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                ap.error(f"argument --out: cannot make folder {args.out!r}: {exc.strerror or exc}")
+    elif args.arch or args.out:
+        ap.error("--arch and --out apply only with --nvcc")
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    ap = _parser()
+    args = ap.parse_args(argv)
+    if args.cmd == "compile":
+        _check_compile(ap, args)
     return {"demo": cmd_demo, "plan": cmd_plan, "compile": cmd_compile}[args.cmd](args)
 
 
