@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import math
 import os
 import threading
 from collections import deque
@@ -38,17 +37,20 @@ import numpy as np
 from cupy_backends.cuda.api import driver
 
 from vbatch.kernels.backend import Backend, Completion, PlanDefaults
+from vbatch.kernels.potrf_select import (
+    FUSED_ROWS_MAX,
+    NB_SUPPORTED,
+    copy_name,
+    select,
+    source_of,
+    spd_fill_name,
+)
+from vbatch.kernels.potrf_select import kernel_names  # noqa: F401 - callers import it from here
 from vbatch.ops.batch import MatrixList, PackedBatch, array_kind, pack
 from vbatch.ops.errors import InputError
 from vbatch.scheduler.plan import Launch, Plan
 
 HERE = Path(__file__).parent
-NB_SUPPORTED = (8, 16, 32)  # POTF2 keeps one row of the diagonal block per lane: nb <= 32
-KB = 16  # K-chunk of gemm_nt in potrf.cu
-TRSM_RT = 128  # rows per trsm block (trsm_step)
-SCHUR_TS = 64  # Schur complement tile (schur_step)
-MAX_GRID_Y = 65535
-_CTYPE = {np.dtype(np.float64): "double", np.dtype(np.float32): "float"}
 
 
 @functools.cache
@@ -66,27 +68,8 @@ def _kernel(expr: str, source: str = "potrf.cu"):
     return mod.get_function(expr)
 
 
-def kernel_names(dtypes=("float64", "float32"), nbs=(32,), orders=("F", "C")) -> list[str]:
-    """Every instantiation a plan with these parameters may launch."""
-    out = []
-    for dt in dtypes:
-        T = _CTYPE[np.dtype(dt)]
-        for order in orders:
-            R = "true" if order == "C" else "false"
-            for nb in nbs:
-                out += [f"vb::fused_step<{T},{nb},{nt},{R}>" for nt in (32, 64, 128, 256)]
-                out += [f"vb::update_step<{T},{nb},{rc},{R}>" for rc in (32, 64, 128)]
-                if T == "double":
-                    out += [f"vb::update_mma<{nb},{rc},{R}>" for rc in (32, 64, 128)]
-                out += [f"vb::{k}_step<{T},{nb},{R}>" for k in ("potf2", "trsm")]
-            out.append(f"vb::schur_step<{T},{R}>")
-        out.append(f"vb::copy_matrices<{T}>")
-    return out
-
-
 def _compile_one(expr: str) -> str:
-    source = "generate.cu" if expr.startswith("vb::spd_fill") else "potrf.cu"
-    _kernel(expr, source)
+    _kernel(expr, source_of(expr))
     return expr
 
 
@@ -103,39 +86,13 @@ def precompile(names: list[str], jobs: int = 8) -> None:
 
 def spd_fill(batch: PackedBatch, seed: int) -> PackedBatch:
     """Fill a device batch with diagonally dominant SPD matrices in one launch (generate.cu)."""
-    kern = _kernel(f"vb::spd_fill<{_CTYPE[batch.dtype]}>", "generate.cu")
+    kern = _kernel(spd_fill_name(batch.dtype), "generate.cu")
     k = batch.k
     if k:
         kern((k,), (32, 8), (batch.data, cupy.asarray(batch.offset), cupy.asarray(batch.ld),
                              cupy.asarray(batch.n.astype(np.int32)), np.int32(k),
                              np.int32(batch.order == "C"), np.uint64(seed)))
     return batch
-
-
-def _update_rc(rows: int) -> int:
-    """Rows per update tile: the smallest of 32, 64, 128 that holds the tallest panel
-    (threads = 2 * RC), so short panels get small blocks and many per SM."""
-    return 32 if rows <= 32 else 64 if rows <= 64 else 128
-
-
-def _gemm_smem(rc: int, cc: int) -> int:
-    return 2 * (rc + cc) * (KB + 1)
-
-
-def _mma_smem(rc: int, nb: int, row: bool) -> int:
-    """Elements of update_mma's double-buffered tiles (paddings as in potrf.cu)."""
-    sa = rc * (KB + 4) if row else KB * (rc + 8)
-    sb = nb * (KB + 4) if row else KB * (nb + 8)
-    return 2 * (sa + sb)
-
-
-# The fused kernel runs one thread per panel row, so the tallest panel it takes is the largest
-# block it is compiled for.
-FUSED_ROWS_MAX = 256
-
-
-def _fused_threads(rows: int) -> int:
-    return 32 * max(1, math.ceil(rows / 32))
 
 
 class _Params(ctypes.Structure):
@@ -332,7 +289,7 @@ class CudaBackend(Backend):
         d_off = cupy.asarray(np.asarray(offset, dtype=np.int64))
         d_ld = cupy.asarray(np.asarray(ld, dtype=np.int64))
         d_n = cupy.asarray(np.asarray(n, dtype=np.int32))
-        kern = _kernel(f"vb::copy_matrices<{_CTYPE[np.dtype(data.dtype)]}>")
+        kern = _kernel(copy_name(data.dtype))
         kern((k,), (32, 8), (d_addr[0], d_addr[1], d_addr[2], data, d_off, d_ld, d_n, np.int32(k),
                              np.int32(order == "C"), np.int32(to_packed)))
 
@@ -406,54 +363,17 @@ class CudaBackend(Backend):
         return graph
 
     def _record(self, lc: Launch, plan: Plan, dtype: np.dtype, order: str, K: int) -> _Record:
-        T = _CTYPE[np.dtype(dtype)]
-        R = "true" if order == "C" else "false"
-        nb = plan.nb
-        isz = np.dtype(dtype).itemsize
-        # Every step kernel takes (tbl, meta, imeta, K, lo, hi, step, extra): five scalars,
-        # extra = 0 where a kernel has no use for it (cuLaunchKernel reads exactly as many
-        # parameter pointers as the kernel has, so a short list reads past the array).
-        head = (np.int32(K), np.int32(lc.lo), np.int32(lc.hi), np.int32(lc.step))
-        none = (np.int32(0),)
-        rows = lc.rows[1]
-        if lc.kind == "fused":
-            nt = _fused_threads(rows)
-            kern = _kernel(f"vb::fused_step<{T},{nb},{nt},{R}>")
-            grid, block, smem = (lc.count,), (nt,), 0
-            scalars = head + none
-        elif lc.kind == "update":
-            rc = _update_rc(rows)
-            zero_tiles = math.ceil(lc.cols[1] / rc)
-            grid = (lc.count, zero_tiles + math.ceil(rows / rc))
-            if T == "double" and self.fp64_update == "mma":  # no FP32 MMA without TF32
-                kern = _kernel(f"vb::update_mma<{nb},{rc},{R}>")
-                block, smem = (rc,), _mma_smem(rc, nb, order == "C") * isz
-            else:
-                kern = _kernel(f"vb::update_step<{T},{nb},{rc},{R}>")
-                block, smem = (2 * rc,), _gemm_smem(rc, nb) * isz
-            scalars = head + (np.int32(zero_tiles),)
-        elif lc.kind == "potf2":
-            kern = _kernel(f"vb::potf2_step<{T},{nb},{R}>")
-            grid, block, smem, scalars = (lc.count,), (32,), 0, head + none
-        elif lc.kind == "trsm":
-            kern = _kernel(f"vb::trsm_step<{T},{nb},{R}>")
-            grid, block, smem = (lc.count, max(1, math.ceil(rows / TRSM_RT))), (TRSM_RT,), 0
-            scalars = head + none
-        elif lc.kind == "schur":
-            kern = _kernel(f"vb::schur_step<{T},{R}>")
-            t = math.ceil(rows / SCHUR_TS)
-            grid, block = (lc.count, t * (t + 1) // 2), (256,)
-            smem, scalars = _gemm_smem(SCHUR_TS, SCHUR_TS) * isz, head + none
-        else:
-            raise ValueError(f"cuda backend: unknown launch kind {lc.kind!r}")
-        if len(grid) > 1 and grid[1] > MAX_GRID_Y:
-            raise InputError([(None, f"launch {lc.index} ({lc.kind}) needs {grid[1]} row tiles, "
-                                     f"more than the grid allows ({MAX_GRID_Y})")])
-        if smem > 48 * 1024 and kern.max_dynamic_shared_size_bytes < smem:
-            kern.max_dynamic_shared_size_bytes = smem
-        grid3 = tuple(grid) + (1,) * (3 - len(grid))
-        block3 = tuple(block) + (1,) * (3 - len(block))
-        return _Record(kern, kern.kernel.ptr, grid3, block3, smem, lc.stream), scalars
+        sel = select(lc, plan.nb, dtype, order, self.fp64_update)
+        kern = _kernel(sel.name, sel.source)
+        # Every step kernel takes (tbl, meta, imeta, K, lo, hi, step, extra): five scalars
+        # (cuLaunchKernel reads exactly as many parameter pointers as the kernel has, so a short
+        # list reads past the array).
+        scalars = (K, lc.lo, lc.hi, lc.step, sel.extra)
+        if sel.smem > 48 * 1024 and kern.max_dynamic_shared_size_bytes < sel.smem:
+            kern.max_dynamic_shared_size_bytes = sel.smem
+        grid3 = sel.grid + (1,) * (3 - len(sel.grid))
+        block3 = sel.block + (1,) * (3 - len(sel.block))
+        return _Record(kern, kern.kernel.ptr, grid3, block3, sel.smem, lc.stream), scalars
 
     def begin(self, src: PackedBatch, dst: PackedBatch, plan: Plan, after: list) -> _Exec:
         prep = self._prepare(src, plan)

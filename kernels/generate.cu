@@ -40,10 +40,3 @@ spd_fill(T* data, const long long* off, const long long* ld, const int* n, int k
 }
 
 }  // namespace vb
-
-#ifndef __CUDACC_RTC__
-template __global__ void vb::spd_fill<float>(float*, const long long*, const long long*, const int*,
-                                             int, int, unsigned long long);
-template __global__ void vb::spd_fill<double>(double*, const long long*, const long long*,
-                                              const int*, int, int, unsigned long long);
-#endif

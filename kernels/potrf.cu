@@ -19,8 +19,8 @@
 // Layout is a template flag: ROW=false is column-major (element (r, c) at r + c * ld), ROW=true
 // row-major (r * ld + c). Offsets and ld are 64-bit: a batch may pass 2^31 elements.
 //
-// Templates are instantiated by name through NVRTC (cupy.RawModule name_expressions); when this
-// file is compiled by nvcc (CI's compile check) the explicit instantiations at the end are used.
+// Templates are instantiated by name through NVRTC (cupy.RawModule name_expressions); for nvcc
+// (CI's compile check), potrf_select.py generates a file that instantiates the same names.
 
 namespace vb {
 
@@ -645,33 +645,3 @@ copy_matrices(const long long* ptrs, const long long* rs, const long long* cs, T
 }
 
 }  // namespace vb
-
-#ifndef __CUDACC_RTC__
-// nvcc (CI's compile check): instantiate everything NVRTC would, so the check covers it all.
-#define VB_ARGS const unsigned long long*, const long long*, const int*, int, int, int, int, int
-#define VB_STEP(T, NB, ROW)                                              \
-  template __global__ void vb::fused_step<T, NB, 32, ROW>(VB_ARGS);      \
-  template __global__ void vb::fused_step<T, NB, 64, ROW>(VB_ARGS);      \
-  template __global__ void vb::fused_step<T, NB, 128, ROW>(VB_ARGS);     \
-  template __global__ void vb::fused_step<T, NB, 256, ROW>(VB_ARGS);     \
-  template __global__ void vb::update_step<T, NB, 32, ROW>(VB_ARGS);     \
-  template __global__ void vb::update_step<T, NB, 64, ROW>(VB_ARGS);     \
-  template __global__ void vb::update_step<T, NB, 128, ROW>(VB_ARGS);    \
-  template __global__ void vb::potf2_step<T, NB, ROW>(VB_ARGS);          \
-  template __global__ void vb::trsm_step<T, NB, ROW>(VB_ARGS);
-#define VB_ALL(T)                                                        \
-  VB_STEP(T, 8, false) VB_STEP(T, 8, true) VB_STEP(T, 16, false)         \
-  VB_STEP(T, 16, true) VB_STEP(T, 32, false) VB_STEP(T, 32, true)        \
-  template __global__ void vb::schur_step<T, false>(VB_ARGS);            \
-  template __global__ void vb::schur_step<T, true>(VB_ARGS);             \
-  template __global__ void vb::copy_matrices<T>(const long long*, const long long*, const long long*, \
-                                                T*, const long long*, const long long*, const int*, \
-                                                int, int, int);
-VB_ALL(float)
-VB_ALL(double)
-#define VB_MMA(NB, ROW)                                                  \
-  template __global__ void vb::update_mma<NB, 32, ROW>(VB_ARGS);         \
-  template __global__ void vb::update_mma<NB, 64, ROW>(VB_ARGS);         \
-  template __global__ void vb::update_mma<NB, 128, ROW>(VB_ARGS);
-VB_MMA(8, false) VB_MMA(8, true) VB_MMA(16, false) VB_MMA(16, true) VB_MMA(32, false) VB_MMA(32, true)
-#endif

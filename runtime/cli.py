@@ -1,14 +1,23 @@
-"""``python -m vbatch``: ``demo`` factors a generated batch and checks it; ``plan`` prints a plan.
+"""The ``vbatch`` command (also ``python -m vbatch``): ``demo`` factors a generated batch and
+checks it, ``plan`` prints its launch plan, ``compile`` builds the CUDA kernels ahead of use.
 
 ``demo`` exits 0 when every factor is within tolerance, 1 when any matrix failed (non-zero
-``info``, a residual over tolerance, or NaN), 2 on bad arguments.
+``info``, a residual over tolerance, or NaN). Every command exits 2, with one line on stderr, on
+bad arguments or when the device or compiler it needs is missing.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import re
+import shutil
+import subprocess
 import sys
+import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import numpy as np
 
@@ -17,59 +26,172 @@ import numpy as np
 # measured worst cases on the demo's matrices are 0.1-0.3 n eps, so 2 leaves room for other
 # summation orders (GPU kernels) without hiding a real error, which is O(1) or NaN.
 RESIDUAL_C = 2.0
+NVCC_ARCHS = ("sm_80", "sm_90")  # Ampere and Hopper: what CI's compile check builds
 
 
-def _parser() -> argparse.ArgumentParser:
+class _Parser(argparse.ArgumentParser):
+    """argparse whose errors are one line on stderr, ``prog: error: message``, exit status 2:
+    the usage block argparse prints first would bury the line that says what is wrong."""
+
+    def error(self, message: str):
+        lines = [line.strip() for line in str(message).splitlines() if line.strip()]
+        text = " ".join(lines[:1] + ["; ".join(lines[1:])]) if len(lines) > 1 else "".join(lines)
+        self.exit(2, f"{self.prog}: error: {text}\n")
+
+
+def _int_at_least(lo: int):
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if value < lo:
+            raise argparse.ArgumentTypeError(f"must be >= {lo}, got {value}")
+        return value
+
+    return parse
+
+
+def _arch(text: str) -> str:
+    # -cubin needs a real architecture; a virtual one (compute_90) or "native" makes nvcc fail
+    # after a minute of work instead of here.
+    if not re.fullmatch(r"sm_\d+[af]?", text):
+        raise argparse.ArgumentTypeError(f"expected a GPU architecture such as sm_90, got {text!r}")
+    return text
+
+
+def _parser(prog: str) -> argparse.ArgumentParser:
+    from vbatch.kernels.potrf_select import DTYPES, NB_SUPPORTED, ORDERS
     from vbatch.ops.generate import DISTRIBUTIONS
 
-    ap = argparse.ArgumentParser(prog="python -m vbatch", description=__doc__.splitlines()[0])
-    sub = ap.add_subparsers(dest="cmd", required=True)
+    ap = _Parser(
+        prog=prog,
+        description="Variable-size batched Cholesky: factor a generated batch and check it "
+                    "(demo), print its launch plan (plan), or compile the CUDA kernels ahead of "
+                    "use (compile).",
+        epilog="Exit status: 0 ok; 1 a factor failed (demo) or nvcc failed (compile); 2 bad "
+               "arguments, or the device or compiler a command needs is missing.",
+    )
+    sub = ap.add_subparsers(dest="cmd", required=True, metavar="{demo,plan,compile}")
 
     def common(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--count", type=int, default=2000, help="matrices in the batch (2000)")
-        p.add_argument("--nmax", type=int, default=128, help="largest size (128)")
+        p.add_argument("--count", type=_int_at_least(0), default=2000,
+                       help="matrices in the batch (2000)")
+        p.add_argument("--nmax", type=_int_at_least(1), default=128, help="largest size (128)")
         p.add_argument("--dist", choices=DISTRIBUTIONS, default="uniform", help="size distribution")
-        p.add_argument("--dtype", choices=("float64", "float32"), default="float64")
-        p.add_argument("--seed", type=int, default=0)
+        p.add_argument("--dtype", choices=DTYPES, default="float64")
+        p.add_argument("--seed", type=_int_at_least(0), default=0)
         p.add_argument("--policy", choices=("dsse", "ssde"), default="dsse")
-        p.add_argument("--nb", type=int, default=None, help="panel width (backend default)")
+        # The upper bound depends on the backend (cuda: 8, 16 or 32); the runtime checks it.
+        p.add_argument("--nb", type=_int_at_least(1), default=None,
+                       help="panel width (backend default)")
         p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
 
-    demo = sub.add_parser("demo", help="factor a generated batch, check every factor, report")
-    common(demo)
-    demo.add_argument("--repeat", type=int, default=3, help="timed runs after a warm-up (3)")
-    demo.add_argument(
-        "--nonspd", type=int, default=0,
-        help="make this many matrices indefinite, to show per-matrix info (the demo then fails)",
+    demo = sub.add_parser(
+        "demo", help="factor a generated batch, check every factor, report",
+        description="Factor a generated batch of SPD matrices, check every factor's residual, "
+                    "report time and rate. Exits 0 when every factor is within tolerance, 1 when "
+                    "any failed (non-zero info, residual over tolerance, NaN), 2 on bad "
+                    "arguments.",
     )
-    plan = sub.add_parser("plan", help="print the launch plan for a generated batch of sizes")
+    common(demo)
+    demo.add_argument("--repeat", type=_int_at_least(1), default=3,
+                      help="timed runs after a warm-up (3)")
+    demo.add_argument(
+        "--nonspd", type=_int_at_least(0), default=0,
+        help="make this many matrices (at most --count) indefinite, to show per-matrix info "
+             "(the demo then fails)",
+    )
+    plan = sub.add_parser(
+        "plan", help="print the launch plan for a generated batch of sizes",
+        description="Print the launch plan the runtime would execute for a generated batch of "
+                    "sizes, one line per launch.",
+    )
     common(plan)
-    plan.add_argument("--limit", type=int, default=60, help="launches to print (60)")
-    comp = sub.add_parser("compile", help="compile the CUDA kernels ahead of use (fills CuPy's "
-                                          "kernel cache, in parallel)")
-    comp.add_argument("--dtype", nargs="+", default=["float64", "float32"])
-    comp.add_argument("--nb", type=int, nargs="+", default=[32])
-    comp.add_argument("--order", nargs="+", default=["F", "C"], choices=["F", "C"])
-    comp.add_argument("--jobs", type=int, default=8)
+    plan.add_argument("--limit", type=_int_at_least(0), default=60,
+                      help="launches to print (60)")
+    comp = sub.add_parser(
+        "compile", help="compile the CUDA kernels ahead of use",
+        description="Compile every CUDA kernel instantiation a plan with these parameters can "
+                    "launch (by default all: both dtypes, every supported nb, both orders). "
+                    "Without --nvcc: through CuPy/NVRTC into CuPy's on-disk kernel cache, in "
+                    "parallel processes (needs cupy and a GPU). With --nvcc: generate one "
+                    "translation unit per dtype and compile it to cubins with nvcc (needs no "
+                    "cupy or GPU; CI's compile check).",
+    )
+    comp.add_argument("--dtype", nargs="+", choices=DTYPES, default=list(DTYPES))
+    comp.add_argument("--nb", type=int, nargs="+", choices=NB_SUPPORTED,
+                      default=list(NB_SUPPORTED), metavar="NB",
+                      help=f"panel widths, from {', '.join(map(str, NB_SUPPORTED))} (all)")
+    comp.add_argument("--order", nargs="+", choices=ORDERS, default=list(ORDERS))
+    comp.add_argument("--jobs", type=_int_at_least(1), default=8,
+                      help="compiler processes in parallel (8)")
+    comp.add_argument("--nvcc", action="store_true",
+                      help="compile with nvcc to cubins instead of through CuPy/NVRTC")
+    comp.add_argument("--arch", type=_arch, nargs="+", default=None,
+                      help=f"with --nvcc: GPU architectures ({' '.join(NVCC_ARCHS)})")
+    comp.add_argument("--out", default=None, metavar="DIR",
+                      help="with --nvcc: keep the generated .cu files and cubins in DIR "
+                           "(default: a temporary folder, removed afterwards)")
+    for p in (demo, plan, comp):
+        p.set_defaults(parser=p)  # errors found after parsing name the subcommand too
     return ap
 
 
 def cmd_compile(args) -> int:
+    if args.nvcc:
+        return _compile_nvcc(args)
     from vbatch.kernels.cuda import kernel_names, precompile
 
     names = kernel_names(args.dtype, args.nb, args.order)
-    names += [f"vb::spd_fill<{t}>" for t in ("double", "float")]
     t0 = time.perf_counter()
     precompile(names, jobs=args.jobs)
     print(f"compiled {len(names)} kernels in {time.perf_counter() - t0:.1f} s")
     return 0
 
 
+def _compile_nvcc(args) -> int:
+    from vbatch.kernels import potrf_select as sel
+
+    nvcc = shutil.which("nvcc")
+    kdir = Path(sel.__file__).parent
+    # One translation unit per dtype: independent nvcc processes, so --jobs > 1 shortens the
+    # wall time (one unit of everything takes ~55 s per architecture on one core).
+    units = {dt: sel.kernel_names([dt], args.nb, args.order) for dt in args.dtype}
+    total = sum(len(v) for v in units.values())
+    t0 = time.perf_counter()
+    keep = contextlib.nullcontext(args.out) if args.out else None
+    with keep or tempfile.TemporaryDirectory(prefix="vbatch-nvcc-") as where:
+        out = Path(where)
+        cmds = []
+        for dt, names in units.items():
+            cu = out / f"vbatch_{dt}.cu"
+            cu.write_text(sel.instantiation_source(names))
+            cmds += [[nvcc, "-std=c++17", f"-arch={arch}", "-cubin", f"-I{kdir}",
+                      "-o", str(out / f"vbatch_{dt}.{arch}.cubin"), str(cu)]
+                     for arch in args.arch]
+        with ThreadPoolExecutor(args.jobs) as pool:
+            runs = list(pool.map(lambda c: subprocess.run(c, capture_output=True, text=True),
+                                 cmds))
+    failed = 0
+    for cmd, r in zip(cmds, runs):
+        if r.returncode or r.stdout or r.stderr:  # warnings too: CI's log should show them
+            print(" ".join(cmd), file=sys.stderr)
+            sys.stderr.write(r.stdout + r.stderr)
+        failed += r.returncode != 0
+    secs = time.perf_counter() - t0
+    if failed:
+        print(f"nvcc failed in {failed} of {len(cmds)} runs ({secs:.1f} s)", file=sys.stderr)
+        return 1
+    kept = f", kept in {args.out}" if args.out else ""
+    print(f"compiled {total} kernels for {' '.join(args.arch)} with nvcc in {secs:.1f} s "
+          f"({len(cmds)} nvcc runs{kept})")
+    return 0
+
+
 def _sizes(args):
     from vbatch.ops.generate import sizes
 
-    if args.count < 0 or args.nmax < 1:
-        raise SystemExit(f"--count must be >= 0 and --nmax >= 1 (got {args.count}, {args.nmax})")
     rng = np.random.default_rng(args.seed)
     return sizes(args.dist, args.count, args.nmax, rng), rng
 
@@ -80,12 +202,13 @@ def _runtime(args):
     opts = {"policy": args.policy}
     if args.nb is not None:
         opts["nb"] = args.nb
-    return Runtime(args.device, **opts)
+    rt = Runtime(args.device, **opts)
+    rt.plan_options(args.dtype)  # the backend checks nb here: fail before generating a batch
+    return rt
 
 
-def cmd_plan(args) -> int:
+def cmd_plan(args, rt) -> int:
     ns, _ = _sizes(args)
-    rt = _runtime(args)
     from vbatch.ops.batch import PackedBatch
 
     empty = PackedBatch.from_buffer(np.zeros(int((np.maximum(ns, 1) * ns).sum()), args.dtype), ns)
@@ -93,12 +216,11 @@ def cmd_plan(args) -> int:
     return 0
 
 
-def cmd_demo(args) -> int:
+def cmd_demo(args, rt) -> int:
     from vbatch.ops.cholesky import cholesky_flops, residual
     from vbatch.ops.generate import make_indefinite, spd_packed
 
     ns, rng = _sizes(args)
-    rt = _runtime(args)
     dtype = np.dtype(args.dtype)
     batch = spd_packed(ns, dtype, rng, order="F")
     expect_bad: dict[int, int] = {}
@@ -115,7 +237,7 @@ def cmd_demo(args) -> int:
 
     res = rt.cholesky(batch).result()  # warm-up: compiles kernels, caches the plan
     times = []
-    for _ in range(max(1, args.repeat)):
+    for _ in range(args.repeat):
         t0 = time.perf_counter()
         res = rt.cholesky(batch).result()
         times.append(time.perf_counter() - t0)
@@ -160,9 +282,48 @@ def cmd_demo(args) -> int:
     return 0 if ok else 1
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
-    return {"demo": cmd_demo, "plan": cmd_plan, "compile": cmd_compile}[args.cmd](args)
+def _check_compile(args) -> None:
+    """Refuse a compile whose tools are missing, before any work."""
+    if args.nvcc:
+        if shutil.which("nvcc") is None:
+            args.parser.error("--nvcc: nvcc is not on PATH")
+        args.arch = args.arch or list(NVCC_ARCHS)
+        if args.out:
+            try:
+                Path(args.out).mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                args.parser.error(f"argument --out: cannot make folder {args.out!r}: "
+                                  f"{exc.strerror or exc}")
+        return
+    if args.arch or args.out:
+        args.parser.error("--arch and --out apply only with --nvcc")
+    from vbatch.runtime.device import cuda_status
+
+    usable, why = cuda_status()
+    if not usable:
+        args.parser.error(f"compiling through CuPy/NVRTC needs a usable GPU, but {why}; "
+                          f"--nvcc compiles with nvcc instead")
+
+
+def main(argv: list[str] | None = None, prog: str = "vbatch") -> int:
+    """Run the command line ``argv`` (default ``sys.argv[1:]``). ``prog`` is the name that usage
+    and errors show: ``vbatch`` for the console script, ``python -m vbatch`` from __main__."""
+    from vbatch.ops.errors import InputError
+
+    args = _parser(prog).parse_args(argv)
+    if args.cmd == "compile":
+        _check_compile(args)
+        return cmd_compile(args)
+    if args.cmd == "demo" and args.nonspd > args.count:
+        args.parser.error(f"argument --nonspd: must be <= --count ({args.count}), "
+                          f"got {args.nonspd}")
+    # Options only the runtime can judge (nb for the backend, a GPU for --device cuda) surface
+    # when it is built; anything raised later is a failure of the run, not of the arguments.
+    try:
+        rt = _runtime(args)
+    except (InputError, RuntimeError) as exc:
+        args.parser.error(str(exc))
+    return {"demo": cmd_demo, "plan": cmd_plan}[args.cmd](args, rt)
 
 
 if __name__ == "__main__":

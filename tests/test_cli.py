@@ -5,16 +5,22 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+
+from vbatch.runtime.cli import main
+from vbatch.runtime.device import cuda_status
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def run(*args):
+def run(*args, env_path=None):
+    """``python -m vbatch args``; ``env_path`` replaces PATH (where nvcc is looked up)."""
+    env = None if env_path is None else {**os.environ, "PATH": env_path}
     return subprocess.run(
         [sys.executable, "-m", "vbatch", *args], capture_output=True, text=True, cwd=ROOT,
-        timeout=300,
+        timeout=300, env=env,
     )
 
 
@@ -37,11 +43,119 @@ def test_demo_fails_on_a_non_spd_matrix_and_isolates_it():
     assert "2 not positive definite" in p.stdout and "matches the planted pivots" in p.stdout
 
 
-def test_demo_rejects_bad_flags():
-    p = run("demo", "--dist", "zipf")
-    assert p.returncode == 2 and "invalid choice: 'zipf'" in p.stderr
-    p = run("demo", "--nb", "0", "--device", "cpu")
-    assert p.returncode != 0 and "nb" in p.stderr
+# Each bad command line, and a word its one-line error must contain.
+BAD_ARGS = [
+    (["demo", "--dist", "zipf"], "invalid choice: 'zipf'"),
+    (["demo", "--nb", "0", "--device", "cpu"], "--nb: must be >= 1"),
+    (["demo", "--nb", "2000", "--device", "cpu"], "nb"),
+    (["plan", "--nb", "2000", "--device", "cpu"], "nb"),
+    (["demo", "--nonspd", "-1", "--device", "cpu"], "--nonspd: must be >= 0"),
+    (["demo", "--count", "5", "--nonspd", "6", "--device", "cpu"], "--nonspd: must be <= --count"),
+    (["demo", "--repeat", "0", "--device", "cpu"], "--repeat: must be >= 1"),
+    (["demo", "--count", "-1", "--device", "cpu"], "--count: must be >= 0"),
+    (["plan", "--nmax", "0", "--device", "cpu"], "--nmax: must be >= 1"),
+    (["demo", "--count", "ten", "--device", "cpu"], "--count: expected an integer"),
+    (["demo", "--seed", "-1", "--device", "cpu"], "--seed: must be >= 0"),
+    (["plan", "--limit", "-1", "--device", "cpu"], "--limit: must be >= 0"),
+    (["compile", "--dtype", "float16"], "invalid choice: 'float16'"),
+    (["compile", "--nb", "64"], "invalid choice: 64"),
+    (["compile", "--order", "X"], "invalid choice: 'X'"),
+    (["compile", "--jobs", "0"], "--jobs: must be >= 1"),
+    (["compile", "--arch", "sm_90"], "only with --nvcc"),
+    (["compile", "--nvcc", "--arch", "compute_90"], "--arch: expected a GPU architecture"),
+    (["frobnicate"], "invalid choice: 'frobnicate'"),
+    ([], "required"),
+]
+
+
+def assert_usage_error(p, word):
+    """Exit status 2, one line on stderr that names the program and the problem, no traceback."""
+    err = p.stderr.splitlines()
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert len(err) == 1, p.stderr
+    assert err[0].startswith("python -m vbatch") and ": error: " in err[0], err[0]
+    assert word in err[0], err[0]
+    assert "Traceback" not in p.stdout + p.stderr
+
+
+@pytest.mark.parametrize("args, word", BAD_ARGS, ids=[" ".join(a) or "none" for a, _ in BAD_ARGS])
+def test_bad_arguments_give_one_line_and_exit_2(args, word):
+    assert_usage_error(run(*args), word)
+
+
+@pytest.mark.skipif(cuda_status()[0], reason="checks the no-GPU message")
+@pytest.mark.parametrize("cmd", ["demo", "plan"])
+def test_device_cuda_without_a_gpu_is_a_usage_error(cmd):
+    assert_usage_error(run(cmd, "--device", "cuda"), "device='cuda' was asked for, but")
+
+
+@pytest.mark.gpu
+def test_an_nb_the_cuda_backend_cannot_run_is_a_usage_error():
+    assert_usage_error(run("demo", "--device", "cuda", "--nb", "4"), "supports nb in")
+
+
+@pytest.mark.skipif(cuda_status()[0], reason="checks the no-GPU message")
+def test_compile_without_cupy_or_a_gpu_is_a_usage_error():
+    assert_usage_error(run("compile"), "--nvcc compiles with nvcc instead")
+
+
+def test_compile_nvcc_without_nvcc_is_a_usage_error(tmp_path):
+    assert_usage_error(run("compile", "--nvcc", env_path=str(tmp_path)), "nvcc is not on PATH")
+
+
+def test_compile_nvcc_to_a_file_is_a_usage_error(tmp_path):
+    (tmp_path / "f").write_text("")
+    assert_usage_error(run("compile", "--nvcc", "--out", str(tmp_path / "f")),
+                       "--out: cannot make folder")
+
+
+def test_compile_nvcc_reports_a_failed_nvcc_and_exits_1(tmp_path):
+    fake = tmp_path / "nvcc"
+    fake.write_text("#!/bin/sh\necho 'error: planted failure' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    p = run("compile", "--nvcc", "--arch", "sm_90", "--dtype", "float32", "--out",
+            str(tmp_path / "out"), env_path=str(tmp_path))
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert "error: planted failure" in p.stderr and "nvcc failed in 1 of 1 runs" in p.stderr
+    src = (tmp_path / "out" / "vbatch_float32.cu").read_text()
+    assert "vb::fused_step<float,32,160,true>" in src
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+def test_compile_through_nvrtc():
+    p = run("compile", "--dtype", "float32", "--nb", "8", "--order", "C", "--jobs", "4")
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert p.stdout.startswith("compiled "), p.stdout
+
+
+@pytest.mark.parametrize("cmd", [[], ["demo"], ["plan"], ["compile"]])
+def test_help_is_plain_text(cmd):
+    p = run(*cmd, "--help")
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.startswith(f"usage: python -m vbatch {' '.join(cmd)}".rstrip()), p.stdout
+    assert "``" not in p.stdout, p.stdout
+
+
+def test_the_console_script_calls_itself_vbatch(capsys):
+    # pyproject's [project.scripts] entry calls main() with no arguments.
+    with pytest.raises(SystemExit) as exc:
+        main(["demo", "--repeat", "0"])
+    assert exc.value.code == 2
+    assert capsys.readouterr().err == "vbatch demo: error: argument --repeat: must be >= 1, got 0\n"
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    assert capsys.readouterr().out.startswith("usage: vbatch [-h]")
+
+
+def test_the_installed_console_script():
+    script = Path(sys.executable).with_name("vbatch")
+    if not script.exists():
+        pytest.skip(f"no console script beside {sys.executable} (package not pip-installed)")
+    p = subprocess.run([str(script), "plan", "--nmax", "0"], capture_output=True, text=True,
+                       timeout=60)
+    assert p.returncode == 2
+    assert p.stderr == "vbatch plan: error: argument --nmax: must be >= 1, got 0\n", p.stderr
 
 
 def test_plan_prints_a_table():

@@ -1,0 +1,123 @@
+"""The CUDA kernel selection, without cupy: every kernel a plan can launch is one that
+``python -m vbatch compile`` and CI's nvcc check build."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from vbatch.kernels import potrf_select as sel
+from vbatch.scheduler import make_plan
+
+ROOT = Path(__file__).resolve().parent.parent
+KERNELS = Path(sel.__file__).parent
+
+
+def _plans(seed: int, count: int):
+    """Random plans over everything the CUDA backend accepts: nb, crossover, policy, partial."""
+    rng = np.random.default_rng(seed)
+    for _ in range(count):
+        k = int(rng.integers(1, 40))
+        # Mostly small sizes (fused panels of every height), some up to 2100 (separated
+        # updates with every row tile, multi-tile trsm and schur).
+        n = np.where(rng.random(k) < 0.7, rng.integers(0, 300, k), rng.integers(0, 2101, k))
+        npiv = None if rng.random() < 0.5 else rng.integers(0, n + 1)
+        yield make_plan(n, npiv, nb=int(rng.choice(sel.NB_SUPPORTED)),
+                        policy=str(rng.choice(["dsse", "ssde"])),
+                        fused_max_rows=int(rng.choice([0, 64, sel.FUSED_ROWS_MAX])))
+
+
+def test_every_selected_kernel_is_in_kernel_names():
+    names = set(sel.kernel_names())
+    fused_threads, kinds = set(), set()
+    for plan in _plans(seed=0, count=60):
+        for dtype in sel.DTYPES:
+            for order in sel.ORDERS:
+                for update in sel.FP64_UPDATES:
+                    for lc in plan.launches:
+                        s = sel.select(lc, plan.nb, dtype, order, update)
+                        assert s.name in names, (s.name, lc, plan.nb, dtype, order, update)
+                        kinds.add(lc.kind)
+                        if lc.kind == "fused":
+                            fused_threads.add(s.block[0])
+                            assert s.block[0] >= lc.rows[1]
+    # The random plans did reach every fused block size and every kind of launch.
+    assert fused_threads == set(sel.FUSED_THREADS)
+    assert kinds == {"fused", "update", "potf2", "trsm", "schur"}
+
+
+def test_fused_thread_counts_between_the_powers_of_two_are_compiled():
+    names = sel.kernel_names()
+    for nt in (96, 160, 192, 224):
+        for T, R in (("double", "false"), ("float", "true")):
+            assert f"vb::fused_step<{T},32,{nt},{R}>" in names
+
+
+def test_kernel_names_is_the_whole_set_once():
+    names = sel.kernel_names()
+    assert len(names) == len(set(names))
+    # Per dtype and order: 8 fused, 3 update, potf2, trsm for each nb; 3 update_mma in float64.
+    per_nb = {"float64": 8 + 3 + 3 + 2, "float32": 8 + 3 + 2}
+    nbs = len(sel.NB_SUPPORTED)
+    want = sum(2 * (nbs * per_nb[dt] + 1) + 2 for dt in sel.DTYPES)  # + schur; copy, spd_fill
+    assert len(names) == want
+    assert set(sel.kernel_names(["float32"], [8], ["C"])) <= set(names)
+
+
+def test_a_fused_panel_taller_than_the_largest_block_is_refused():
+    assert sel.fused_threads(sel.FUSED_ROWS_MAX) == sel.FUSED_ROWS_MAX
+    with pytest.raises(ValueError, match="taller than the fused kernel's largest block"):
+        sel.fused_threads(sel.FUSED_ROWS_MAX + 1)
+
+
+def test_the_generated_unit_includes_every_source_and_names_every_kernel():
+    # A .cu file added beside potrf.cu must be in SOURCES, or CI's nvcc check would not see it.
+    assert sorted(p.name for p in KERNELS.glob("*.cu")) == sorted(sel.SOURCES)
+    src = sel.instantiation_source()
+    for s in sel.SOURCES:
+        assert f'#include "{s}"' in src
+    taken = re.findall(r"\(void\*\)&(\S+),", src)
+    assert taken == sel.kernel_names()
+    assert {sel.source_of(n) for n in taken} == set(sel.SOURCES)
+
+
+def test_the_selection_module_imports_without_cupy():
+    code = ("import sys; sys.modules['cupy'] = None; import vbatch.runtime.cli; "
+            "import vbatch.kernels.potrf_select as s; print(len(s.kernel_names()))")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
+                       timeout=120)
+    assert p.returncode == 0 and int(p.stdout) == len(sel.kernel_names()), p.stderr
+
+
+def _cubin_kernels(cubin: Path) -> set[str]:
+    """The kernels a cubin defines, spelled as kernel_names spells them."""
+    elf = subprocess.run(["readelf", "-sW", str(cubin)], capture_output=True, text=True,
+                         check=True).stdout
+    mangled = [ln.split()[-1] for ln in elf.splitlines() if " FUNC " in ln and " GLOBAL " in ln]
+    plain = subprocess.run(["c++filt"], input="\n".join(mangled), capture_output=True, text=True,
+                           check=True).stdout
+    # "void vb::fused_step<double, 8, 96, false>(unsigned long long const*, ...)"
+    return {re.sub(r"^void |\(.*$", "", ln).replace(" ", "") for ln in plain.splitlines() if ln}
+
+
+# Two nvcc processes (one per dtype) on 2 cores: 31 s idle, 62-64 s with the cores shared with
+# another job; under the ~90 s past which it would leave the default run. .ci/run compiles sm_80
+# and sm_90 again whether or not the tests ran.
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
+def test_nvcc_compiles_every_kernel_for_sm_90(tmp_path):
+    p = subprocess.run([sys.executable, "-m", "vbatch", "compile", "--nvcc", "--arch", "sm_90",
+                        "--out", str(tmp_path)], capture_output=True, text=True, cwd=ROOT,
+                       timeout=600)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert p.stdout.startswith(f"compiled {len(sel.kernel_names())} kernels for sm_90"), p.stdout
+    if shutil.which("readelf") is None or shutil.which("c++filt") is None:
+        return  # compiled is all that can be checked without binutils
+    for dt in sel.DTYPES:
+        assert _cubin_kernels(tmp_path / f"vbatch_{dt}.sm_90.cubin") == set(sel.kernel_names([dt]))
