@@ -77,6 +77,10 @@ class Backend(ABC):
     @abstractmethod
     def plan_defaults(self, dtype: np.dtype) -> PlanDefaults: ...
 
+    def check_plan(self, plan: Plan) -> None:  # noqa: B027 - optional hook
+        """Raise ``InputError``, naming the problem, for a plan this backend cannot run (a
+        launch larger than its grid allows). Called at submit, once per new plan."""
+
     def check_options(self, dtype: np.dtype, options: dict) -> None:  # noqa: B027
         """Raise ``InputError`` for planner options this backend cannot run, or cap them in
         place to what it can (default: accept all)."""

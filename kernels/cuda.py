@@ -39,7 +39,9 @@ from cupy_backends.cuda.api import driver
 from vbatch.kernels.backend import Backend, Completion, PlanDefaults
 from vbatch.kernels.potrf_select import (
     FUSED_ROWS_MAX,
+    MAX_GRID_Y,
     NB_SUPPORTED,
+    SCHUR_TS,
     copy_name,
     select,
     source_of,
@@ -252,6 +254,23 @@ class CudaBackend(Backend):
         # A taller panel than the fused kernel's largest block cannot be fused whatever was
         # asked: the crossover is "fuse up to this height", so it is capped, not refused.
         options["fused_max_rows"] = min(options["fused_max_rows"], FUSED_ROWS_MAX)
+
+    def check_plan(self, plan: Plan) -> None:
+        # The one grid dimension a realistic batch can outgrow: schur_step enumerates the tile
+        # pairs of a trailing block in gridDim.y, t (t + 1) / 2 of them for t tiles a side, so
+        # a trailing block past about 23,000 rows cannot be launched. (The update and trsm grids
+        # reach the limit only for n in the millions, which the memory check refuses first.)
+        trail = plan.n - plan.npiv
+        t = -(-trail // SCHUR_TS)
+        bad = np.flatnonzero(t * (t + 1) // 2 > MAX_GRID_Y)
+        if len(bad):
+            raise InputError([
+                (int(plan.order[q]), f"its trailing block ({trail[q]} x {trail[q]}: n = "
+                                     f"{plan.n[q]}, npiv = {plan.npiv[q]}) needs "
+                                     f"{t[q] * (t[q] + 1) // 2} tile pairs, more than the cuda "
+                                     f"backend's grid allows ({MAX_GRID_Y}); factor more "
+                                     f"columns or split the problem")
+                for q in bad])
 
     # ------------------------------------------------------------ memory
     def adopt(self, batch: PackedBatch, overwrite: bool):

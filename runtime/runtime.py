@@ -202,7 +202,9 @@ class Runtime:
     def _plan(self, batch, npiv: np.ndarray, full: bool) -> Plan:
         opts = self.plan_options(batch.dtype)
         if not isinstance(batch, PackedBatch):
-            return make_plan(batch.n, npiv, **opts)
+            plan = make_plan(batch.n, npiv, **opts)
+            self.backend.check_plan(plan)
+            return plan
         # A packed batch's metadata is read-only, so its plan is reused call after call.
         key = ("plan", self.device, id(opts))
         hit = batch._cache.get(key)
@@ -211,6 +213,7 @@ class Runtime:
         ):
             return hit.plan
         plan = make_plan(batch.n, npiv, **opts)
+        self.backend.check_plan(plan)
         batch._cache[key] = _CachedPlan(opts, full, npiv, plan)
         return plan
 

@@ -201,3 +201,19 @@ def test_unsupported_nb_is_rejected(cupy):
 
     with pytest.raises(InputError, match=r"supports nb in \(8, 16, 32\), got 64"):
         _rt(nb=64).cholesky([np.eye(3)])
+
+
+def test_a_launch_the_grid_cannot_hold_is_refused_at_submit(cupy, monkeypatch):
+    """A trailing block of 23,200 rows needs 66,066 Schur tile pairs in gridDim.y (limit 65,535):
+    named at submit, before any work (it used to arrive through result()). A broadcast array
+    stands in for the 4.3 GB matrix."""
+    from vbatch import InputError
+    from vbatch.kernels.cuda import CudaBackend
+
+    touched = []
+    monkeypatch.setattr(CudaBackend, "begin", lambda *a, **k: touched.append(a))
+    big = np.broadcast_to(np.float64(1.0), (23200, 23200))
+    with pytest.raises(InputError, match=r"problem 1: its trailing block \(23200 x 23200: "
+                                         r"n = 23200, npiv = 0\) needs 66066 tile pairs"):
+        _rt().cholesky([np.eye(3), big], npiv=[3, 0])
+    assert not touched
