@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# The GPU machine's checks, in one command (device tool; run from the repository root):
+#   wheels carried in .whl (../shared/device/wheels.sh), real matrices in .dbg/matrices;
+#   every kernel compiled ahead (NVRTC, in parallel); the whole test suite; compute-sanitizer
+#   memcheck and racecheck over tests/gpu_sanitize.py, run beside the suite to fit the lease.
+# Logs go to $OUT (the device tool's folder) or ./gpu-check. Exit status: the first failure's.
+#   bash benchmarks/gpu_check.sh [pytest args...]
+set -uo pipefail
+out=${OUT:-gpu-check}
+mkdir -p "$out"
+if [ -d .whl ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site .whl/*.whl || exit 1
+  export PYTHONPATH=/tmp/site:$PWD
+fi
+export PYTHONUNBUFFERED=1 VBATCH_MATRICES=${VBATCH_MATRICES:-$PWD/.dbg/matrices}
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+git log -1 --format='commit %h %s' 2>/dev/null || true
+t0=$(date +%s)
+python3 -m vbatch compile --jobs "$(nproc)" 2>&1 | tail -1
+echo "compile: $(( $(date +%s) - t0 )) s"
+
+san() {  # tool
+  compute-sanitizer --tool "$1" --error-exitcode 9 python3 tests/gpu_sanitize.py \
+    >"$out/$1.log" 2>&1
+  echo "$1: exit $? ($(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|sanitize batch' "$out/$1.log" \
+    | tr '\n' ' '))"
+}
+san memcheck & m=$!
+san racecheck & r=$!
+python3 -m pytest -q -ra "$@" 2>&1 | tee "$out/pytest.log" | tail -25
+rc=${PIPESTATUS[0]}
+wait $m $r
+echo "pytest: exit $rc; total $(( $(date +%s) - t0 )) s"
+for t in memcheck racecheck; do tail -4 "$out/$t.log"; done
+exit "$rc"
