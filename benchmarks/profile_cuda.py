@@ -181,8 +181,8 @@ def cmd_listpath(args):
     print(f"  validate list      {per_call_us(lambda: MatrixList(mats=views), 20) / 1e3:8.3f} ms")
     ml = MatrixList(mats=views)
     be = rt.backend
-    print(f"  pack (gather)      {per_call_us(lambda: be.pack_list(ml, 'C'), 20) / 1e3:8.3f} ms")
-    w = be.pack_list(ml, "C")
+    print(f"  pack (gather)      {per_call_us(lambda: be.stage_list(ml, False), 20) / 1e3:8.3f} ms")
+    w = be.stage_list(ml, False)[1]
     print(f"  unpack views       {per_call_us(lambda: w.unpack(), 20) / 1e3:8.3f} ms")
     whole = per_call_us(lambda: rt.cholesky(views).result(), 10) / 1e3
     print(f"  whole list call    {whole:8.3f} ms")

@@ -3,7 +3,7 @@
 A backend owns memory of one array kind (numpy for the CPU, cupy for CUDA) and executes a
 :class:`~vbatch.scheduler.Plan` one launch at a time. The runtime drives it:
 
-    src, dst = backend.adopt(batch, overwrite)           # or backend.pack_list(...), in place
+    src, dst = backend.adopt(batch, overwrite)           # or backend.stage_list(list, ...)
     ex = backend.begin(src, dst, plan, after=[...])      # per-batch metadata, info array
     for launch in plan.launches:
         backend.launch(ex, launch)                       # one vbatched launch per group
@@ -93,8 +93,10 @@ class Backend(ABC):
         otherwise."""
 
     @abstractmethod
-    def pack_list(self, mats: MatrixList, order: str) -> PackedBatch:
-        """A new packed buffer on this backend holding the list's matrices (factored in place)."""
+    def stage_list(self, mats: MatrixList, overwrite: bool) -> tuple[Any, PackedBatch]:
+        """``(src, dst)`` for a list: where kernels read A (a packed copy on this backend, or
+        the list's arrays where they are) and a new packed buffer for L (``src`` itself when the
+        backend factors its packed copy in place)."""
 
     @abstractmethod
     def scatter(self, work: PackedBatch, target: list | PackedBatch) -> None:

@@ -281,11 +281,15 @@ class CudaBackend(Backend):
         dev = batch.with_data(cupy.asarray(batch.data))  # one upload; the copy is ours
         return dev, dev
 
-    def pack_list(self, mats: MatrixList, order: str) -> PackedBatch:
+    def stage_list(self, mats: MatrixList, overwrite: bool):
+        # One packed buffer on the device (an upload, or one gather kernel for cupy arrays),
+        # factored in place.
         if mats.kind == "numpy":
-            host = pack(mats, order=order)
-            return host.with_data(cupy.asarray(host.data))
-        return pack(mats, order=order, backend=self)
+            host = pack(mats, order="C")
+            work = host.with_data(cupy.asarray(host.data))
+        else:
+            work = pack(mats, order="C", backend=self)
+        return work, work
 
     def gather(self, mats: list, n: np.ndarray, offset: np.ndarray, dtype, order: str):
         """One kernel copies every matrix of a cupy list into a new packed buffer."""

@@ -312,7 +312,7 @@ class Runtime:
         that turns ``info`` into a :class:`CholeskyResult` in the caller's form."""
         b = self.backend
         if isinstance(batch, MatrixList):
-            src = dst = b.pack_list(batch, order="C")
+            src, dst = b.stage_list(batch, overwrite)
         else:
             src, dst = b.adopt(batch, overwrite)
         ex = b.begin(src, dst, plan, after)
