@@ -108,7 +108,7 @@ def check(batch_host, getter, sample, dtype) -> float:
     return worst
 
 
-def run_config(dist, nmax, dtype, reps, rng, ceil, rt, torch) -> dict:
+def run_config(dist, nmax, dtype, reps, rng, ceil, rt, torch, methods=METHODS) -> dict:
     k = 500 if nmax >= 1024 else 2000
     n = sizes(dist, k, nmax, rng)
     batch = make_batch(n, dtype, seed=int(rng.integers(2**63)))
@@ -147,10 +147,13 @@ def run_config(dist, nmax, dtype, reps, rng, ceil, rt, torch) -> dict:
     res["gpu_ms"] = float(np.median(spans))
 
     # vbatch, list of device arrays (gathered by one kernel)
-    views = batch.unpack()
-    ms, out = timed(lambda: rt.cholesky(views).result(), reps)
-    res["ms"]["vbatch-list"] = ms
-    res["resid"]["vbatch-list"] = check(host, lambda i: out.factors[i], sample, dtype)
+    if "vbatch-list" in methods:
+        views = batch.unpack()
+        ms, out = timed(lambda: rt.cholesky(views).result(), reps)
+        res["ms"]["vbatch-list"] = ms
+        res["resid"]["vbatch-list"] = check(host, lambda i: out.factors[i], sample, dtype)
+    if not set(methods) & set(ANCHORS):
+        return res
 
     # pad to Nmax + potrfBatched
     pad = padded(batch, np.arange(k), nmax)
@@ -201,12 +204,13 @@ def table(results: list[dict]) -> str:
     for r in results:
         ms = r["ms"]
         anchors = {m: ms[m] for m in ANCHORS if m in ms}
-        best = min(anchors, key=anchors.get)
+        best = min(anchors, key=anchors.get) if anchors else None
         cells = " ".join(f"{ms[m]:8.3f}" if m in ms else f"{'-':>8}" for m in METHODS)
+        vs = (f"{best + ' ' + format(anchors[best], '.3f'):>16} "
+              f"{anchors[best] / ms['vbatch']:7.1f}" if best else f"{'-':>16} {'-':>7}")
         lines.append(
             f"{r['dtype']:<8}{r['dist']:<8}{r['nmax']:>5} {r['floor_ms']:7.3f} {cells} "
-            f"{best + ' ' + format(anchors[best], '.3f'):>16} {anchors[best] / ms['vbatch']:7.1f} "
-            f"{ms['vbatch'] / r['floor_ms']:6.1f} {r['host_ms']:6.3f}"
+            f"{vs} {ms['vbatch'] / r['floor_ms']:6.1f} {r['host_ms']:6.3f}"
         )
     return "\n".join(lines)
 
@@ -250,6 +254,9 @@ def main() -> None:
     ap.add_argument("--nmax", type=int, nargs="+", default=[32, 64, 128, 256, 512, 1024])
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--seed", type=int, default=12345)
+    ap.add_argument("--methods", nargs="+", default=METHODS, choices=METHODS,
+                    help="what to time (vbatch always; the anchors together or not at all)")
+    ap.add_argument("--no-plot", action="store_true")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     try:
@@ -269,7 +276,8 @@ def main() -> None:
     for dt in args.dtype:
         for dist in args.dist:
             for nmax in args.nmax:
-                r = run_config(dist, nmax, np.dtype(dt), args.reps, rng, ceil, rt, torch)
+                r = run_config(dist, nmax, np.dtype(dt), args.reps, rng, ceil, rt, torch,
+                               args.methods)
                 results.append(r)
                 bad = {m: v for m, v in r["resid"].items() if not v < 1e-3}
                 print(f"  {dt} {dist} {nmax}: vbatch {r['ms']['vbatch']:.3f} ms "
@@ -282,8 +290,9 @@ def main() -> None:
             "date": time.strftime("%Y-%m-%dT%H:%M:%S")}
     with open(os.path.join(args.out, "results.json"), "w") as f:
         json.dump({"meta": meta, "results": results}, f, indent=1)
-    plot(results, os.path.join(args.out, "gflops.png"))
-    print(f"wrote {args.out}/results.json and gflops.png")
+    if not args.no_plot:
+        plot(results, os.path.join(args.out, "gflops.png"))
+    print(f"wrote {args.out}/results.json" + ("" if args.no_plot else " and gflops.png"))
 
 
 if __name__ == "__main__":

@@ -15,7 +15,6 @@ if [ -d .whl ]; then
 fi
 export PYTHONUNBUFFERED=1 VBATCH_MATRICES=${VBATCH_MATRICES:-$PWD/.dbg/matrices}
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
-git log -1 --format='commit %h %s' 2>/dev/null || true
 t0=$(date +%s)
 python3 -m vbatch compile --jobs "$(nproc)" 2>&1 | tail -1
 echo "compile: $(( $(date +%s) - t0 )) s"

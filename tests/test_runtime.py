@@ -208,7 +208,8 @@ def test_an_exception_mid_call_leaves_the_batch_usable(device, monkeypatch):
     with pytest.raises(RuntimeError, match="launch failed"):
         rt.cholesky(packed).result()
     out = {}
-    t = threading.Thread(target=lambda: out.setdefault("res", rt.cholesky(packed).result()))
+    t = threading.Thread(target=lambda: out.setdefault("res", rt.cholesky(packed).result()),
+                         daemon=True)
     t.start()
     t.join(timeout=60)
     assert not t.is_alive(), "the second call on the batch hung"
