@@ -230,9 +230,11 @@ class CpuBackend(Backend):
         return work.with_data(array_module(kind).asarray(work.data))
 
     # ------------------------------------------------------------ planning per batch
-    def _prepare(self, batch: PackedBatch, plan: Plan) -> _Prepared:
-        key = ("cpu", id(plan))
-        hit = batch._cache.get(key)
+    def _prepare(self, batch: PackedBatch, plan: Plan, cache: dict) -> _Prepared:
+        """``cache``: the batch's own (a packed batch: any layout) or the plan's (a list's
+        output, laid out by its sizes alone, the same for every call with that plan)."""
+        key = ("cpu", id(plan), batch.order, batch.dtype)
+        hit = cache.get(key)
         if hit is not None and hit.plan is plan:
             return hit
         order = plan.order
@@ -270,7 +272,7 @@ class CpuBackend(Backend):
                 * np.repeat(ld + 1, p))
         prep = _Prepared(plan, (off * isz).tolist(), ld.tolist(), plan.n.tolist(), p.tolist(),
                          work, diag, owner, first)
-        batch._cache[key] = prep
+        cache[key] = prep
         return prep
 
     def _split(self, q, j, w, cost, whole) -> _Work:
@@ -304,7 +306,8 @@ class CpuBackend(Backend):
         arrays (:meth:`stage_list`); out of place, ``dst`` is a new buffer of zeros."""
         for dep in after:
             dep.wait()
-        prep = self._prepare(dst, plan)
+        prep = self._prepare(dst, plan, plan.cache if isinstance(src, _ListSource)
+                             else dst._cache)
         dst_base = dst.data.ctypes.data
         info = np.zeros(len(plan.order), dtype=np.int32)
         if isinstance(src, _ListSource):

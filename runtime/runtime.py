@@ -16,6 +16,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 import threading
 import time
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -28,6 +29,10 @@ from vbatch.ops.cholesky import CholeskyRequest, read_only
 from vbatch.ops.errors import InputError, validated
 from vbatch.runtime.device import resolve_device
 from vbatch.scheduler.plan import Plan, make_plan
+
+
+# Plans of list inputs kept per runtime, by size signature (least recently used dropped first).
+LIST_PLANS = 64
 
 
 class DependencyError(RuntimeError):
@@ -171,6 +176,7 @@ class Runtime:
         self._tails: dict = {}
         self._lock = threading.Lock()
         self._opts: dict = {}  # dtype -> planner options (one dict per dtype, identity-keyed)
+        self._list_plans: OrderedDict = OrderedDict()  # size signature -> plan, last used last
 
     def __repr__(self) -> str:
         return f"Runtime(device={self.device!r}, {self.options!r})"
@@ -202,8 +208,20 @@ class Runtime:
     def _plan(self, batch, npiv: np.ndarray, full: bool) -> Plan:
         opts = self.plan_options(batch.dtype)
         if not isinstance(batch, PackedBatch):
+            # A list is planned from its sizes alone: calls with the same sizes (and npiv) reuse
+            # the plan and what the backend derived from it.
+            key = (id(opts), batch.n.tobytes(), None if full else npiv.tobytes())
+            with self._lock:
+                plan = self._list_plans.get(key)
+                if plan is not None:
+                    self._list_plans.move_to_end(key)
+                    return plan
             plan = make_plan(batch.n, npiv, **opts)
             self.backend.check_plan(plan)
+            with self._lock:
+                self._list_plans[key] = plan
+                while len(self._list_plans) > LIST_PLANS:
+                    self._list_plans.popitem(last=False)
             return plan
         # A packed batch's metadata is read-only, so its plan is reused call after call.
         key = ("plan", self.device, id(opts))

@@ -80,6 +80,9 @@ class Plan:
     launches: tuple[Launch, ...]
     ngroups: int
     _counts: dict = field(default_factory=dict, repr=False, compare=False)
+    # What a backend derives from this plan alone (for a batch whose layout follows from its
+    # sizes, such as a list packed tightly), kept with it so a reused plan reuses that too.
+    cache: dict = field(default_factory=dict, repr=False, compare=False)
 
     def counts(self) -> dict[str, int]:
         """Launches per kind."""
