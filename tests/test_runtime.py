@@ -138,6 +138,23 @@ def test_plan_is_inspectable_before_running():
     assert "ssde plan, nb=16" in plan.table()
 
 
+def fail_once(monkeypatch, device: str, method: str, exc: BaseException) -> None:
+    """The backend's ``method`` raises ``exc`` on its first call, then works as usual."""
+    from vbatch.kernels import get_backend
+
+    backend = type(get_backend(device))
+    real = getattr(backend, method)
+    calls = {"n": 0}
+
+    def failing_once(self, *args):
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise exc
+        return real(self, *args)
+
+    monkeypatch.setattr(backend, method, failing_once)
+
+
 def _device_list(mats, device):
     if device == "cuda":
         import cupy
@@ -151,19 +168,7 @@ def test_a_chain_after_a_failed_future_raises_dependency_error(device, monkeypat
     """f1 fails in building its result (after its work was enqueued); f2 ordered after it and
     f3 after f2 raise DependencyError on every backend. On CUDA, f2's device input used to be
     ordered on the device only, so it ran and returned as if nothing had failed."""
-    from vbatch.kernels import get_backend
-
-    backend = type(get_backend(device))
-    real = backend.export
-    calls = {"n": 0}
-
-    def failing_once(self, work, kind):
-        calls["n"] += 1
-        if calls["n"] == 1:
-            raise RuntimeError("lost the result")
-        return real(self, work, kind)
-
-    monkeypatch.setattr(backend, "export", failing_once)
+    fail_once(monkeypatch, device, "export", RuntimeError("lost the result"))
     rt = Runtime(device)
     f1 = rt.cholesky(batch(1))  # a host list: its result is exported to the host
     f2 = rt.cholesky(_device_list(batch(2), device), after=[f1])
@@ -186,25 +191,13 @@ def test_an_exception_mid_call_leaves_the_batch_usable(device, monkeypatch):
     """A call that raises between its first and last backend step must not leave anything
     held: the next call on the same packed batch runs (it deadlocked on CUDA, whose batch lock
     was taken in begin and released in end)."""
-    from vbatch.kernels import get_backend
-
-    backend = type(get_backend(device))
-    real = backend.launch
-    calls = {"n": 0}
-
-    def failing_once(self, ex, lc):
-        calls["n"] += 1
-        if calls["n"] == 1:
-            raise RuntimeError("launch failed")
-        return real(self, ex, lc)
-
     packed = vbatch.pack(batch(6))
     if device == "cuda":
         import cupy
 
         packed = packed.with_data(cupy.asarray(packed.data))
     rt = Runtime(device)
-    monkeypatch.setattr(backend, "launch", failing_once)
+    fail_once(monkeypatch, device, "launch", RuntimeError("launch failed"))
     with pytest.raises(RuntimeError, match="launch failed"):
         rt.cholesky(packed).result()
     out = {}
