@@ -28,7 +28,7 @@ import scipy.linalg.blas
 
 import vbatch
 from vbatch.ops.generate import DISTRIBUTIONS, sizes, spd_list
-from vbatch.scheduler import make_plan
+from vbatch.ops.cholesky import plan_cholesky
 
 
 def median_ms(fn, reps: int) -> float:
@@ -49,7 +49,7 @@ def planning(reps: int) -> list[dict]:
         for nb in (32, 64):
             for label, p in (("full", None), ("partial", npiv)):
                 def plan_once(p=p, nb=nb, policy=policy):
-                    return make_plan(n, p, nb=nb, policy=policy, fused_max_rows=512)
+                    return plan_cholesky(n, p, nb=nb, policy=policy, fused_max_rows=512)
 
                 plan = plan_once()
                 ms = median_ms(plan_once, reps)

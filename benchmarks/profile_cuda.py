@@ -22,6 +22,7 @@ import cupy
 import numpy as np
 
 import vbatch
+from vbatch.ops.cholesky import POTRF
 from vbatch.kernels.cuda import CudaBackend, spd_fill
 from vbatch.ops.generate import sizes
 
@@ -72,12 +73,13 @@ def cmd_host(args):
     # The stages of one call, each timed alone (same order as Runtime._execute).
     be = rt.backend
     plan = rt.cholesky(g).result().plan
-    out["  _plan (cache hit)"] = per_call_us(lambda: rt._plan(g, g.n, True))
-    out["  adopt (alloc output)"] = per_call_us(lambda: be.adopt(g, False))
-    src, dst = be.adopt(g, False)
+    req = POTRF.request.model_construct(batch=g, npiv=g.n, overwrite=False)
+    out["  _plan (cache hit)"] = per_call_us(lambda: rt._plan(POTRF, req, g, True))
+    out["  new_output (alloc)"] = per_call_us(lambda: be.new_output(g))
+    src, dst = g, be.new_output(g)
 
     def stages():
-        ex = be.begin(src, dst, plan, [])
+        ex = be.begin(plan, {"a": src, "l": dst}, [], rt.config)
         for lc in plan.launches:
             be.launch(ex, lc)
         be.flush(ex)
@@ -101,35 +103,37 @@ def cmd_launches(args):
     k = 500 if args.nmax >= 1024 else 2000
     b = make(args.dist, k, args.nmax, dtype)
     opts = {} if args.fused_max_rows is None else {"fused_max_rows": args.fused_max_rows}
-    rt = vbatch.Runtime("cuda", **opts)
+    rt = vbatch.Runtime("cuda", cuda_graphs=False, **opts)
     plan = rt.cholesky(b).result().plan
     be: CudaBackend = rt.backend
-    be.graphs = False  # one launch at a time, each between its own events
     dst = b.with_data(cupy.empty_like(b.data))
+    # One call issues the pointer table and every launch; then each launch is run again alone,
+    # between its own events, on the same table (the plan's order keeps the data valid).
+    ex = be.begin(plan, {"a": b, "l": dst}, [], rt.config)
+    for lc in plan.launches:
+        be.launch(ex, lc)
+    be.flush(ex)
+    be.end(ex).wait()
+    main = cupy.cuda.get_current_stream()
     rows = []
     for _ in range(2):  # second pass is timed
         rows = []
-        ex = be.begin(b, dst, plan, [])
-        for lc in plan.launches:
+        for rec in ex.prep.records:
             s, e = cupy.cuda.Event(), cupy.cuda.Event()
             cupy.cuda.Device().synchronize()
             s.record()
-            be.launch(ex, lc)
+            rec.launch(main.ptr)
             e.record()
             e.synchronize()
-            rows.append((lc, cupy.cuda.get_elapsed_time(s, e)))
-        be.flush(ex)
-        be.end(ex).wait()
+            rows.append((rec.launch_, cupy.cuda.get_elapsed_time(s, e)))
     isz = dtype.itemsize
     tot = {}
     print(plan.summary())
     print(f"{'#':>3} {'step':>4} {'kind':<7} {'count':>5} {'rows':>9} {'j':>9} {'ms':>8} "
           f"{'GFLOP/s':>8} {'xfloor':>7}")
     for lc, ms in rows:
-        q = np.arange(lc.lo, lc.hi)
-        j = (lc.step - plan.start[q]) * plan.nb
-        h = plan.n[q] - j
-        w = np.minimum(plan.nb, plan.npiv[q] - j)
+        t = plan.tasks
+        j, w, h = t.cols[lc.lo:lc.hi], t.width[lc.lo:lc.hi], t.rows[lc.lo:lc.hi]
         if lc.kind == "schur":
             flops = byts = 0.0
         else:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 
-from vbatch.kernels.backend import Backend, Completion, PlanDefaults
+from vbatch.kernels.backend import Backend, Completion
 
 
 @functools.cache
@@ -21,4 +21,4 @@ def get_backend(name: str) -> Backend:
     raise ValueError(f"unknown backend {name!r} (choose from cpu, cuda)")
 
 
-__all__ = ["Backend", "Completion", "PlanDefaults", "get_backend"]
+__all__ = ["Backend", "Completion", "get_backend"]

@@ -1,52 +1,42 @@
 """The backend interface: what the runtime asks of a device.
 
 A backend owns memory of one array kind (numpy for the CPU, cupy for CUDA) and executes a
-:class:`~vbatch.scheduler.Plan` one launch at a time. The runtime drives it:
+:class:`~vbatch.scheduler.Plan` one launch at a time. The runtime drives it, for an op whose
+buffers are, say, an input ``a`` and an output ``l`` laid out like it::
 
-    src, dst = backend.adopt(batch, overwrite)           # or backend.stage_list(list, ...)
-    ex = backend.begin(src, dst, plan, after=[...])      # per-batch metadata, info array
+    a = backend.stage_input(batch, writable=overwrite)   # where kernels read the input
+    l = a if overwrite else backend.new_output(a)        # where they write the output
+    ex = backend.begin(plan, {"a": a, "l": l}, after=[...], config=config)
     for launch in plan.launches:
         backend.launch(ex, launch)                       # one vbatched launch per group
     backend.flush(ex, then=writeback)                    # all issued (a CUDA graph runs here)
     done = backend.end(ex)                               # a Completion; done.wait() -> info
 
-Kernels read each panel of ``src`` once (its original values) and write the factor to ``dst``;
-``src is dst`` is allowed. Out of place, no backend copies the whole input first: each task
-reads the part of the input it works on (the CPU backend copies it into the output just before
-working on it, the CUDA kernels read it straight into registers or shared memory).
+What each launch kind computes lives in the op's kernel module (``kernels/<op>_cpu.py``,
+``kernels/<op>_cuda.py``), found through the op's name; this interface and the two backends know
+no operation. Kernels read each part of an input once and write the outputs; an output may be its
+input's own buffer (in place). Out of place, no backend copies a whole input first: each task
+reads the part it works on (the CPU backend copies it into the output just before working on it,
+the CUDA kernels read it straight into registers or shared memory).
 
 No call leaves state behind that the next one depends on if it raises: a backend that must
 serialize calls on shared device state (the CUDA backend's pointer table) does so inside one
 method (``flush``), never from one call to the next.
 
-``launch`` gets the launch record only (kind, step, a contiguous range of the plan order); a
-backend finds each problem's panel from arrays it built once in ``begin``. That is what lets the
-CUDA backend issue exactly one kernel per launch with no host-to-device copy per step.
-
 A backend is *synchronous* (the CPU: work is done when ``launch`` returns, so the runtime runs it
-on a worker thread) or *asynchronous* (CUDA: ``launch`` only enqueues, the runtime calls it in the
+on a worker thread) or *asynchronous* (CUDA: ``launch`` only records, the runtime calls it in the
 caller's thread and ``Completion.wait`` synchronizes once at the end).
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from vbatch.ops.batch import MatrixList, PackedBatch
 from vbatch.scheduler.plan import Launch, Plan
-
-
-@dataclass(frozen=True)
-class PlanDefaults:
-    """What a backend prefers when the caller does not say: panel width, crossover, streams."""
-
-    nb: int
-    fused_max_rows: int
-    streams: int
 
 
 class Completion(ABC):
@@ -73,30 +63,45 @@ class Backend(ABC):
     name: str = "?"
     kind: str = "numpy"  # the array kind of this backend's buffers
     asynchronous: bool = False
+    memory_name: str = "host"
 
     @abstractmethod
-    def plan_defaults(self, dtype: np.dtype) -> PlanDefaults: ...
+    def plan_defaults(self, op: str, dtype: np.dtype) -> dict:
+        """Planner options this backend prefers for ``op`` on ``dtype`` (``nb``,
+        ``fused_max_rows``, ``streams``, ...), where the caller does not say."""
+
+    def check_options(self, op: str, dtype: np.dtype, options: dict) -> None:  # noqa: B027
+        """Raise ``InputError`` for planner options this backend cannot run, or cap them in
+        place to what it can (default: accept all)."""
 
     def check_plan(self, plan: Plan) -> None:  # noqa: B027 - optional hook
         """Raise ``InputError``, naming the problem, for a plan this backend cannot run (a
         launch larger than its grid allows). Called at submit, once per new plan."""
 
-    def check_options(self, dtype: np.dtype, options: dict) -> None:  # noqa: B027
-        """Raise ``InputError`` for planner options this backend cannot run, or cap them in
-        place to what it can (default: accept all)."""
+    def memory_total(self) -> int:
+        """Bytes of this backend's memory in all (0: unknown, nothing is checked)."""
+        return 0
+
+    def memory_free(self) -> int:
+        """Bytes this backend could allocate now."""
+        return self.memory_total()
 
     # ------------------------------------------------------------ memory
     @abstractmethod
-    def adopt(self, batch: PackedBatch, overwrite: bool) -> tuple[PackedBatch, PackedBatch]:
-        """``(src, dst)`` on this backend for a packed input: where kernels read A and write L.
-        ``dst`` is ``batch`` itself only when ``overwrite``; the caller's buffer is never written
-        otherwise."""
+    def stage_input(self, batch: PackedBatch | MatrixList, writable: bool) -> Any:
+        """Where kernels read an input: the caller's packed buffer when it is on this
+        backend's memory, else a copy; a list read where it is (CPU) or packed (CUDA).
+        ``writable``: an output will be written over it, so it must be a packed buffer that is
+        the caller's (packed, ``overwrite``) or our own copy (a list, written back after)."""
 
     @abstractmethod
-    def stage_list(self, mats: MatrixList, overwrite: bool) -> tuple[Any, PackedBatch]:
-        """``(src, dst)`` for a list: where kernels read A (a packed copy on this backend, or
-        the list's arrays where they are) and a new packed buffer for L (``src`` itself when the
-        backend factors its packed copy in place)."""
+    def new_output(self, like: Any) -> PackedBatch:
+        """A new packed buffer on this backend with the layout of the staged input ``like``
+        (a list's: packed back to back)."""
+
+    def batch_of(self, staged: Any) -> PackedBatch:
+        """The packed batch behind a staged output (the runtime builds results from it)."""
+        return staged
 
     @abstractmethod
     def scatter(self, work: PackedBatch, target: list | PackedBatch) -> None:
@@ -108,28 +113,17 @@ class Backend(ABC):
 
     # ------------------------------------------------------------ execution
     @abstractmethod
-    def begin(self, src: PackedBatch, dst: PackedBatch, plan: Plan,
-              after: list[Completion]) -> Any: ...
+    def begin(self, plan: Plan, buffers: dict, after: list[Completion], config: Any) -> Any:
+        """Start a call: ``buffers`` maps the op's buffer names to staged inputs and outputs."""
 
     @abstractmethod
     def launch(self, ex: Any, launch: Launch) -> None: ...
 
     def flush(self, ex: Any, then=None) -> None:
         """Issue whatever ``launch`` deferred, then call ``then()`` (a write-back into the
-        caller's arrays), which is ordered after the factorization and before the completion."""
+        caller's arrays), which is ordered after the work and before the completion."""
         if then is not None:
             then()
 
     @abstractmethod
     def end(self, ex: Any) -> Completion: ...
-
-    # ------------------------------------------------------------ memory limits
-    memory_name: str = "host"
-
-    def memory_total(self) -> int:
-        """Bytes of this backend's memory in all (0: unknown, nothing is checked)."""
-        return 0
-
-    def memory_free(self) -> int:
-        """Bytes this backend could allocate now."""
-        return self.memory_total()

@@ -1,48 +1,43 @@
 """CPU backend: each launch group's tasks run one per core, each on a single-threaded BLAS.
 
-A launch covers problems ``plan.order[lo:hi]`` at one global step; its tasks are independent, so
-the backend hands them to a pool of threads, largest first, each thread pulling the next chunk of
-tasks as it finishes one (the largest-processing-time-first greedy). Every task is a handful of
-BLAS/LAPACK calls through :mod:`vbatch.kernels.lapack` (scipy's library, called through ctypes,
-which releases the GIL):
+A launch covers task rows ``[lo, hi)`` of the plan; its tasks are independent, so the backend
+hands them to a pool of threads, largest first, each thread pulling the next chunk of tasks as it
+finishes one (the largest-processing-time-first greedy). What a task computes belongs to its op's
+kernel module (``kernels/<op>_cpu.py``, found by name): a handful of BLAS/LAPACK calls through
+:mod:`vbatch.kernels.lapack` (scipy's library, called through ctypes, which releases the GIL).
 
-* ``fused``:  the step's panel of the output is copied from the input, brought up to date
-  (``syrk`` on the diagonal block, ``gemm`` below it), its diagonal block factored (``potrf``) and
-  the rows below solved (``trsm``);
-* ``update``, ``potf2``, ``trsm``: the same three, one per launch (separated plans);
-* ``schur``: the trailing block copied and updated by ``syrk`` (partial factorizations).
-
-Where a problem fits in one panel (the default panel width is large, see ``plan_defaults``) its
-fused task is the whole problem: ``lacpy`` of the lower triangle, one ``potrf`` and, for a partial
-factorization, ``trsm`` and ``syrk`` for the Schur complement, done in the same task (its schur
-task is then dropped), so a tiny problem costs a few ctypes calls. A task too large to share the
-machine, one that would alone take longer than the rest of its launch spread over the other
-cores, runs before the others with the BLAS's own threads instead. So the blocked plan with
-threaded tasks is used only where a problem is large enough to need threads inside it.
+A task too large to share the machine, one that would alone take longer than the rest of its
+launch spread over the other cores, runs before the others with the BLAS's own threads instead.
+Each op picks its default panel width so that the blocked plan (threaded tasks) is used only
+where a problem is large enough to need threads inside it.
 
 Inputs are read where they are: a packed buffer, or each array of a list (no packing first).
-Out of place, each task copies the part of the input it is about to work on into the output,
-which starts as calloc'd zeros; nothing copies the whole input first. ``info`` follows reference
-LAPACK: the first pivot that is not > 0, NaN included (OpenBLAS's ``potrf`` misses NaN; a
-vectorized scan of the diagonals at the end catches it). A failed problem's columns before the
-failing one hold its factor, as the partial factorization of those columns would: on a failed
-``potrf`` the diagonal block is restored, its leading columns refactored and the rows below solved
-against them.
+Outputs are new buffers of calloc'd zeros (or the input's own buffer, when the caller asks to
+overwrite). Nothing copies a whole input first: each task copies the part it works on.
+
+An op's kernel module provides:
+
+* ``plan_defaults(dtype) -> dict`` (planner options);
+* ``prepare(backend, plan) -> state``: per launch, its ``(wide, chunks)`` of task tuples, built
+  once per plan (kept in ``plan.cache``);
+* ``run(ex, calls, launch_kind, whole, tasks)``: a chunk of one launch's tasks;
+* ``finish(ex) -> info``: the per-problem status, read once at the end.
 """
 
 from __future__ import annotations
 
 import concurrent.futures as cf
+import importlib
 import os
+import pkgutil
 import threading
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from vbatch.kernels.backend import Backend, Completion, PlanDefaults
+from vbatch.kernels.backend import Backend, Completion
 from vbatch.kernels.lapack import BlasThreads, Calls
-from vbatch.ops.batch import MatrixList, PackedBatch, array_kind, array_module, pack, tight_offsets
-from vbatch.ops.cholesky import FUSED, POTF2, SCHUR, TRSM, UPDATE
+from vbatch.ops.batch import MatrixList, PackedBatch, array_kind, array_module, pack, tight_layout
 from vbatch.scheduler.plan import Launch, Plan
 
 # Tasks are handed to threads in chunks of at least this many flops (or one task), so that the
@@ -52,78 +47,56 @@ CHUNK_FLOPS = 50e3
 
 
 @dataclass
-class _Work:
-    """One launch's tasks, ``(q, j, w)`` per problem (plan position, first panel column, width):
-    ``wide`` ones run alone with the BLAS's threads; ``narrow`` ones run one per thread, handed
-    out in ``chunks`` (largest tasks first) so that a thread takes many tiny tasks per turn. A
-    chunk of ``whole`` tasks holds problems this launch factors entirely (one panel holding all
-    ``npiv`` columns): those take the short path of :meth:`CpuBackend._whole`."""
+class Work:
+    """One launch's tasks (tuples an op's kernel module understands): ``wide`` ones run alone
+    with the BLAS's threads; the rest in ``chunks`` ``(whole, [task, ...])``, largest first, one
+    thread per chunk. ``whole`` marks chunks an op runs on a shorter path."""
 
     wide: list
-    chunks: list  # [(whole: bool, [task, ...]), ...]
+    chunks: list
 
 
 @dataclass
-class _Prepared:
-    """Per (batch layout, plan), built once and cached on the batch."""
+class View:
+    """Where a staged buffer's matrices are: problem ``q``'s A(0, 0) at ``base + off[q]``
+    (bytes), leading dimension ``ld[q]``, in ``order``. A packed batch has one base; a list's
+    arrays are read where they are (base 0, ``off`` their addresses)."""
 
-    plan: Plan
-    off: list  # plan position -> byte offset of the matrix in the buffer
+    base: int
+    off: list
     ld: list
-    n: list
-    p: list
-    work: list  # launch index -> _Work
-    diag: np.ndarray  # element index of every pivot L(i, i), i < p, problems in plan order
-    diag_owner: np.ndarray  # plan position owning each entry of diag
-    diag_first: np.ndarray  # plan position -> index into diag of its first pivot
-
-
-@dataclass
-class _ListSource:
-    """A list's arrays, read where they are: per problem (the caller's order) the byte
-    address of A(0, 0) and the leading dimension in the output's order. ``keep`` holds the
-    arrays (and any contiguous copies made of them) alive for the call."""
-
-    addr: np.ndarray
-    ld: np.ndarray
-    keep: list = field(default_factory=list)
-
-
-@dataclass
-class _Execution:
-    prep: _Prepared
-    dst: PackedBatch
-    src_base: int  # A(0, 0) of problem q is at src_base + src_off[q]
-    src_off: list
-    src_ld: list
-    dst_base: int
-    in_place: bool
-    info: np.ndarray  # plan order, int32: LAPACK's own info (the NaN scan comes at the end)
-    keep: object = None
+    order: str
+    dtype: np.dtype
+    m: np.ndarray
+    n: np.ndarray
+    batch: PackedBatch | None = None  # the buffer itself (packed)
+    keep: object = None  # what must stay alive while kernels read it
+    from_list: bool = False  # laid out from a list's sizes alone (back to back)
 
     @property
-    def plan(self) -> Plan:
-        return self.prep.plan
+    def isz(self) -> int:
+        return self.dtype.itemsize
+
+
+@dataclass
+class Execution:
+    plan: Plan
+    buffers: dict  # name -> View
+    info: np.ndarray  # per problem (caller's order), int32, written by tasks
+    state: object  # the op module's per-plan state
+    module: object
+    extra: dict = field(default_factory=dict)  # per-call values an op module keeps
 
 
 class _Done(Completion):
     def __init__(self, info: np.ndarray):
-        self._info = info  # caller's order
+        self._info = info
 
     def wait(self) -> np.ndarray:
         return self._info
 
     def done(self) -> bool:
         return True
-
-
-def _task_flops(kind: str, j: np.ndarray, w: np.ndarray, m: np.ndarray) -> np.ndarray:
-    """Operation counts of one step's tasks (j: first panel column, w: width, m = n - j)."""
-    j, w, m = (np.asarray(x, dtype=np.float64) for x in (j, w, m))
-    upd = 2.0 * m * w * j
-    pot = w**3 / 3
-    trs = w * w * np.maximum(m - w, 0)
-    return {FUSED: upd + pot + trs, UPDATE: upd, POTF2: pot, TRSM: trs}[kind]
 
 
 def _host_memory() -> tuple[int, int]:
@@ -142,6 +115,43 @@ def _host_memory() -> tuple[int, int]:
     return total, total
 
 
+def kernel_modules(suffix: str) -> dict:
+    """``{op name: module}`` for every ``kernels/<op><suffix>.py`` (each names its ``OP``)."""
+    import vbatch.kernels as pkg
+
+    out = {}
+    for info in pkgutil.iter_modules(pkg.__path__):
+        if info.name.endswith(suffix):
+            mod = importlib.import_module(f"vbatch.kernels.{info.name}")
+            out[mod.OP] = mod
+    return out
+
+
+def split(tasks: list, cost: np.ndarray, whole: np.ndarray, size: int) -> Work:
+    """Wide tasks (each longer than its share of the launch: on the critical path, so it gets
+    the BLAS's threads and runs alone, before the rest), and the rest in chunks, largest
+    first."""
+    wide = (cost * size > cost.sum()) if size > 1 else np.zeros(len(tasks), dtype=bool)
+    by_cost = np.argsort(-cost, kind="stable")
+    wide_tasks, chunks = [], []
+    cur, cur_whole, acc = [], None, 0.0
+    for i, wd, wh, c in zip(by_cost.tolist(), wide[by_cost].tolist(), whole[by_cost].tolist(),
+                            cost[by_cost].tolist()):
+        t = tasks[i]
+        if wd:
+            wide_tasks.append(t)
+            continue
+        if cur and (wh != cur_whole or acc >= CHUNK_FLOPS):
+            chunks.append((cur_whole, cur))
+            cur, acc = [], 0.0
+        cur.append(t)
+        cur_whole = wh
+        acc += c
+    if cur:
+        chunks.append((cur_whole, cur))
+    return Work(wide_tasks, chunks)
+
+
 class CpuBackend(Backend):
     name = "cpu"
     kind = "numpy"
@@ -155,14 +165,16 @@ class CpuBackend(Backend):
         # Launches of different runtimes share the cores and the BLAS thread setting: one at a
         # time.
         self._run_lock = threading.Lock()
+        self.ops = kernel_modules("_cpu")
 
-    def plan_defaults(self, dtype: np.dtype) -> PlanDefaults:
-        # A problem that fits in one panel is one LAPACK potrf, the fastest single-core code;
-        # wider problems are blocked, and their tasks get the BLAS's threads when they dominate
-        # a launch. The sweep of nb 64 / 256 / 512 / 1024 on the 2-core VM (docs/notes.md,
-        # 2026-11-21) put 512 at or near the best everywhere. No shared-memory limit: always
-        # fused.
-        return PlanDefaults(nb=512, fused_max_rows=np.iinfo(np.int64).max, streams=1)
+    def _op(self, op: str):
+        try:
+            return self.ops[op]
+        except KeyError:
+            raise ValueError(f"the cpu backend has no kernels for {op!r}") from None
+
+    def plan_defaults(self, op: str, dtype: np.dtype) -> dict:
+        return self._op(op).plan_defaults(dtype)
 
     # ------------------------------------------------------------ memory
     def memory_total(self) -> int:
@@ -171,57 +183,71 @@ class CpuBackend(Backend):
     def memory_free(self) -> int:
         return _host_memory()[1]
 
-    def adopt(self, batch: PackedBatch, overwrite: bool) -> tuple[PackedBatch, PackedBatch]:
-        if batch.kind == "numpy":
-            if overwrite:
-                return batch, batch
-            # Zeros, not empty: calloc'd pages cost nothing more, and the whole-problem path
-            # then has nothing above the diagonal to write.
-            return batch, batch.with_data(np.zeros(batch.data.size, batch.dtype))
-        host = batch.with_data(array_module(batch.kind).asnumpy(batch.data))  # a copy: ours
-        return host, host
+    def stage_input(self, batch, writable: bool) -> View:
+        if isinstance(batch, MatrixList):
+            if batch.kind != "numpy":
+                xp = array_module(batch.kind)
+                batch = MatrixList(mats=[xp.asnumpy(m) for m in batch.mats])
+            if writable:
+                # Factored in a packed buffer of our own, then written back (scatter).
+                return self._view(pack(batch, order="C"), from_list=True)
+            return self._list_view(batch)
+        if batch.kind != "numpy":
+            batch = batch.with_data(array_module(batch.kind).asnumpy(batch.data))  # ours
+        return self._view(batch)
 
-    def stage_list(self, mats: MatrixList, overwrite: bool):
-        if mats.kind != "numpy":
-            xp = array_module(mats.kind)
-            mats = MatrixList(mats=[xp.asnumpy(m) for m in mats.mats])
-        if overwrite:
-            # Factored in a packed buffer of our own, then written back (scatter).
-            work = pack(mats, order="C")
-            return work, work
-        # Read each array where it is. The output takes the layout most arrays have, so that
-        # lacpy can read them as they are; the others are copied to that layout first.
+    def new_output(self, like: View) -> View:
+        if like.batch is not None:
+            b = like.batch
+            # Zeros, not empty: calloc'd pages cost nothing more, and an op's whole-problem
+            # path then has nothing above a diagonal to write.
+            return self._view(b.with_data(np.zeros(b.data.size, b.dtype)))
+        off, ld, total = tight_layout(like.m, like.n, like.order)
+        b = PackedBatch.model_construct(data=np.zeros(total, like.dtype), m=like.m, n=like.n,
+                                        offset=off, ld=ld, order=like.order)
+        return self._view(b, from_list=True)
+
+    @staticmethod
+    def _view(batch: PackedBatch, from_list: bool = False) -> View:
+        cache = batch._cache
+        hit = cache.get("cpu-view")
+        if hit is None:  # per layout: a packed batch's metadata never changes
+            isz = batch.dtype.itemsize
+            hit = cache["cpu-view"] = ((batch.offset * isz).tolist(), batch.ld.tolist())
+        return View(batch.data.ctypes.data, hit[0], hit[1], batch.order, batch.dtype, batch.m,
+                    batch.n, batch, batch, from_list)
+
+    @staticmethod
+    def _list_view(mats: MatrixList) -> View:
+        """Each array read where it is. The layout is the one most arrays have (so that lacpy
+        reads them as they are); the others are copied to it first."""
         isz = mats.dtype.itemsize
-        n = mats.n
+        m, n = mats.m, mats.n
         row = sum(1 for a in mats.mats if a.strides[-1] == isz) * 2 >= len(mats.mats)
-        order = "C" if row else "F"
         addr = [0] * len(n)
-        ld = np.maximum(n, 1).tolist()
-        keep = []
-        for i, (a, k) in enumerate(zip(mats.mats, n.tolist())):
-            if not k:
+        ld = np.maximum(n if row else m, 1).tolist()
+        keep = [mats.mats]
+        for i, (a, r, c) in enumerate(zip(mats.mats, m.tolist(), n.tolist())):
+            if not (r and c):
                 continue
             rs, cs = a.strides
-            if not ((cs == isz and rs >= k * isz) if row else (rs == isz and cs >= k * isz)):
+            if not ((cs == isz and rs >= c * isz) if row else (rs == isz and cs >= r * isz)):
                 a = np.ascontiguousarray(a) if row else np.asfortranarray(a)
                 rs, cs = a.strides
                 keep.append(a)
             addr[i] = a.ctypes.data
             ld[i] = (rs if row else cs) // isz
-        addr, ld = np.array(addr, dtype=np.int64), np.array(ld, dtype=np.int64)
-        ld_out = np.maximum(n, 1)
-        off = tight_offsets(n, ld_out)
-        total = int(off[-1] + ld_out[-1] * n[-1]) if len(n) else 0
-        dst = PackedBatch.model_construct(data=np.zeros(total, mats.dtype), n=n, offset=off,
-                                          ld=ld_out, order=order)
-        return _ListSource(addr, ld, [mats.mats, keep]), dst
+        return View(0, addr, ld, "C" if row else "F", mats.dtype, m, n, None, keep)
+
+    def batch_of(self, staged: View) -> PackedBatch:
+        return staged.batch
 
     def scatter(self, work: PackedBatch, target: list | PackedBatch) -> None:
         if isinstance(target, PackedBatch):
             target.data[...] = array_module(target.kind).asarray(work.data)
             return
         for i, m in enumerate(target):
-            if m.shape[0]:
+            if m.size:
                 m[...] = array_module(array_kind(m)).asarray(work.matrix(i))
 
     def export(self, work: PackedBatch, kind: str) -> PackedBatch:
@@ -229,140 +255,62 @@ class CpuBackend(Backend):
             return work
         return work.with_data(array_module(kind).asarray(work.data))
 
-    # ------------------------------------------------------------ planning per batch
-    def _prepare(self, batch: PackedBatch, plan: Plan, cache: dict) -> _Prepared:
-        """``cache``: the batch's own (a packed batch: any layout) or the plan's (a list's
-        output, laid out by its sizes alone, the same for every call with that plan)."""
-        key = ("cpu", id(plan), batch.order, batch.dtype)
-        hit = cache.get(key)
-        if hit is not None and hit.plan is plan:
-            return hit
-        order = plan.order
-        isz = batch.dtype.itemsize
-        nb = plan.nb
-        work = []
-        folded = np.zeros(len(order), dtype=bool)  # schur done by the problem's one fused task
-        for lc in plan.launches:
-            q = np.arange(lc.lo, lc.hi)
-            if lc.kind == SCHUR:
-                q = q[~folded[q]]
-                tr = plan.n[q] - plan.npiv[q]
-                cost = tr.astype(np.float64) ** 2 * plan.npiv[q] + 1.0
-                j, w = plan.npiv[q], tr
-                whole = np.zeros(len(q), dtype=bool)
-            else:
-                j = (lc.step - plan.start[q]) * nb
-                w = np.minimum(nb, plan.npiv[q] - j)
-                m = plan.n[q] - j
-                cost = _task_flops(lc.kind, j, w, m) + 1.0
-                whole = (lc.kind == FUSED) & (j == 0) & (w == plan.npiv[q])
-                if lc.kind == FUSED:
-                    tr = (plan.n[q] - plan.npiv[q]).astype(np.float64)
-                    cost = cost + np.where(whole, tr * tr * w, 0.0)
-                    folded[q[whole & (tr > 0)]] = True
-            work.append(self._split(q, j, w, cost, whole))
-        # Every pivot position, for the NaN scan (offset + i (ld + 1) in either layout).
-        p = plan.npiv
-        off = batch.offset[order]
-        ld = batch.ld[order]
-        first = np.zeros(len(order) + 1, dtype=np.int64)
-        np.cumsum(p, out=first[1:])
-        owner = np.repeat(np.arange(len(order)), p)
-        diag = (np.repeat(off, p) + (np.arange(int(first[-1])) - first[owner])
-                * np.repeat(ld + 1, p))
-        prep = _Prepared(plan, (off * isz).tolist(), ld.tolist(), plan.n.tolist(), p.tolist(),
-                         work, diag, owner, first)
-        cache[key] = prep
-        return prep
-
-    def _split(self, q, j, w, cost, whole) -> _Work:
-        """Wide tasks, and the rest in chunks, largest first."""
-        # A task longer than its share of the launch is on the critical path: give it the
-        # BLAS's threads (it runs alone, before the rest).
-        size = self.threads.size
-        wide = (cost * size > cost.sum()) if size > 1 else np.zeros(len(q), dtype=bool)
-        by_cost = np.argsort(-cost, kind="stable")
-        tasks = list(zip(q[by_cost].tolist(), j[by_cost].tolist(), w[by_cost].tolist()))
-        wide_tasks, chunks = [], []
-        cur, cur_whole, acc = [], None, 0.0
-        for t, wd, wh, c in zip(tasks, wide[by_cost].tolist(), whole[by_cost].tolist(),
-                                cost[by_cost].tolist()):
-            if wd:
-                wide_tasks.append(t)
-                continue
-            if cur and (wh != cur_whole or acc >= CHUNK_FLOPS):
-                chunks.append((cur_whole, cur))
-                cur, acc = [], 0.0
-            cur.append(t)
-            cur_whole = wh
-            acc += c
-        if cur:
-            chunks.append((cur_whole, cur))
-        return _Work(wide_tasks, chunks)
-
     # ------------------------------------------------------------ execution
-    def begin(self, src, dst: PackedBatch, plan: Plan, after: list[Completion]) -> _Execution:
-        """``src`` is a packed batch (the caller's, or ``dst`` itself in place) or a list's
-        arrays (:meth:`stage_list`); out of place, ``dst`` is a new buffer of zeros."""
+    def begin(self, plan: Plan, buffers: dict, after: list[Completion], config) -> Execution:
         for dep in after:
             dep.wait()
-        prep = self._prepare(dst, plan, plan.cache if isinstance(src, _ListSource)
-                             else dst._cache)
-        dst_base = dst.data.ctypes.data
-        info = np.zeros(len(plan.order), dtype=np.int32)
-        if isinstance(src, _ListSource):
-            # A list's addresses are in the caller's order; tasks index plan positions.
-            o = plan.order
-            return _Execution(prep, dst, 0, src.addr[o].tolist(), src.ld[o].tolist(), dst_base,
-                              False, info, src.keep)
-        src_base = src.data.ctypes.data
-        return _Execution(prep, dst, src_base, prep.off, prep.ld, dst_base,
-                          src_base == dst_base, info, src)
+        mod = self._op(plan.op)
+        key = ("cpu", self.threads.size)
+        state = plan.cache.get(key)
+        if state is None:
+            state = plan.cache[key] = mod.prepare(self, plan)
+        return Execution(plan, buffers, np.zeros(plan.k, dtype=np.int32), state, mod)
 
-    def _calls(self, ex: _Execution) -> Calls:
-        key = (ex.dst.dtype, ex.dst.order)
+    def calls(self, dtype, order: str) -> Calls:
+        """This thread's caller for BLAS/LAPACK on ``dtype`` matrices stored in ``order``."""
+        key = (np.dtype(dtype), order)
         cache = self._local.__dict__.setdefault("calls", {})
         c = cache.get(key)
         if c is None:
             c = cache[key] = Calls(*key)
         return c
 
-    def launch(self, ex: _Execution, lc: Launch) -> None:
-        work = ex.prep.work[lc.index]
-        kind = lc.kind
+    def scratch(self, size: int, dtype) -> np.ndarray:
+        """This thread's scratch buffer of at least ``size`` elements."""
+        bufs = self._local.__dict__.setdefault("scratch", {})
+        b = bufs.get(dtype)
+        if b is None or b.size < size:
+            b = bufs[dtype] = np.empty(max(size, 1), dtype=dtype)
+        return b
+
+    def launch(self, ex: Execution, lc: Launch) -> None:
+        work = ex.state.work[lc.index]
         with self._run_lock:
             try:
                 if work.wide:
                     self.threads.wide()
-                    c = self._calls(ex)
-                    for t in work.wide:
-                        self._task(ex, c, kind, *t)
+                    ex.module.run(self, ex, lc.kind, False, work.wide)
                 if work.chunks:
                     self.threads.narrow()
-                    self._spread(ex, kind, work.chunks)
+                    self._spread(ex, lc.kind, work.chunks)
             finally:
                 self.threads.restore()
 
-    def _spread(self, ex: _Execution, kind: str, chunks: list) -> None:
+    def _spread(self, ex: Execution, kind: str, chunks: list) -> None:
         """Run ``chunks`` on the pool and this thread, each thread taking the next chunk when
         it finishes one (largest tasks first)."""
         helpers = min(self.threads.size, len(chunks)) - 1
         it = iter(chunks)
         lock = threading.Lock()
+        run = ex.module.run
 
         def worker() -> None:
-            c = self._calls(ex)
             while True:
                 with lock:
                     ch = next(it, None)
                 if ch is None:
                     return
-                whole, tasks = ch
-                if whole and not ex.in_place:
-                    self._whole(ex, c, tasks)
-                else:
-                    for t in tasks:
-                        self._task(ex, c, kind, *t)
+                run(self, ex, kind, ch[0], ch[1])
 
         futs = [self._pool.submit(worker) for _ in range(helpers)] if helpers > 0 else []
         try:
@@ -371,127 +319,5 @@ class CpuBackend(Backend):
             for f in futs:
                 f.result()
 
-    # ------------------------------------------------------------ tasks
-    def _whole(self, ex: _Execution, c: Calls, tasks: list) -> None:
-        """Problems factored entirely by one task, out of place: copy the lower triangle,
-        ``potrf``, and for a partial factorization ``trsm`` and ``syrk`` (the Schur
-        complement). The common case, so its Python is kept to a few ctypes calls per problem:
-        the output buffer starts as zeros, so nothing above the diagonal needs writing."""
-        prep = ex.prep
-        f = c.f
-        lacpy, potrf = f["lacpy"], f["potrf"]
-        ii, pn, plds, pld, pinfo = c._i, c._ia, c._ia + 4, c._ia + 8, c._ia + 12
-        lo = c.lo
-        sb, so, sl, db, off, ns = (ex.src_base, ex.src_off, ex.src_ld, ex.dst_base, prep.off,
-                                   prep.n)
-        for q, _, p in tasks:
-            n = ns[q]
-            ii[0], ii[1], ii[2] = n, sl[q], prep.ld[q]
-            d = db + off[q]
-            lacpy(lo, pn, pn, sb + so[q], plds, d, pld)
-            ii[0] = p
-            potrf(lo, pn, d, pld, pinfo)
-            if ii[3]:
-                # The general path redoes the problem from the input, leaving the columns
-                # before the failing one factored.
-                self._task(ex, c, FUSED, q, 0, p)
-                continue
-            if p < n:
-                ld = ii[2]
-                c.trsm_right_lower_t(c.at(d, ld, p, 0), d, n - p, p, ld)
-                c.syrk_lower(c.at(d, ld, p, p), c.at(d, ld, p, 0), n - p, p, ld)
-
-    def _task(self, ex: _Execution, c: Calls, kind: str, q: int, j: int, w: int) -> None:
-        if ex.info[q]:
-            return  # failed at an earlier step: stop, like LAPACK
-        prep = ex.prep
-        ld, n, lds = prep.ld[q], prep.n[q], ex.src_ld[q]
-        src = ex.src_base + ex.src_off[q]
-        dst = ex.dst_base + prep.off[q]
-        out_of_place = not ex.in_place
-        if kind == SCHUR:
-            self._schur(c, src, dst, n, j, ld, lds, out_of_place)
-            return
-        m = n - j
-        diag = c.at(dst, ld, j, j)
-        if kind in (FUSED, UPDATE) or (kind == POTF2 and j == 0):
-            # The panel: rows [j, n) of columns [j, j + w), lower trapezoid (only the lower
-            # triangle of the input is read).
-            if out_of_place:
-                c.copy("L", c.at(src, lds, j, j), diag, m, w, lds, ld)
-            if kind != POTF2 and j:
-                c.syrk_lower(diag, c.at(dst, ld, j, 0), w, j, ld)
-                c.gemm_nt(c.at(dst, ld, j + w, j), c.at(dst, ld, j + w, 0), c.at(dst, ld, j, 0),
-                          m - w, w, j, ld)
-        if kind in (FUSED, POTF2):
-            if not self._potf2(ex, c, q, j, w, m, ld, src, lds, diag, out_of_place):
-                return
-        if kind in (FUSED, TRSM):
-            c.trsm_right_lower_t(c.at(dst, ld, j + w, j), diag, m - w, w, ld)
-        if kind == FUSED and j == 0 and w == prep.p[q] and w < n:
-            # The problem's one panel: its Schur complement too (its schur task was dropped).
-            self._schur(c, src, dst, n, w, ld, lds, out_of_place)
-
-    @staticmethod
-    def _schur(c: Calls, src, dst, n, p, ld, lds, out_of_place) -> None:
-        """A22 - L21 L21^T in the trailing block; zeros above it and in the (1, 2) block."""
-        tr = n - p
-        if out_of_place:
-            c.copy("L", c.at(src, lds, p, p), c.at(dst, ld, p, p), tr, tr, lds, ld)
-        c.syrk_lower(c.at(dst, ld, p, p), c.at(dst, ld, p, 0), tr, p, ld)
-        c.zero("U", c.at(dst, ld, p, p), tr, tr, ld)
-        c.zero("A", c.at(dst, ld, 0, p), p, tr, ld)
-
-    def _potf2(self, ex, c: Calls, q, j, w, m, ld, src, lds, diag, out_of_place) -> bool:
-        """Factor the diagonal block; zeros above it and above the panel. On a failed pivot,
-        leave the columns before it factored (rows below solved too) and record ``info``."""
-        # The block before potrf, to come back to on failure: the input itself when nothing
-        # updated it and it is not the output, else a copy.
-        if out_of_place and j == 0:
-            keep, keep_ld = src, lds
-        else:
-            buf = self._scratch(w * w, ex.dst.dtype)
-            keep, keep_ld = buf.ctypes.data, max(w, 1)
-            c.copy("L", diag, keep, w, w, ld, keep_ld)
-        c.zero("A", c.at(diag, ld, -j, 0), j, w, ld)  # X(0, j): above the panel
-        f = c.potrf_lower(diag, w, ld)
-        if not f:
-            c.zero("U", diag, w, w, ld)
-            return True
-        # Factor the g = f - 1 columns that can be, from the block as it was.
-        g = f - 1
-        while g > 0:
-            c.copy("L", keep, diag, w, w, keep_ld, ld)
-            r = c.potrf_lower(diag, g, ld)
-            if not r:
-                break
-            f, g = r, r - 1  # a pivot that passed in the first try failed now (rounding)
-        if g > 0:
-            c.trsm_right_lower_t(c.at(diag, ld, g, 0), diag, m - g, g, ld)
-            c.zero("U", diag, g, g, ld)
-        ex.info[q] = j + f
-        return False
-
-    def _scratch(self, size: int, dtype) -> np.ndarray:
-        bufs = self._local.__dict__.setdefault("scratch", {})
-        b = bufs.get(dtype)
-        if b is None or b.size < size:
-            b = bufs[dtype] = np.empty(max(size, 1), dtype=dtype)
-        return b
-
-    def end(self, ex: _Execution) -> Completion:
-        prep = ex.prep
-        info = ex.info
-        if len(prep.diag):
-            # LAPACK's info, or the first pivot that is not > 0 (NaN included) if earlier.
-            bad = np.flatnonzero(~(ex.dst.data[prep.diag] > 0))
-            if len(bad):
-                owner = prep.diag_owner[bad]
-                first_of = np.unique(owner, return_index=True)
-                q, at = first_of[0], bad[first_of[1]]
-                col = (at - prep.diag_first[q] + 1).astype(np.int32)
-                cur = info[q]
-                info[q] = np.where((cur == 0) | (col < cur), col, cur)
-        out = np.zeros(prep.plan.k, dtype=np.int32)
-        out[prep.plan.order] = info
-        return _Done(out)
+    def end(self, ex: Execution) -> Completion:
+        return _Done(ex.module.finish(self, ex))

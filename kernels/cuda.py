@@ -1,72 +1,59 @@
 """CUDA backend: one vbatched kernel launch per plan launch.
 
-Device code is ``potrf.cu`` beside this file, compiled at run time by NVRTC through
-``cupy.RawModule``: one module per template instantiation, compiled the first time a plan needs
-it and cached per device (CuPy also keeps the binaries on disk, ``$CUPY_CACHE_DIR``).
+What each launch kind runs belongs to its op's launcher (``kernels/<op>_cuda.py``: the kernel, its
+grid and the device tables) and ``.cu`` file; this module is the part every op shares. Kernels are
+compiled at run time by NVRTC through ``cupy.RawModule`` (:mod:`vbatch.kernels.cuda_build` gives
+each its source text): one module per template instantiation, compiled the first time a plan
+needs it and cached per device (CuPy also keeps the binaries on disk, ``$CUPY_CACHE_DIR``).
 
-Per batch and plan, built once and cached on the batch:
+Per (plan, batch layout), built once: the op's device tables (per-problem arrays and the plan's
+task table; for a list, laid out from its sizes alone, kept with the plan), a launch record per
+plan launch (kernel, grid, block, shared memory, scalars), and a CUDA graph holding every launch,
+captured once, with the plan's streams and waits. Kernels take the per-call pointers (the op's
+buffers, then ``info``) from a small device table, so the graph's parameters never change.
 
-* two metadata arrays on the device, in plan order: ``meta`` (int64: offset, ld) and ``imeta``
-  (int32: n, npiv, start step, caller's index). A launch passes only ``(lo, hi, step)``.
-* a launch record per plan launch: kernel, grid, block, dynamic shared memory, scalars;
-* a CUDA graph holding every launch of the plan, captured once. Kernels take the per-call
-  pointers (A, L, info) from a 3-entry device table, so the graph's parameters never change.
-
-Per call: an output buffer (out of place) or none (``overwrite`` or a buffer of our own), one
-24-byte copy of the pointer table, one graph launch, one event record. ``info`` lives in pinned
-host memory that the kernels address directly (unified addressing): the host zeroes it, kernels
-write a problem's entry only when a pivot fails, and ``result()`` reads it after the event.
-Measured on the H100 (profile_cuda.py host, 2026-11-21): a device info array plus memset plus
-copy-back cost ~11 us per call, and each kernel launch ~8 us of host time even through
-``cuLaunchKernel`` with prebuilt parameter blocks (CuPy's RawKernel call: ~10 us); a plan for
-Nmax 512 has 32-46 launches. ``VBATCH_CUDA_GRAPHS=0`` launches kernel by kernel instead.
+Per call: an output buffer (out of place) or none, one copy of the pointer table, one graph
+launch, one event record. ``info`` lives in pinned host memory that the kernels address directly
+(unified addressing): the host zeroes it, kernels write a problem's entry only when it fails,
+and ``result()`` reads it after the event. Measured on the H100 (profile_cuda.py host,
+2026-11-21): a device info array plus memset plus copy-back cost ~11 us per call, and each kernel
+launch ~8 us of host time even through ``cuLaunchKernel`` with prebuilt parameter blocks (CuPy's
+RawKernel call: ~10 us); a plan for Nmax 512 has 32-46 launches. ``Config(cuda_graphs=False)``
+launches kernel by kernel instead.
 """
 
 from __future__ import annotations
 
 import ctypes
-import functools
-import os
 import threading
 from collections import deque
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import cupy
 import numpy as np
 from cupy_backends.cuda.api import driver
 
-from vbatch.kernels.backend import Backend, Completion, PlanDefaults
-from vbatch.kernels.potrf_select import (
-    FUSED_ROWS_MAX,
-    MAX_GRID_Y,
-    NB_SUPPORTED,
-    SCHUR_TS,
+from vbatch.kernels.backend import Backend, Completion
+from vbatch.kernels.cuda_build import (
     copy_name,
-    select,
+    kernel_names,  # noqa: F401 - callers import it from here
+    launchers,
     source_of,
+    source_text,
     spd_fill_name,
 )
-from vbatch.kernels.potrf_select import kernel_names  # noqa: F401 - callers import it from here
 from vbatch.ops.batch import MatrixList, PackedBatch, array_kind, pack
-from vbatch.ops.errors import InputError
 from vbatch.scheduler.plan import Launch, Plan
-
-HERE = Path(__file__).parent
-
-
-@functools.cache
-def _source(name: str) -> str:
-    return (HERE / name).read_text()
 
 
 @cupy.memoize(for_each_device=True)
-def _kernel(expr: str, source: str = "potrf.cu"):
+def _kernel(expr: str, source: str):
     """The kernel for one template instantiation, compiled on first use on this device.
 
     One module per instantiation: a plan compiles only what it launches (an instantiation takes
     1-4 s of NVRTC time; all of them together, minutes)."""
-    mod = cupy.RawModule(code=_source(source), options=("-std=c++17",), name_expressions=(expr,))
+    mod = cupy.RawModule(code=source_text(source), options=("-std=c++17",),
+                         name_expressions=(expr,))
     return mod.get_function(expr)
 
 
@@ -88,7 +75,8 @@ def precompile(names: list[str], jobs: int = 8) -> None:
 
 def spd_fill(batch: PackedBatch, seed: int) -> PackedBatch:
     """Fill a device batch with diagonally dominant SPD matrices in one launch (generate.cu)."""
-    kern = _kernel(spd_fill_name(batch.dtype), "generate.cu")
+    name = spd_fill_name(batch.dtype)
+    kern = _kernel(name, source_of(name))
     k = batch.k
     if k:
         kern((k,), (32, 8), (batch.data, cupy.asarray(batch.offset), cupy.asarray(batch.ld),
@@ -98,33 +86,38 @@ def spd_fill(batch: PackedBatch, seed: int) -> PackedBatch:
 
 
 class _Params(ctypes.Structure):
-    """The pointer parameters every step kernel takes first: the per-call table (A, L, info)
-    and the batch's metadata. Fixed per (batch, plan), so a captured graph stays valid."""
+    """The pointer parameters every vbatched kernel takes first: the per-call table (buffers,
+    info), the per-problem arrays and the task table. Fixed per (plan, layout), so a captured
+    graph stays valid."""
 
-    _fields_ = [("tbl", ctypes.c_uint64), ("meta", ctypes.c_uint64), ("imeta", ctypes.c_uint64)]
+    _fields_ = [("tbl", ctypes.c_uint64), ("meta", ctypes.c_uint64), ("imeta", ctypes.c_uint64),
+                ("tasks", ctypes.c_uint64)]
+
+
+SCALARS = 4  # K, lo, hi, extra
 
 
 @dataclass
 class _Record:
     """One launch, ready for cuLaunchKernel: its parameter block points at the plan's shared
-    pointer parameters and at its own scalars (K, lo, hi, step, extra)."""
+    pointer parameters and at its own scalars (K, lo, hi, extra)."""
 
     kernel: object
     func: int
     grid: tuple
     block: tuple
     smem: int
-    stream: int
+    launch_: Launch
     scalars: object = None
     params: object = None
 
     def bind(self, ptrs: _Params, scalars: tuple) -> None:
-        if len(scalars) != 5:
-            raise ValueError(f"a step kernel takes 5 scalars, got {len(scalars)}")
-        self.scalars = (ctypes.c_int32 * len(scalars))(*[int(s) for s in scalars])
+        if len(scalars) != SCALARS:
+            raise ValueError(f"a vbatched kernel takes {SCALARS} scalars, got {len(scalars)}")
+        self.scalars = (ctypes.c_int32 * SCALARS)(*[int(s) for s in scalars])
         base = ctypes.addressof(ptrs)
         slots = [base + getattr(_Params, f).offset for f, _ in _Params._fields_]
-        slots += [ctypes.addressof(self.scalars) + 4 * i for i in range(len(scalars))]
+        slots += [ctypes.addressof(self.scalars) + 4 * i for i in range(SCALARS)]
         self.params = (ctypes.c_void_p * len(slots))(*slots)
 
     def launch(self, stream: int) -> None:
@@ -133,20 +126,41 @@ class _Record:
                             ctypes.addressof(self.params), 0)
 
 
+def _issue(records: list, main, sides: list) -> None:
+    """Launch ``records`` in plan order on ``main`` and the side streams: launch i goes on
+    stream ``launch.stream`` after the launches it waits for (events), and every side stream
+    forks from ``main`` first and joins it last. Used by graph capture and direct launches."""
+    streams = [main] + sides
+    if sides:
+        fork = main.record()
+        for s in sides:
+            s.wait_event(fork)
+    waited = {w for r in records for w in r.launch_.waits}
+    done: dict[int, object] = {}
+    for rec in records:
+        lc = rec.launch_
+        s = streams[lc.stream]
+        for w in lc.waits:
+            s.wait_event(done[w])
+        rec.launch(s.ptr)
+        if lc.index in waited:
+            done[lc.index] = s.record()
+    for s in sides:
+        main.wait_event(s.record())
+
+
 @dataclass
 class _Prepared:
-    """Device-side state of one (batch layout, plan): built once, reused by every call.
+    """Device-side state of one (plan, layout): built once, reused by every call.
 
-    ``table`` is the device copy of a call's (A, L, info) pointers; calls that share it are
-    ordered by ``last`` (the previous call's end event), so one call never rewrites the table
-    under another's kernels. ``graph`` holds every launch of the plan, captured once."""
+    ``table`` is the device copy of a call's pointers; calls that share it are ordered by
+    ``last`` (the previous call's end event), so one call never rewrites the table under
+    another's kernels. ``graph`` holds every launch of the plan, captured once."""
 
     plan: Plan
-    meta: object  # cupy int64 [2K]
-    imeta: object  # cupy int32 [4K]
-    table: object  # cupy uint64 [3]
+    arrays: tuple  # device copies of the op's tables (kept alive for the kernels)
+    table: object  # cupy uint64 [buffers + 1]
     records: list
-    nstreams: int
     ptrs: _Params = field(default_factory=_Params)
     lock: threading.Lock = field(default_factory=threading.Lock)
     graph: object = None
@@ -164,17 +178,19 @@ class _Exec:
 
 
 class _Slot:
-    """Pinned host memory for one call: the (A, L, info) table copied to the device at submit,
-    and ``info`` itself, which the kernels address directly (unified addressing). Also the
-    event that ends the call."""
+    """Pinned host memory for one call: the pointer table copied to the device at submit, and
+    ``info`` itself, which the kernels address directly (unified addressing). Also the event
+    that ends the call."""
 
-    __slots__ = ("mem", "table", "info", "info_ptr", "event")
+    __slots__ = ("mem", "table", "info", "info_ptr", "event", "nptr")
 
-    def __init__(self, k: int):
-        self.mem = cupy.cuda.alloc_pinned_memory(32 + max(4 * k, 4))
-        self.table = np.frombuffer(self.mem, np.uint64, 3)
-        self.info = np.frombuffer(self.mem, np.int32, k, offset=32)
-        self.info_ptr = self.mem.ptr + 32
+    def __init__(self, k: int, nptr: int):
+        head = 8 * nptr + (-8 * nptr) % 32
+        self.nptr = nptr
+        self.mem = cupy.cuda.alloc_pinned_memory(head + max(4 * k, 4))
+        self.table = np.frombuffer(self.mem, np.uint64, nptr)
+        self.info = np.frombuffer(self.mem, np.int32, k, offset=head)
+        self.info_ptr = self.mem.ptr + head
         self.event = cupy.cuda.Event(block=False, disable_timing=True)
 
 
@@ -184,14 +200,14 @@ class _SlotPool:
     event completes, so memory the kernels may still write is never freed under them."""
 
     def __init__(self):
-        self._free: dict[int, list] = {}
+        self._free: dict[tuple, list] = {}
         self._inflight: deque = deque()
         self._lock = threading.Lock()
 
-    def take(self, k: int) -> _Slot:
+    def take(self, k: int, nptr: int) -> _Slot:
         with self._lock:
-            stack = self._free.get(k)
-            slot = stack.pop() if stack else _Slot(k)
+            stack = self._free.get((k, nptr))
+            slot = stack.pop() if stack else _Slot(k, nptr)
             self._inflight.append(slot)
             if len(self._inflight) > 64:  # forget finished ones now and then, not on every call
                 self._inflight = deque(s for s in self._inflight if not s.event.done)
@@ -199,7 +215,7 @@ class _SlotPool:
 
     def give(self, slot: _Slot) -> None:
         with self._lock:
-            self._free.setdefault(slot.info.size, []).append(slot)
+            self._free.setdefault((slot.info.size, slot.nptr), []).append(slot)
 
 
 class _Done(Completion):
@@ -227,94 +243,92 @@ class CudaBackend(Backend):
     name = "cuda"
     kind = "cupy"
     asynchronous = True
+    memory_name = "GPU"
 
     def __init__(self):
         self._streams: dict[int, list] = {}
         self._slots = _SlotPool()
         self._mem_total: dict[int, int] = {}
-        # One CUDA graph launch per call instead of one launch per plan step: launches cost
-        # ~8 us each of host time through the driver (cuda_potrf.py host column, H100,
-        # 2026-11-21). VBATCH_CUDA_GRAPHS=0 launches kernel by kernel (profile_cuda.py uses it).
-        self.graphs = os.environ.get("VBATCH_CUDA_GRAPHS", "1") != "0"
-        # float64 panel updates with FMA (default) or on tensor cores (DMMA):
-        # VBATCH_FP64_UPDATE=fma|mma. DMMA measured no faster: uniform Nmax 512 4.56 ms against
-        # 4.22 ms with FMA, Nmax 1024 7.31 against 7.26 (fused_max_rows 256, H100,
-        # 2026-11-21); the update is bound by re-reading the factored columns, not by flops.
-        self.fp64_update = os.environ.get("VBATCH_FP64_UPDATE", "fma")
+
+    @staticmethod
+    def _op(op: str):
+        try:
+            return launchers()[op]
+        except KeyError:
+            raise ValueError(f"the cuda backend has no kernels for {op!r}") from None
 
     # ------------------------------------------------------------ options
-    def plan_defaults(self, dtype: np.dtype) -> PlanDefaults:
-        return PlanDefaults(nb=32, fused_max_rows=FUSED_ROWS_MAX, streams=4)
+    def plan_defaults(self, op: str, dtype: np.dtype) -> dict:
+        return self._op(op).plan_defaults(dtype)
 
-    def check_options(self, dtype: np.dtype, options: dict) -> None:
-        nb = options["nb"]
-        if nb not in NB_SUPPORTED:
-            raise InputError([(None, f"the cuda backend supports nb in {NB_SUPPORTED}, got {nb}")],
-                             what="runtime options")
-        # A taller panel than the fused kernel's largest block cannot be fused whatever was
-        # asked: the crossover is "fuse up to this height", so it is capped, not refused.
-        options["fused_max_rows"] = min(options["fused_max_rows"], FUSED_ROWS_MAX)
+    def check_options(self, op: str, dtype: np.dtype, options: dict) -> None:
+        self._op(op).check_options(dtype, options)
 
     def check_plan(self, plan: Plan) -> None:
-        # The one grid dimension a realistic batch can outgrow: schur_step enumerates the tile
-        # pairs of a trailing block in gridDim.y, t (t + 1) / 2 of them for t tiles a side, so
-        # a trailing block past about 23,000 rows cannot be launched. (The update and trsm grids
-        # reach the limit only for n in the millions, which the memory check refuses first.)
-        trail = plan.n - plan.npiv
-        t = -(-trail // SCHUR_TS)
-        bad = np.flatnonzero(t * (t + 1) // 2 > MAX_GRID_Y)
-        if len(bad):
-            raise InputError([
-                (int(plan.order[q]), f"its trailing block ({trail[q]} x {trail[q]}: n = "
-                                     f"{plan.n[q]}, npiv = {plan.npiv[q]}) needs "
-                                     f"{t[q] * (t[q] + 1) // 2} tile pairs, more than the cuda "
-                                     f"backend's grid allows ({MAX_GRID_Y}); factor more "
-                                     f"columns or split the problem")
-                for q in bad])
+        self._op(plan.op).check_plan(plan)
+
+    def memory_total(self) -> int:
+        dev = cupy.cuda.runtime.getDevice()
+        total = self._mem_total.get(dev)
+        if total is None:
+            total = self._mem_total[dev] = cupy.cuda.runtime.memGetInfo()[1]
+        return total
+
+    def memory_free(self) -> int:
+        # What the driver has free plus what CuPy's pool holds for reuse.
+        return cupy.cuda.runtime.memGetInfo()[0] + cupy.get_default_memory_pool().free_bytes()
 
     # ------------------------------------------------------------ memory
-    def adopt(self, batch: PackedBatch, overwrite: bool):
+    def stage_input(self, batch, writable: bool) -> PackedBatch:
+        if isinstance(batch, MatrixList):
+            # One packed buffer on the device (an upload, or one gather kernel for cupy
+            # arrays), laid out from the sizes alone: its device tables are kept with the plan.
+            if batch.kind == "numpy":
+                host = pack(batch, order="C")
+                work = host.with_data(cupy.asarray(host.data))
+            else:
+                work = pack(batch, order="C", backend=self)
+            work._cache["tight"] = True
+            return work
         if batch.kind == "cupy":
-            if overwrite:
-                return batch, batch
-            return batch, batch.with_data(cupy.empty(batch.data.size, batch.data.dtype))
-        dev = batch.with_data(cupy.asarray(batch.data))  # one upload; the copy is ours
-        return dev, dev
+            return batch
+        return batch.with_data(cupy.asarray(batch.data))  # one upload; the copy is ours
 
-    def stage_list(self, mats: MatrixList, overwrite: bool):
-        # One packed buffer on the device (an upload, or one gather kernel for cupy arrays),
-        # factored in place.
-        if mats.kind == "numpy":
-            host = pack(mats, order="C")
-            work = host.with_data(cupy.asarray(host.data))
-        else:
-            work = pack(mats, order="C", backend=self)
-        return work, work
+    def new_output(self, like: PackedBatch) -> PackedBatch:
+        out = like.with_data(cupy.empty(like.data.size, like.data.dtype))
+        return out
 
-    def gather(self, mats: list, n: np.ndarray, offset: np.ndarray, dtype, order: str):
+    @staticmethod
+    def batch_of(staged: PackedBatch) -> PackedBatch:
+        return staged
+
+    def gather(self, mats: list, m: np.ndarray, n: np.ndarray, offset: np.ndarray,
+               ld: np.ndarray, dtype, order: str):
         """One kernel copies every matrix of a cupy list into a new packed buffer."""
-        ld = np.maximum(n, 1)
-        total = int(offset[-1] + ld[-1] * n[-1]) if len(n) else 0
+        size = ld * (m if order == "C" else n)
+        total = int(offset[-1] + size[-1]) if len(n) else 0
         data = cupy.empty(total, dtype=dtype)
         if total:
-            self._copy(mats, data, n, offset, ld, order, to_packed=True)
+            self._copy(mats, data, m, n, offset, ld, order, to_packed=True)
         return data
 
-    def _copy(self, mats, data, n, offset, ld, order, to_packed: bool) -> None:
+    def _copy(self, mats, data, m, n, offset, ld, order, to_packed: bool) -> None:
         k = len(mats)
         isz = np.dtype(data.dtype).itemsize
         addr = np.empty((3, k), dtype=np.int64)
-        for i, m in enumerate(mats):
-            addr[0, i] = m.data.ptr
-            addr[1, i] = m.strides[0] // isz
-            addr[2, i] = m.strides[1] // isz
+        for i, a in enumerate(mats):
+            addr[0, i] = a.data.ptr
+            addr[1, i] = a.strides[0] // isz
+            addr[2, i] = a.strides[1] // isz
         d_addr = cupy.asarray(addr)
         d_off = cupy.asarray(np.asarray(offset, dtype=np.int64))
         d_ld = cupy.asarray(np.asarray(ld, dtype=np.int64))
+        d_m = cupy.asarray(np.asarray(m, dtype=np.int32))
         d_n = cupy.asarray(np.asarray(n, dtype=np.int32))
-        kern = _kernel(copy_name(data.dtype))
-        kern((k,), (32, 8), (d_addr[0], d_addr[1], d_addr[2], data, d_off, d_ld, d_n, np.int32(k),
-                             np.int32(order == "C"), np.int32(to_packed)))
+        name = copy_name(data.dtype)
+        kern = _kernel(name, source_of(name))
+        kern((k,), (32, 8), (d_addr[0], d_addr[1], d_addr[2], data, d_off, d_ld, d_m, d_n,
+                             np.int32(k), np.int32(order == "C"), np.int32(to_packed)))
 
     def scatter(self, work: PackedBatch, target) -> None:
         if isinstance(target, PackedBatch):
@@ -324,12 +338,13 @@ class CudaBackend(Backend):
                 target.data[...] = work.data
             return
         if target and array_kind(target[0]) == "cupy":
-            self._copy(target, work.data, work.n, work.offset, work.ld, work.order, to_packed=False)
+            self._copy(target, work.data, work.m, work.n, work.offset, work.ld, work.order,
+                       to_packed=False)
             return
         host = work.with_data(work.data.get())
-        for i, m in enumerate(target):
-            if m.shape[0]:
-                m[...] = host.matrix(i)
+        for i, a in enumerate(target):
+            if a.size:
+                a[...] = host.matrix(i)
 
     def export(self, work: PackedBatch, kind: str) -> PackedBatch:
         return work if kind == "cupy" else work.with_data(work.data.get())
@@ -342,131 +357,92 @@ class CudaBackend(Backend):
             pool.append(cupy.cuda.Stream(non_blocking=True))
         return pool[:n]
 
-    def _prepare(self, batch: PackedBatch, plan: Plan) -> _Prepared:
-        key = ("cuda", cupy.cuda.runtime.getDevice(), id(plan))
-        hit = batch._cache.get(key)
+    def _prepare(self, plan: Plan, buffers: dict, config) -> _Prepared:
+        mod = self._op(plan.op)
+        layout = buffers[mod.BUFFERS[0]]
+        # A list's layout follows from its sizes: keep the tables with the plan, so every list
+        # of those sizes reuses them (and the graph). A packed batch's with the batch.
+        cache = plan.cache if layout._cache.get("tight") else layout._cache
+        key = ("cuda", cupy.cuda.runtime.getDevice(), id(plan), layout.order, layout.dtype,
+               config.fp64_update)
+        hit = cache.get(key)
         if hit is not None and hit.plan is plan:
             return hit
-        order = plan.order
-        K = len(order)
-        meta = np.concatenate([batch.offset[order], batch.ld[order]]).astype(np.int64)
-        imeta = np.concatenate([plan.n, plan.npiv, plan.start, order]).astype(np.int32)
-        prep = _Prepared(plan, cupy.asarray(meta), cupy.asarray(imeta),
-                         cupy.zeros(3, dtype=np.uint64), [], plan.nstreams)
+        arrays = tuple(cupy.asarray(a) for a in mod.tables(plan, buffers))
+        prep = _Prepared(plan, arrays, cupy.zeros(len(mod.BUFFERS) + 1, dtype=np.uint64), [])
         prep.ptrs.tbl = prep.table.data.ptr
-        prep.ptrs.meta, prep.ptrs.imeta = prep.meta.data.ptr, prep.imeta.data.ptr
+        prep.ptrs.meta, prep.ptrs.imeta, prep.ptrs.tasks = (a.data.ptr for a in arrays)
         for lc in plan.launches:
-            rec, scalars = self._record(lc, plan, batch.dtype, batch.order, K)
-            rec.bind(prep.ptrs, scalars)
+            sel = mod.selection(lc, plan, layout.dtype, layout.order, config)
+            kern = _kernel(sel.name, sel.source)
+            if sel.smem > 48 * 1024 and kern.max_dynamic_shared_size_bytes < sel.smem:
+                kern.max_dynamic_shared_size_bytes = sel.smem
+            grid3 = sel.grid + (1,) * (3 - len(sel.grid))
+            block3 = sel.block + (1,) * (3 - len(sel.block))
+            rec = _Record(kern, kern.kernel.ptr, grid3, block3, sel.smem, lc)
+            rec.bind(prep.ptrs, (plan.k, lc.lo, lc.hi, sel.extra))
             prep.records.append(rec)
         if prep.records:
             prep.graph = self._capture(prep)
-        batch._cache[key] = prep
+        cache[key] = prep
         return prep
 
     @staticmethod
     def _capture(prep: _Prepared):
         """Every launch of the plan, captured once into a CUDA graph (run by one call per
-        factorization). Plans with several chains keep them on forked streams in the graph."""
+        factorization), on forked streams with the plan's waits."""
         cs = cupy.cuda.Stream(non_blocking=True)
-        sides = [cupy.cuda.Stream(non_blocking=True) for _ in range(prep.nstreams - 1)]
+        sides = [cupy.cuda.Stream(non_blocking=True) for _ in range(prep.plan.nstreams - 1)]
         cs.begin_capture()
         try:
-            streams = [cs] + sides
-            if sides:
-                fork = cs.record()
-                for s in sides:
-                    s.wait_event(fork)
-            for rec in prep.records:
-                rec.launch(streams[rec.stream].ptr)
-            for s in sides:
-                cs.wait_event(s.record())
+            _issue(prep.records, cs, sides)
         finally:
             graph = cs.end_capture()
         return graph
 
-    def _record(self, lc: Launch, plan: Plan, dtype: np.dtype, order: str, K: int) -> _Record:
-        sel = select(lc, plan.nb, dtype, order, self.fp64_update)
-        kern = _kernel(sel.name, sel.source)
-        # Every step kernel takes (tbl, meta, imeta, K, lo, hi, step, extra): five scalars
-        # (cuLaunchKernel reads exactly as many parameter pointers as the kernel has, so a short
-        # list reads past the array).
-        scalars = (K, lc.lo, lc.hi, lc.step, sel.extra)
-        if sel.smem > 48 * 1024 and kern.max_dynamic_shared_size_bytes < sel.smem:
-            kern.max_dynamic_shared_size_bytes = sel.smem
-        grid3 = sel.grid + (1,) * (3 - len(sel.grid))
-        block3 = sel.block + (1,) * (3 - len(sel.block))
-        return _Record(kern, kern.kernel.ptr, grid3, block3, sel.smem, lc.stream), scalars
-
-    def begin(self, src: PackedBatch, dst: PackedBatch, plan: Plan, after: list) -> _Exec:
-        prep = self._prepare(src, plan)
+    def begin(self, plan: Plan, buffers: dict, after: list, config) -> _Exec:
+        prep = self._prepare(plan, buffers, config)
         main = cupy.cuda.get_current_stream()
         for dep in after:
             if isinstance(dep, _Done):
                 main.wait_event(dep.event)
             else:
                 dep.wait()
-        slot = self._slots.take(plan.k)
+        names = self._op(plan.op).BUFFERS
+        slot = self._slots.take(plan.k, len(names) + 1)
         slot.info[:] = 0
-        slot.table[0], slot.table[1], slot.table[2] = (src.data.data.ptr, dst.data.data.ptr,
-                                                        slot.info_ptr)
-        graph = prep.graph if self.graphs else None
-        return _Exec(prep, slot, main, (src, dst), graph)
+        for i, name in enumerate(names):
+            slot.table[i] = buffers[name].data.data.ptr
+        slot.table[len(names)] = slot.info_ptr
+        graph = prep.graph if config.cuda_graphs else None
+        return _Exec(prep, slot, main, tuple(buffers.values()), graph)
 
     def launch(self, ex: _Exec, lc: Launch) -> None:
         # Nothing reaches the device here: the launches go out together in flush(), which
-        # holds the batch's lock for exactly as long as it uses the shared pointer table.
+        # holds the plan's lock for exactly as long as it uses the shared pointer table.
         if ex.graph is None:
             ex.direct.append(ex.prep.records[lc.index])
 
     def flush(self, ex: _Exec, then=None) -> None:
         main, prep = ex.main, ex.prep
-        # Calls on one (batch, plan) share its device table: each waits for the previous one
+        # Calls on one (plan, layout) share its device table: each waits for the previous one
         # before overwriting it, and the lock keeps two threads from interleaving. Held only
         # inside this method (a `with`), so an exception anywhere cannot leave it taken.
         with prep.lock:
             if prep.last is not None:
                 main.wait_event(prep.last)
-            cupy.cuda.runtime.memcpyAsync(prep.table.data.ptr, ex.slot.mem.ptr, 24,
+            cupy.cuda.runtime.memcpyAsync(prep.table.data.ptr, ex.slot.mem.ptr,
+                                          8 * ex.slot.nptr,
                                           cupy.cuda.runtime.memcpyHostToDevice, main.ptr)
             if ex.graph is not None:
                 ex.graph.launch(main)
             elif ex.direct:
-                self._launch_direct(main, ex.direct, prep.nstreams)
+                _issue(ex.direct, main, self._streams_for(prep.plan.nstreams - 1)
+                       if prep.plan.nstreams > 1 else [])
             if then is not None:
                 then()
             ex.slot.event.record(main)
             prep.last = ex.slot.event
 
-    def _launch_direct(self, main, records: list, nstreams: int) -> None:
-        """Launch by launch (no graph), chains forked onto the backend's streams and joined."""
-        if nstreams == 1:
-            for rec in records:
-                rec.launch(main.ptr)
-            return
-        streams = self._streams_for(nstreams)
-        ready = main.record()
-        for s in streams:
-            s.wait_event(ready)
-        sptr = [s.ptr for s in streams]
-        for rec in records:
-            rec.launch(sptr[rec.stream])
-        for s in streams:
-            main.wait_event(s.record())
-
     def end(self, ex: _Exec) -> Completion:
         return _Done(ex.slot, self._slots, ex.keep, ex.main.ptr)
-
-    # ------------------------------------------------------------ memory limits
-    memory_name = "GPU"
-
-    def memory_total(self) -> int:
-        dev = cupy.cuda.runtime.getDevice()
-        total = self._mem_total.get(dev)
-        if total is None:
-            total = self._mem_total[dev] = cupy.cuda.runtime.memGetInfo()[1]
-        return total
-
-    def memory_free(self) -> int:
-        # What the driver has free plus what CuPy's pool holds for reuse.
-        return cupy.cuda.runtime.memGetInfo()[0] + cupy.get_default_memory_pool().free_bytes()

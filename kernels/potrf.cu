@@ -1,13 +1,12 @@
 // vbatch: variable-size batched left-looking Cholesky (POTRF) kernels, float32 and float64.
 //
-// Every kernel serves one launch of a vbatch plan: problems lo..hi-1 of the plan order at one
-// global step. Per-problem metadata is uploaded once per batch (plan order, length K each):
-//   meta  (int64): offset[K], ld[K]
-//   imeta (int32): n[K], npiv[K], start[K], orig[K]   (orig: index in the caller's batch)
-// so a launch needs only (lo, hi, step): each block derives its panel, j = (step - start) * NB,
-// w = min(NB, npiv - j), m = n - j. `info` is indexed by `orig` and lives in pinned host memory
-// that the kernels address directly (unified addressing): the host zeroes it before the first
-// launch and reads it once, after the last; kernels write it only for a failed pivot.
+// Compiled behind the generated preamble and vbatched.cuh (kernels/cuda_build.py), which give
+// every kernel its task: block b of a launch over task rows [lo, hi) runs task lo + b, a problem q
+// and its arguments (a panel: its first column j and width w; a schur task: p and n - p). The
+// per-problem arrays are indexed by q, the caller's index (meta: offset[K], ld[K]; imeta: n[K]),
+// and so is `info`, which lives in pinned host memory that the kernels address directly (unified
+// addressing): the host zeroes it before the first launch and reads it once, after the last;
+// kernels write it only for a failed pivot.
 //
 // The per-call pointers (A, L, info) come from a 3-entry device table, `tbl`: a plan's launches
 // are captured once into a CUDA graph with fixed parameters, and a call only refreshes the table.
@@ -19,8 +18,9 @@
 // Layout is a template flag: ROW=false is column-major (element (r, c) at r + c * ld), ROW=true
 // row-major (r * ld + c). Offsets and ld are 64-bit: a batch may pass 2^31 elements.
 //
-// Templates are instantiated by name through NVRTC (cupy.RawModule name_expressions); for nvcc
-// (CI's compile check), potrf_select.py generates a file that instantiates the same names.
+// Templates are instantiated by name through NVRTC (cupy.RawModule name_expressions); CI's nvcc
+// check compiles the generated translation unit that instantiates every name the launcher
+// (kernels/potrf_cuda.py) can select.
 
 namespace vb {
 
@@ -31,27 +31,6 @@ namespace vb {
 template <typename T> __device__ __forceinline__ T vrsqrt(T x);
 template <> __device__ __forceinline__ double vrsqrt<double>(double x) { return rsqrt(x); }
 template <> __device__ __forceinline__ float vrsqrt<float>(float x) { return rsqrtf(x); }
-
-template <bool ROW>
-__device__ __forceinline__ long long at(int r, int c, long long ld) {
-  return ROW ? (long long)r * ld + c : (long long)r + (long long)c * ld;
-}
-
-struct Problem {
-  long long off, ld;
-  int n, p, start, orig;
-};
-
-__device__ __forceinline__ Problem load_problem(const long long* meta, const int* imeta, int K, int q) {
-  Problem pr;
-  pr.off = meta[q];
-  pr.ld = meta[K + q];
-  pr.n = imeta[q];
-  pr.p = imeta[K + q];
-  pr.start = imeta[2 * K + q];
-  pr.orig = imeta[3 * K + q];
-  return pr;
-}
 
 // ------------------------------------------------------------------ asynchronous copies (sm_80+)
 // One element per copy, zero-filled when `pred` is false (src-size 0 reads nothing).
@@ -241,8 +220,8 @@ __device__ void zero_rect(T* L, long long ld, int r0, int r1, int c0, int nc, in
 // (profile_cuda.py crossover, H100, 2026-11-21).
 template <typename T, int NB, int NT, bool ROW>
 __global__ void __launch_bounds__(NT, 512 / NT)  // >= 512 threads per SM: <= 128 registers
-fused_step(const unsigned long long* tbl, const long long* meta, const int* imeta, int K, int lo,
-           int hi, int step, int unused) {
+fused_step(const unsigned long long* tbl, const long long* meta, const int* imeta, const int* tasks,
+           int K, int lo, int hi, int unused) {
   const T* A = reinterpret_cast<const T*>(tbl[0]);
   T* L = reinterpret_cast<T*>(tbl[1]);
   int* info = reinterpret_cast<int*>(tbl[2]);
@@ -253,11 +232,11 @@ fused_step(const unsigned long long* tbl, const long long* meta, const int* imet
   __shared__ T invd[NB];
   __shared__ int s_fail;
 
-  const int q = lo + blockIdx.x;
-  if (q >= hi) return;
-  const Problem pr = load_problem(meta, imeta, K, q);
-  if (info[pr.orig] != 0) return;  // failed at an earlier step: stop, like LAPACK
-  const int j = (step - pr.start) * NB, w = min(NB, pr.p - j), m = pr.n - j;
+  vb::Task tk;
+  if (!vb::block_task(tasks, lo, hi, tk)) return;
+  if (info[tk.q] != 0) return;  // failed at an earlier step: stop, like LAPACK
+  const vb::Matrix pr = vb::matrix_of(meta, imeta, K, tk.q);
+  const int j = tk.a0, w = tk.a1, m = pr.n - j;
   const T* Ab = A + pr.off;
   T* Lb = L + pr.off;
   const long long ld = pr.ld;
@@ -315,7 +294,7 @@ fused_step(const unsigned long long* tbl, const long long* meta, const int* imet
   // written, so that the columns before the failing one hold the factor (the partial
   // factorization of those columns), as the CPU backend leaves them; the rest is not written.
   const int wf = s_fail ? s_fail - 1 : w;
-  if (s_fail && r == 0) info[pr.orig] = j + s_fail;
+  if (s_fail && r == 0) info[tk.q] = j + s_fail;
 
   // 4. TRSM for the rows below the diagonal block (with wf < w, rows [wf, w) of the block are
   //    final already: POTF2 eliminated their first wf columns).
@@ -347,15 +326,15 @@ struct UpdateTile {
 
 template <typename T, int NB, int RC, bool ROW>
 __device__ __forceinline__ bool update_tile(const unsigned long long* tbl, const long long* meta,
-                                            const int* imeta, int K, int lo, int hi, int step,
-                                            int zero_tiles, UpdateTile<T>& t) {
-  const int q = lo + blockIdx.x;
-  if (q >= hi) return false;
+                                            const int* imeta, const int* tasks, int K, int lo,
+                                            int hi, int zero_tiles, UpdateTile<T>& t) {
+  vb::Task tk;
+  if (!vb::block_task(tasks, lo, hi, tk)) return false;
   const int* info = reinterpret_cast<const int*>(tbl[2]);
-  const Problem pr = load_problem(meta, imeta, K, q);
-  if (info[pr.orig] != 0) return false;
-  t.j = (step - pr.start) * NB;
-  t.w = min(NB, pr.p - t.j);
+  if (info[tk.q] != 0) return false;
+  const vb::Matrix pr = vb::matrix_of(meta, imeta, K, tk.q);
+  t.j = tk.a0;
+  t.w = tk.a1;
   const int m = pr.n - t.j;
   t.A = reinterpret_cast<const T*>(tbl[0]) + pr.off;
   t.L = reinterpret_cast<T*>(tbl[1]) + pr.off;
@@ -377,13 +356,13 @@ __device__ __forceinline__ bool update_tile(const unsigned long long* tbl, const
 // at uniform Nmax 512, last step).
 template <typename T, int NB, int RC, bool ROW>
 __global__ void __launch_bounds__(2 * RC)
-update_step(const unsigned long long* tbl, const long long* meta, const int* imeta, int K, int lo,
-            int hi, int step, int zero_tiles) {
+update_step(const unsigned long long* tbl, const long long* meta, const int* imeta, const int* tasks,
+            int K, int lo, int hi, int zero_tiles) {
   constexpr int WARPS = RC / 16, NT = 2 * RC, TM = RC / 32, TN = NB / WARPS, KB = 16;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   T* sbuf = reinterpret_cast<T*>(smem_raw);
   UpdateTile<T> t;
-  if (!update_tile<T, NB, RC, ROW>(tbl, meta, imeta, K, lo, hi, step, zero_tiles, t)) return;
+  if (!update_tile<T, NB, RC, ROW>(tbl, meta, imeta, tasks, K, lo, hi, zero_tiles, t)) return;
   const int tid = threadIdx.x, ty = tid & 31, tx = tid >> 5;
   T acc[TM][TN];
   gemm_nt<T, RC, NB, WARPS, KB, ROW>(t.L, t.ld, t.j + t.r0, t.mx, t.j, t.w, t.j, acc, sbuf);
@@ -435,8 +414,8 @@ __device__ __forceinline__ int sm(int r, int kk) { return ROW ? r * (KB + 4) + k
 
 template <int NB, int RC, bool ROW>
 __global__ void __launch_bounds__(RC)
-update_mma(const unsigned long long* tbl, const long long* meta, const int* imeta, int K, int lo,
-           int hi, int step, int zero_tiles) {
+update_mma(const unsigned long long* tbl, const long long* meta, const int* imeta, const int* tasks,
+           int K, int lo, int hi, int zero_tiles) {
   constexpr int KB = 16, NT = RC, MT = 4, NTL = NB / 8;
   constexpr int SA = ROW ? RC * (KB + 4) : KB * (RC + 8);
   constexpr int SB = ROW ? NB * (KB + 4) : KB * (NB + 8);
@@ -445,7 +424,7 @@ update_mma(const unsigned long long* tbl, const long long* meta, const int* imet
   extern __shared__ __align__(16) unsigned char smem_raw[];
   double* sbuf = reinterpret_cast<double*>(smem_raw);
   UpdateTile<double> t;
-  if (!update_tile<double, NB, RC, ROW>(tbl, meta, imeta, K, lo, hi, step, zero_tiles, t)) return;
+  if (!update_tile<double, NB, RC, ROW>(tbl, meta, imeta, tasks, K, lo, hi, zero_tiles, t)) return;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, gid = lane >> 2, tig = lane & 3;
 
   double acc[MT][NTL][2];
@@ -498,16 +477,16 @@ update_mma(const unsigned long long* tbl, const long long* meta, const int* imet
 // (j == 0: the plan leaves such updates out), else the updated panel in L.
 template <typename T, int NB, bool ROW>
 __global__ void __launch_bounds__(32)
-potf2_step(const unsigned long long* tbl, const long long* meta, const int* imeta, int K, int lo,
-           int hi, int step, int unused) {
+potf2_step(const unsigned long long* tbl, const long long* meta, const int* imeta, const int* tasks,
+           int K, int lo, int hi, int unused) {
   const T* A = reinterpret_cast<const T*>(tbl[0]);
   T* L = reinterpret_cast<T*>(tbl[1]);
   int* info = reinterpret_cast<int*>(tbl[2]);
-  const int q = lo + blockIdx.x;
-  if (q >= hi) return;
-  const Problem pr = load_problem(meta, imeta, K, q);
-  if (info[pr.orig] != 0) return;
-  const int j = (step - pr.start) * NB, w = min(NB, pr.p - j);
+  vb::Task tk;
+  if (!vb::block_task(tasks, lo, hi, tk)) return;
+  if (info[tk.q] != 0) return;
+  const vb::Matrix pr = vb::matrix_of(meta, imeta, K, tk.q);
+  const int j = tk.a0, w = tk.a1;
   const T* S = (j == 0 ? A : L) + pr.off;
   T* Lb = L + pr.off;
   const long long ld = pr.ld;
@@ -520,7 +499,7 @@ potf2_step(const unsigned long long* tbl, const long long* meta, const int* imet
   // On failure the leading fail - 1 columns are written all the same; trsm_step then solves
   // the rows below against them (it reads info to know how many).
   const int wf = fail ? fail - 1 : w;
-  if (fail && lane == 0) info[pr.orig] = j + fail;
+  if (fail && lane == 0) info[tk.q] = j + fail;
   if (lane < w) {
 #pragma unroll
     for (int c = 0; c < NB; ++c)
@@ -531,21 +510,21 @@ potf2_step(const unsigned long long* tbl, const long long* meta, const int* imet
 // trsm: rows below the diagonal block, one row per thread, 128 rows per block; L11 from L.
 template <typename T, int NB, bool ROW>
 __global__ void __launch_bounds__(128)
-trsm_step(const unsigned long long* tbl, const long long* meta, const int* imeta, int K, int lo,
-          int hi, int step, int unused) {
+trsm_step(const unsigned long long* tbl, const long long* meta, const int* imeta, const int* tasks,
+          int K, int lo, int hi, int unused) {
   const T* A = reinterpret_cast<const T*>(tbl[0]);
   T* L = reinterpret_cast<T*>(tbl[1]);
   int* info = reinterpret_cast<int*>(tbl[2]);
   constexpr int RT = 128;
   __shared__ __align__(16) T D[NB * NB];  // D[k * NB + c] = L(c, k): rows pair into 128-bit loads
   __shared__ T invd[NB];
-  const int q = lo + blockIdx.x;
-  if (q >= hi) return;
-  const Problem pr = load_problem(meta, imeta, K, q);
-  const int j = (step - pr.start) * NB, w = min(NB, pr.p - j), m = pr.n - j;
+  vb::Task tk;
+  if (!vb::block_task(tasks, lo, hi, tk)) return;
+  const vb::Matrix pr = vb::matrix_of(meta, imeta, K, tk.q);
+  const int j = tk.a0, w = tk.a1, m = pr.n - j;
   // info > j: this step's potf2 failed at column info - 1, after writing the wf columns before
   // it; solve the rows below against those. info <= j: an earlier step failed; stop.
-  const int fail = info[pr.orig];
+  const int fail = info[tk.q];
   if (fail != 0 && fail <= j) return;
   const int wf = fail ? fail - 1 - j : w;
   if (wf == 0) return;
@@ -579,19 +558,19 @@ trsm_step(const unsigned long long* tbl, const long long* meta, const int* imeta
 // the zeros of the (1, 2) block above them; off-diagonal tiles the zeros of their mirror tile.
 template <typename T, bool ROW>
 __global__ void __launch_bounds__(256)
-schur_step(const unsigned long long* tbl, const long long* meta, const int* imeta, int K, int lo,
-           int hi, int step, int unused) {
+schur_step(const unsigned long long* tbl, const long long* meta, const int* imeta, const int* tasks,
+           int K, int lo, int hi, int unused) {
   const T* A = reinterpret_cast<const T*>(tbl[0]);
   T* L = reinterpret_cast<T*>(tbl[1]);
   int* info = reinterpret_cast<int*>(tbl[2]);
   constexpr int TS = 64, WARPS = 8, NT = 256, TM = TS / 32, TN = TS / WARPS, KB = 16;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   T* sbuf = reinterpret_cast<T*>(smem_raw);
-  const int q = lo + blockIdx.x;
-  if (q >= hi) return;
-  const Problem pr = load_problem(meta, imeta, K, q);
-  if (info[pr.orig] != 0) return;
-  const int p = pr.p, tr = pr.n - pr.p;
+  vb::Task tk;
+  if (!vb::block_task(tasks, lo, hi, tk)) return;
+  if (info[tk.q] != 0) return;
+  const vb::Matrix pr = vb::matrix_of(meta, imeta, K, tk.q);
+  const int p = tk.a0, tr = tk.a1;
   const int y = blockIdx.y;
   int bi = (int)((sqrtf(8.0f * y + 1.0f) - 1.0f) * 0.5f);
   while ((bi + 1) * (bi + 2) / 2 <= y) ++bi;
@@ -618,30 +597,6 @@ schur_step(const unsigned long long* tbl, const long long* meta, const int* imet
     }
   if (bi > bj) zero_rect<T, ROW>(Lb, ld, p + c0, p + c0 + ny, p + r0, mx, tid, NT);
   else zero_rect<T, ROW>(Lb, ld, 0, p, p + c0, ny, tid, NT);
-}
-
-// ================================================================== gather / scatter
-// Copy k matrices between caller-owned arrays (any strides, addresses in ptrs) and a packed
-// buffer, in one launch: block b copies matrix b. to_packed = 1 gathers, 0 scatters.
-template <typename T>
-__global__ void __launch_bounds__(256)
-copy_matrices(const long long* ptrs, const long long* rs, const long long* cs, T* packed,
-              const long long* off, const long long* ld, const int* n, int k, int row_major,
-              int to_packed) {
-  const int b = blockIdx.x;
-  if (b >= k) return;
-  const int nb = n[b];
-  if (nb == 0) return;
-  T* user = reinterpret_cast<T*>(ptrs[b]);
-  const long long urs = rs[b], ucs = cs[b], pld = ld[b];
-  T* pk = packed + off[b];
-  for (int r = threadIdx.y; r < nb; r += blockDim.y)
-    for (int c = threadIdx.x; c < nb; c += blockDim.x) {
-      const long long pi = row_major ? (long long)r * pld + c : r + (long long)c * pld;
-      const long long ui = (long long)r * urs + (long long)c * ucs;
-      if (to_packed) pk[pi] = user[ui];
-      else user[ui] = pk[pi];
-    }
 }
 
 }  // namespace vb

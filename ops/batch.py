@@ -1,19 +1,21 @@
-"""What a batch is: k square matrices of different sizes, as a list or as one packed buffer.
+"""What a batch is: k matrices of different shapes, as a list or as one packed buffer.
 
-Two input forms are accepted everywhere:
+Every operand of every operation comes in one of two forms:
 
-* a **list** of 2-D arrays (numpy, or cupy on a GPU), each of its own size;
-* a :class:`PackedBatch`: one 1-D buffer plus per-problem ``n`` (size), ``offset`` (first element,
-  in elements, not bytes) and ``ld`` (leading dimension). Matrix ``i`` element ``(r, c)`` lives at
-  ``data[offset[i] + r + c * ld[i]]`` for ``order="F"`` (column-major, the LAPACK/multifrontal
-  convention) and at ``data[offset[i] + r * ld[i] + c]`` for ``order="C"`` (row-major).
+* a **list** of 2-D arrays (numpy, or cupy on a GPU), each of its own shape;
+* a :class:`PackedBatch`: one 1-D buffer plus per-problem ``m`` (rows), ``n`` (columns),
+  ``offset`` (first element, in elements, not bytes) and ``ld`` (leading dimension). Matrix ``i``
+  element ``(r, c)`` lives at ``data[offset[i] + r + c * ld[i]]`` for ``order="F"``
+  (column-major, the LAPACK/multifrontal convention) and at ``data[offset[i] + r * ld[i] + c]``
+  for ``order="C"`` (row-major). ``m`` defaults to ``n``: a batch of square matrices.
 
 The packed form is what the hot path uses: it is zero-copy, its metadata is numpy arrays (never a
 Python object per matrix), and backends cache plans and device metadata on it, so factoring the
 same layout again costs no planning. :func:`pack` turns a list into a packed batch once; keep the
 result and pass it again to reuse it.
 
-Only the lower triangle of each matrix is read. Zero-size matrices are valid.
+Shape rules (square, inner dimensions that match, ...) belong to each operation (``ops/``);
+this module checks what every operand must be. Zero-size matrices are valid.
 """
 
 from __future__ import annotations
@@ -87,11 +89,14 @@ def _first_bad(mask: np.ndarray) -> np.ndarray:
 
 
 class PackedBatch(BaseModel):
-    """k matrices in one buffer: ``data`` (1-D, numpy or cupy) with ``n``, ``offset``, ``ld``.
+    """k matrices in one buffer: ``data`` (1-D, numpy or cupy) with ``m``, ``n``, ``offset``,
+    ``ld``.
 
     Build one with :meth:`from_buffer` (which fills in tight offsets and leading dimensions) or
     with :func:`pack` from a list. Validation checks, per problem, that sizes are non-negative,
-    ``ld >= max(1, n)``, and that every matrix lies inside the buffer without overlapping another.
+    that ``ld`` covers a column (order F: ``ld >= max(1, m)``) or a row (order C:
+    ``ld >= max(1, n)``), and that every matrix lies inside the buffer without overlapping
+    another.
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True, frozen=True)
@@ -101,6 +106,7 @@ class PackedBatch(BaseModel):
     offset: Any
     ld: Any
     order: Literal["F", "C"] = "F"
+    m: Any = None  # rows; None: m = n (square)
 
     # Plans and device metadata keyed by (backend, options): the metadata arrays are read-only,
     # so a cache entry stays valid as long as this object lives.
@@ -127,28 +133,45 @@ class PackedBatch(BaseModel):
     def _check_index(cls, v: Any, info) -> np.ndarray:
         return _index_array(v, info.field_name)
 
+    @field_validator("m", mode="before")
+    @classmethod
+    def _check_rows(cls, v: Any, info) -> np.ndarray:
+        if v is None:
+            n = info.data.get("n")
+            return n if n is not None else None
+        return _index_array(v, "m")
+
     @model_validator(mode="after")
     def _check_layout(self) -> "PackedBatch":
-        n, off, ld = self.n, self.offset, self.ld
-        if not (len(n) == len(off) == len(ld)):
-            raise InputError(
-                [(None, f"n, offset and ld differ in length ({len(n)}, {len(off)}, {len(ld)})")]
-            )
+        m, n, off, ld = self.m, self.n, self.offset, self.ld
+        if not (len(m) == len(n) == len(off) == len(ld)):
+            if m is n:
+                msg = f"n, offset and ld differ in length ({len(n)}, {len(off)}, {len(ld)})"
+            else:
+                msg = (f"m, n, offset and ld differ in length ({len(m)}, {len(n)}, {len(off)}, "
+                       f"{len(ld)})")
+            raise InputError([(None, msg)])
         problems: list[tuple[int | None, str]] = []
-        for i in _first_bad(n < 0):
-            problems.append((int(i), f"negative size {n[i]}"))
-        for i in _first_bad(ld < np.maximum(n, 1)):
-            problems.append((int(i), f"leading dimension {ld[i]} < max(1, n) = {max(1, n[i])}"))
+        square = m is n
+        for i in _first_bad((m < 0) | (n < 0)):
+            problems.append((int(i), f"negative size {n[i]}" if square else
+                             f"negative size ({m[i]} x {n[i]})"))
+        inner = n if self.order == "C" else m
+        what = ("n" if self.order == "C" else "m") if not square else "n"
+        for i in _first_bad(ld < np.maximum(inner, 1)):
+            problems.append((int(i), f"leading dimension {ld[i]} < max(1, {what}) = "
+                                     f"{max(1, inner[i])}"))
         for i in _first_bad(off < 0):
             problems.append((int(i), f"negative offset {off[i]}"))
         if problems:
             raise InputError(sorted(problems, key=lambda p: p[0]))
-        live = np.flatnonzero(n > 0)
-        end = off + (n - 1) * ld + n  # one past the last element a matrix touches
+        live = np.flatnonzero((n > 0) & (m > 0))
+        end = _extent_end(m, n, off, ld, self.order)  # one past the last element touched
         size = int(self.data.size)
         for i in live[end[live] > size]:
+            shape = f"n={n[i]}" if square else f"{m[i]} x {n[i]}"
             problems.append(
-                (int(i), f"matrix (n={n[i]}, ld={ld[i]}, offset={off[i]}) ends at element "
+                (int(i), f"matrix ({shape}, ld={ld[i]}, offset={off[i]}) ends at element "
                          f"{end[i]}, past the buffer's {size} elements")
             )
         if problems:
@@ -176,19 +199,23 @@ class PackedBatch(BaseModel):
         offset: Any = None,
         ld: Any = None,
         order: Literal["F", "C"] = "F",
+        m: Any = None,
     ) -> "PackedBatch":
-        """Adopt ``data`` as is (no copy). Missing ``ld`` means ``max(1, n)``; missing
-        ``offset`` means the matrices follow each other tightly in index order."""
+        """Adopt ``data`` as is (no copy). ``n``: columns (and rows, unless ``m`` is given).
+        Missing ``ld`` means a tight column (F) or row (C); missing ``offset`` means the matrices
+        follow each other tightly in index order."""
         n_arr = _index_array(n, "n")
-        if ld is None:
-            ld = np.maximum(n_arr, 1)
+        m_arr = n_arr if m is None else _index_array(m, "m")
+        if ld is None and len(m_arr) == len(n_arr):
+            ld = np.maximum(n_arr if order == "C" else m_arr, 1)
         ld_arr = _index_array(ld, "ld")
-        if offset is None and len(ld_arr) == len(n_arr):
-            offset = tight_offsets(n_arr, ld_arr)
+        if offset is None and len(ld_arr) == len(n_arr) == len(m_arr):
+            offset = tight_offsets(ld_arr * (m_arr if order == "C" else n_arr))
         if array_kind(data) is not None and data.ndim > 1 and data.flags.c_contiguous:
             data = data.reshape(-1)
         return validated(
-            cls, "packed batch", data=data, n=n_arr, offset=offset, ld=ld_arr, order=order
+            cls, "packed batch", data=data, n=n_arr, offset=offset, ld=ld_arr, order=order,
+            m=None if m is None else m_arr,
         )
 
     def with_data(self, data: Any) -> "PackedBatch":
@@ -209,6 +236,14 @@ class PackedBatch(BaseModel):
         return len(self.n)
 
     @property
+    def square(self) -> bool:
+        return self.m is self.n or bool(np.array_equal(self.m, self.n))
+
+    def shapes(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(m, n)``: rows and columns of every problem."""
+        return self.m, self.n
+
+    @property
     def dtype(self) -> np.dtype:
         return np.dtype(self.data.dtype)
 
@@ -222,9 +257,9 @@ class PackedBatch(BaseModel):
 
     def matrix(self, i: int):
         """Matrix ``i`` as a 2-D view into the buffer (writes go to the buffer)."""
-        n, off = int(self.n[i]), int(self.offset[i])
-        if n == 0:
-            return self.data[:0].reshape(0, 0)
+        m, n, off = int(self.m[i]), int(self.n[i]), int(self.offset[i])
+        if m == 0 or n == 0:
+            return self.data[:0].reshape(m, n)
         rs, cs = self.strides(i)
         isz = self.dtype.itemsize
         strides = (rs * isz, cs * isz)
@@ -232,11 +267,11 @@ class PackedBatch(BaseModel):
         # as a fifth of the CPU backend's time at k = 2000 (docs/notes.md).
         if self.kind == "numpy":
             return np.ndarray(
-                (n, n), self.dtype, buffer=self.data, offset=off * isz, strides=strides
+                (m, n), self.dtype, buffer=self.data, offset=off * isz, strides=strides
             )
         import cupy
 
-        return cupy.ndarray((n, n), self.dtype, memptr=self.data.data + off * isz, strides=strides)
+        return cupy.ndarray((m, n), self.dtype, memptr=self.data.data + off * isz, strides=strides)
 
     def unpack(self) -> list:
         """All matrices as 2-D views into the buffer, in problem order.
@@ -246,19 +281,20 @@ class PackedBatch(BaseModel):
         2026-11-21); this takes about 0.4 us each."""
         isz = self.dtype.itemsize
         dt, buf = self.dtype, self.data
-        ns = self.n.tolist()
-        offs = (self.offset * isz).tolist()
+        ms, ns = self.m.tolist(), self.n.tolist()
+        empty = (self.m == 0) | (self.n == 0)
+        offs = np.where(empty, 0, self.offset * isz).tolist()
         lds = (self.ld * isz).tolist()
         fortran = self.order == "F"
         if self.kind == "numpy":
-            return [np.ndarray((n, n), dt, buf, o if n else 0, (isz, s) if fortran else (s, isz))
-                    for n, o, s in zip(ns, offs, lds)]
+            return [np.ndarray((m, n), dt, buf, o, (isz, s) if fortran else (s, isz))
+                    for m, n, o, s in zip(ms, ns, offs, lds)]
         import cupy
 
         base = buf.data
-        return [cupy.ndarray((n, n), dt, memptr=base + (o if n else 0),
+        return [cupy.ndarray((m, n), dt, memptr=base + o,
                              strides=(isz, s) if fortran else (s, isz))
-                for n, o, s in zip(ns, offs, lds)]
+                for m, n, o, s in zip(ms, ns, offs, lds)]
 
     def __repr__(self) -> str:
         return (
@@ -269,33 +305,57 @@ class PackedBatch(BaseModel):
     __str__ = __repr__
 
 
-def tight_offsets(n: np.ndarray, ld: np.ndarray) -> np.ndarray:
-    """Offsets that place matrix ``i`` right after matrix ``i - 1`` (``ld[i] * n[i]`` each)."""
-    sizes = np.asarray(ld, dtype=np.int64) * np.asarray(n, dtype=np.int64)
+def tight_offsets(sizes: np.ndarray, ld: np.ndarray | None = None) -> np.ndarray:
+    """Offsets that place matrix ``i`` right after matrix ``i - 1``, each taking ``sizes[i]``
+    elements (``tight_offsets(n, ld)``: ``ld[i] * n[i]`` each, a square batch)."""
+    sizes = np.asarray(sizes, dtype=np.int64)
+    if ld is not None:
+        sizes = sizes * np.asarray(ld, dtype=np.int64)
     out = np.zeros(len(sizes), dtype=np.int64)
     np.cumsum(sizes[:-1], out=out[1:])
     return out
 
 
+def tight_layout(m: np.ndarray, n: np.ndarray, order: str) -> tuple[np.ndarray, np.ndarray, int]:
+    """``(offset, ld, total elements)`` of matrices of shapes ``(m, n)`` packed back to back."""
+    ld = np.maximum(n if order == "C" else m, 1).astype(np.int64)
+    size = ld * (m if order == "C" else n)
+    off = tight_offsets(size)
+    return off, ld, int(off[-1] + size[-1]) if len(size) else 0
+
+
+def _extent_end(m, n, off, ld, order) -> np.ndarray:
+    """One past the last element each matrix touches (meaningless for empty ones)."""
+    if order == "C":
+        return off + (m - 1) * ld + n
+    return off + (n - 1) * ld + m
+
+
 class MatrixList(BaseModel):
-    """A validated list of 2-D arrays: one kind (numpy or cupy), one dtype, each square."""
+    """A validated list of 2-D arrays: one kind (numpy or cupy), one dtype; ``m`` and ``n``
+    hold each array's rows and columns. With ``square=True`` (an operation's shape rule that
+    needs it, checked in the same pass so one error lists every bad problem) each must be
+    square."""
 
     model_config = ConfigDict(arbitrary_types_allowed=True, frozen=True)
 
     mats: list
     kind: str
     dtype: Any
+    m: Any
     n: Any
 
     @model_validator(mode="before")
     @classmethod
     def _describe(cls, values: Any) -> dict:
         mats = values["mats"] if isinstance(values, dict) else values
+        square = bool(values.get("square", False)) if isinstance(values, dict) else False
         if not isinstance(mats, (list, tuple)):
             got = type(mats).__name__
             raise InputError([(None, f"expected a list of 2-D arrays, got {got}")])
         mats = list(mats)
         problems: list[tuple[int | None, str]] = []
+        m = np.zeros(len(mats), dtype=np.int64)
         n = np.zeros(len(mats), dtype=np.int64)
         kind0 = dtype0 = None
         first_dtype_at = first_kind_at = 0
@@ -327,17 +387,22 @@ class MatrixList(BaseModel):
             shape = a.shape
             if len(shape) != 2:
                 problems.append((i, f"not 2-D: shape {tuple(shape)}"))
-            elif shape[0] != shape[1]:
+            elif square and shape[0] != shape[1]:
                 problems.append((i, f"not square: shape {tuple(shape)}"))
             else:
-                n[i] = shape[0]
+                m[i], n[i] = shape
         if problems:
             raise InputError(problems)
         n.flags.writeable = False
+        if square or np.array_equal(m, n):
+            m = n  # one array: a square batch is recognised by identity, at no cost
+        else:
+            m.flags.writeable = False
         return {
             "mats": mats,
             "kind": kind0 or "numpy",
             "dtype": dtype0 or np.dtype(np.float64),
+            "m": m,
             "n": n,
         }
 
@@ -347,29 +412,28 @@ class MatrixList(BaseModel):
 
 
 def pack(mats: Any, order: Literal["F", "C"] = "C", backend: Any = None) -> PackedBatch:
-    """Copy a list of square arrays into one new buffer, once.
+    """Copy a list of arrays into one new buffer, once.
 
     Row-major (``order="C"``) is the default because that is how numpy and cupy arrays are
     usually laid out, so each matrix is one contiguous copy. A list of cupy arrays is gathered on
     the GPU by one kernel (never one copy per matrix); that needs the CUDA backend.
     """
     ml = mats if isinstance(mats, MatrixList) else validated(MatrixList, mats=mats)
-    ld = np.maximum(ml.n, 1)
-    offset = tight_offsets(ml.n, ld)
-    total = int(offset[-1] + ld[-1] * ml.n[-1]) if ml.k else 0
+    offset, ld, total = tight_layout(ml.m, ml.n, order)
     if ml.kind == "numpy":
         data = np.empty(total, dtype=ml.dtype)
         fortran = order == "F"
         for i, a in enumerate(ml.mats):
-            m = int(ml.n[i])
-            if m:
-                flat = data[offset[i] : offset[i] + m * m]
-                view = flat.reshape(m, m, order="F" if fortran else "C")
+            r, c = int(ml.m[i]), int(ml.n[i])
+            if r and c:
+                flat = data[offset[i] : offset[i] + r * c]
+                view = flat.reshape(r, c, order="F" if fortran else "C")
                 view[...] = a
     else:
         if backend is None:
             from vbatch.kernels import get_backend
 
             backend = get_backend("cuda")
-        data = backend.gather(ml.mats, ml.n, offset, ml.dtype, order)
-    return PackedBatch.model_construct(data=data, n=ml.n, offset=offset, ld=ld, order=order)
+        data = backend.gather(ml.mats, ml.m, ml.n, offset, ld, ml.dtype, order)
+    return PackedBatch.model_construct(data=data, m=ml.m, n=ml.n, offset=offset, ld=ld,
+                                       order=order)

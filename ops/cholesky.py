@@ -1,22 +1,26 @@
-"""Batched Cholesky (POTRF), full and partial: the request model, its task graph, its reference.
+"""Batched Cholesky (POTRF), full and partial: the request, its tasks, its reference.
 
-Algorithm: blocked **left-looking** Cholesky with panel width ``nb``. Step ``s`` works on the
-panel of columns ``[j, j + w)``, ``j = s * nb``, ``w = min(nb, p - j)``, rows ``[j, n)``:
+Algorithm: blocked **left-looking** Cholesky with panel width ``nb``. Problem ``i`` has
+``S_i = ceil(p_i / nb)`` panel tasks; panel ``s`` works on columns ``[j, j + w)``,
+``j = s * nb``, ``w = min(nb, p - j)``, rows ``[j, n)``:
 
 * ``update``  the panel is brought up to date from the already factored columns:
   ``A[j:, j:j+w] -= L[j:, :j] @ L[j:j+w, :j]^T`` (SYRK on the diagonal block, GEMM below it);
 * ``potf2``   the ``w x w`` diagonal block is factored (unblocked Cholesky);
 * ``trsm``    the rows below it are solved: ``L[j+w:, j:j+w] = A[j+w:, j:j+w] L11^-T``.
 
+These three are the *launch kinds* of one task kind, ``potrf.panel``: a launch group of panels
+runs as one ``fused`` launch when its tallest panel has at most ``fused_max_rows`` rows (the
+crossover a backend measures), else as the three separated launches in that order (an update
+with nothing to read, or a trsm with no rows below, left out).
+
 **Partial Cholesky** factors only the first ``p`` columns (``npiv``) and leaves the Schur
 complement ``A22 - L21 L21^T`` in the trailing ``(n - p) x (n - p)`` block: a multifrontal front
-needs exactly this. Left-looking never touches the trailing block during the steps, so one final
-``schur`` task (a SYRK with ``k = p``) forms it.
+needs exactly this. Left-looking never touches the trailing block during the panels, so one
+``potrf.schur`` task (a SYRK with ``k = p``) after the last panel forms it.
 
-The graph is one of *templates*: a node is a kind of task, not a (matrix, step) pair. Edges carry
-a ``lag``: ``0`` inside one step, ``1`` from step ``s`` to step ``s + 1``, ``"last"`` from the last
-step to the final phase. A problem ``i`` instantiates it ``S_i = ceil(p_i / nb)`` times; that
-bookkeeping is numpy arrays (see :mod:`vbatch.scheduler`).
+The task graph (:func:`potrf_graph`) is arrays: one row per task, each problem's tasks in order
+and joined by edges (panel ``s`` before panel ``s + 1``, the last panel before the schur task).
 
 The output of every form is lower triangular: ``L11`` and ``L21`` in the first ``p`` columns,
 the lower triangle of the Schur complement in the trailing block, and zeros above the diagonal.
@@ -24,33 +28,95 @@ the lower triangle of the Schur complement in the trailing block, and zeros abov
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
-import networkx as nx
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from vbatch.ops.batch import MatrixList, PackedBatch
 from vbatch.ops.errors import InputError
+from vbatch.ops.kinds import Group, TaskKind, by_rows, register, single
+from vbatch.ops.op import Buffer, Op
+from vbatch.ops.op import register as register_op
+from vbatch.scheduler.graph import TaskGraph, chain_edges
 
+# Launch kinds (what backends implement).
 UPDATE, POTF2, TRSM, SCHUR = "update", "potf2", "trsm", "schur"
-FUSED = "fused"  # update + potf2 + trsm of one step in one launch
+FUSED = "fused"  # update + potf2 + trsm of one panel in one launch
 
 
-@functools.cache
-def task_graph() -> nx.DiGraph:
-    """The left-looking POTRF template graph (see the module docstring)."""
-    g = nx.DiGraph(op="potrf", algorithm="left-looking")
-    g.add_node(UPDATE, phase="step", blas="syrk+gemm", reads="factored columns [0, j)")
-    g.add_node(POTF2, phase="step", blas="potf2", reads="diagonal block")
-    g.add_node(TRSM, phase="step", blas="trsm", reads="diagonal block, rows below")
-    g.add_node(SCHUR, phase="final", blas="syrk", reads="factored columns [0, p)")
-    g.add_edge(UPDATE, POTF2, lag=0)
-    g.add_edge(POTF2, TRSM, lag=0)
-    g.add_edge(TRSM, UPDATE, lag=1)
-    g.add_edge(TRSM, SCHUR, lag="last")
-    return g
+def _panel_launches(group: Group, options: dict) -> list[tuple[str, str]]:
+    if group.rows.max() <= options["fused_max_rows"]:
+        return [(FUSED, "fused")]
+    out = []
+    if group.cols.max() > 0:  # an update with nothing to read (all first panels) is left out
+        out.append((UPDATE, "separated"))
+    out.append((POTF2, "separated"))
+    if (group.rows - group.width).max() > 0:  # rows below the diagonal block
+        out.append((TRSM, "separated"))
+    return out
+
+
+def _panel_flops(args, rows, cols, width):
+    m, j, w = (np.asarray(x, dtype=np.float64) for x in (rows, cols, width))
+    return 2.0 * m * w * j + w**3 / 3 + w * w * np.maximum(m - w, 0)
+
+
+PANEL = register(TaskKind(
+    name="potrf.panel", op="potrf", args=("j", "w"), window=by_rows,
+    launches=_panel_launches, flops=_panel_flops,
+    doc="one panel of a left-looking Cholesky: rows = n - j, cols = j (first column), width = w",
+), (FUSED, UPDATE, POTF2, TRSM))
+
+SCHUR_KIND = register(TaskKind(
+    name="potrf.schur", op="potrf", args=("p", "tr"), window=by_rows, launches=single(SCHUR),
+    flops=lambda args, rows, cols, width: np.asarray(rows, np.float64) ** 2 * cols,
+    doc="the trailing A22 - L21 L21^T of a partial Cholesky: rows = width = n - p, cols = p",
+), (SCHUR,))
+
+
+def potrf_graph(n: Any, npiv: Any = None, nb: int = 32) -> TaskGraph:
+    """The tasks of a batched (partial) Cholesky, from the sizes alone (module docstring)."""
+    n = np.asarray(n, dtype=np.int64)
+    p = n if npiv is None else np.asarray(npiv, dtype=np.int64)
+    k = len(n)
+    live = n > 0
+    steps = np.where(live, -(-p // nb), 0)
+    schur = live & (p < n)
+    cnt = steps + schur
+    first = np.cumsum(cnt) - cnt
+    T = int(cnt.sum())
+    problem = np.repeat(np.arange(k, dtype=np.int64), cnt)
+    local = np.arange(T, dtype=np.int64) - np.repeat(first, cnt)
+    is_schur = local >= np.repeat(steps, cnt)
+    pp, nn = p[problem], n[problem]
+    j = local * nb
+    w = np.minimum(nb, pp - j)
+    tr = nn - pp
+    args = np.stack([np.where(is_schur, pp, j), np.where(is_schur, tr, w)], axis=1)
+    return TaskGraph(
+        kinds=(PANEL, SCHUR_KIND),
+        kind=is_schur.astype(np.int8),
+        problem=problem,
+        args=args,
+        rows=np.where(is_schur, tr, nn - j),
+        cols=np.where(is_schur, pp, j),
+        width=np.where(is_schur, tr, w),
+        edges=chain_edges(first, cnt),
+        k=k,
+        chains=(first, cnt),
+    )
+
+
+def plan_cholesky(n: Any, npiv: Any = None, *, nb: int = 32, policy: str = "dsse",
+                  fused_max_rows: int = 512, streams: int = 1):
+    """The plan of a batched (partial) Cholesky of sizes ``n`` (``npiv`` columns each)."""
+    from vbatch.scheduler.plan import make_plan
+
+    if not isinstance(nb, (int, np.integer)) or isinstance(nb, bool) or nb < 1:
+        raise ValueError(f"nb must be a positive int, got {nb!r}")
+    return make_plan(potrf_graph(n, npiv, int(nb)), op="potrf", policy=policy, streams=streams,
+                     nb=int(nb), fused_max_rows=fused_max_rows)
 
 
 def _npiv_array(v: Any, k: int) -> np.ndarray:
@@ -107,10 +173,15 @@ class CholeskyRequest(BaseModel):
     @field_validator("batch", mode="before")
     @classmethod
     def _batch(cls, v: Any) -> PackedBatch | MatrixList:
-        if isinstance(v, (PackedBatch, MatrixList)):
+        if isinstance(v, PackedBatch):
+            if not v.square:
+                bad = np.flatnonzero(v.m != v.n)
+                raise InputError([(int(i), f"not square: {v.m[i]} x {v.n[i]}") for i in bad])
+            return v
+        if isinstance(v, MatrixList):
             return v
         if isinstance(v, (list, tuple)):
-            return MatrixList(mats=v)
+            return MatrixList(mats=v, square=True)
         raise InputError(
             [(None, "expected a list of 2-D arrays or a vbatch.PackedBatch, "
                     f"got {type(v).__name__}")]
@@ -239,3 +310,14 @@ def residual(a: np.ndarray, factor: np.ndarray, npiv: int | None = None) -> floa
     if den == 0:
         return float(num)
     return float(num / den)
+
+
+POTRF = register_op(Op(
+    name="potrf",
+    request=CholeskyRequest,
+    # Kernels read A and write L (the same buffer when the caller overwrites).
+    buffers=(Buffer("a", "batch"), Buffer("l", "batch", output=True)),
+    graph=lambda req, opts: potrf_graph(req.batch.n, req.npiv, int(opts["nb"])),
+    signature=lambda req: (req.batch.n.tobytes(), req.npiv.tobytes()),
+    doc="batched (partial) Cholesky",
+))

@@ -61,7 +61,8 @@ def _arch(text: str) -> str:
 
 
 def _parser(prog: str) -> argparse.ArgumentParser:
-    from vbatch.kernels.potrf_select import DTYPES, NB_SUPPORTED, ORDERS
+    from vbatch.kernels.cuda_build import DTYPES, ORDERS
+    from vbatch.kernels.potrf_cuda import NB_SUPPORTED
     from vbatch.ops.generate import DISTRIBUTIONS
 
     ap = _Parser(
@@ -141,7 +142,8 @@ def _parser(prog: str) -> argparse.ArgumentParser:
 def cmd_compile(args) -> int:
     if args.nvcc:
         return _compile_nvcc(args)
-    from vbatch.kernels.cuda import kernel_names, precompile
+    from vbatch.kernels.cuda import precompile
+    from vbatch.kernels.cuda_build import kernel_names
 
     names = kernel_names(args.dtype, args.nb, args.order)
     t0 = time.perf_counter()
@@ -151,13 +153,13 @@ def cmd_compile(args) -> int:
 
 
 def _compile_nvcc(args) -> int:
-    from vbatch.kernels import potrf_select as sel
+    from vbatch.kernels import cuda_build as build
 
     nvcc = shutil.which("nvcc")
-    kdir = Path(sel.__file__).parent
+    kdir = build.HERE
     # One translation unit per dtype: independent nvcc processes, so --jobs > 1 shortens the
     # wall time (one unit of everything takes ~55 s per architecture on one core).
-    units = {dt: sel.kernel_names([dt], args.nb, args.order) for dt in args.dtype}
+    units = {dt: build.kernel_names([dt], args.nb, args.order) for dt in args.dtype}
     total = sum(len(v) for v in units.values())
     t0 = time.perf_counter()
     keep = contextlib.nullcontext(args.out) if args.out else None
@@ -166,7 +168,7 @@ def _compile_nvcc(args) -> int:
         cmds = []
         for dt, names in units.items():
             cu = out / f"vbatch_{dt}.cu"
-            cu.write_text(sel.instantiation_source(names))
+            cu.write_text(build.instantiation_source(names))
             cmds += [[nvcc, "-std=c++17", f"-arch={arch}", "-cubin", f"-I{kdir}",
                       "-o", str(out / f"vbatch_{dt}.{arch}.cubin"), str(cu)]
                      for arch in args.arch]
@@ -232,8 +234,9 @@ def cmd_demo(args, rt) -> int:
             m[...] = make_indefinite(m, col)
             expect_bad[int(i)] = col + 1
     if rt.device == "cuda":
-        batch, _ = rt.backend.adopt(batch, overwrite=True)  # a device copy: time the call with
-        # the data already on the GPU, as users of the packed form have it
+        # A device copy: time the call with the data already on the GPU, as users of the
+        # packed form have it.
+        batch = rt.backend.stage_input(batch, writable=True)
 
     res = rt.cholesky(batch).result()  # warm-up: compiles kernels, caches the plan
     times = []

@@ -1,11 +1,12 @@
 """The public face: :class:`Runtime`, :class:`Future`, :class:`CholeskyResult`.
 
-A submission goes through the same stages on every backend::
+A submission goes through the same stages for every operation and backend::
 
-    validate (pydantic, before any work) -> plan (cached on a PackedBatch) -> stage memory
-        -> begin -> one backend launch per plan launch -> end -> Future
+    validate (the op's pydantic request, before any work) -> plan (the op's task graph through
+        the scheduler; cached by the batch's size signature) -> stage each buffer the op names
+        -> begin -> one backend launch per plan launch -> flush -> end -> Future
 
-On the CPU the stages after planning run on the runtime's worker thread, so ``cholesky`` returns
+On the CPU the stages after planning run on the runtime's worker thread, so a submission returns
 at once and ``after=`` dependencies are waited for there. On CUDA they run in the caller's thread
 and only enqueue work; dependencies become stream waits on events, and ``Future.result`` is the
 single synchronization point, where ``info`` is read back once.
@@ -18,43 +19,33 @@ import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
 
 from vbatch.kernels import Completion, get_backend
 from vbatch.ops.batch import MatrixList, PackedBatch
-from vbatch.ops.cholesky import CholeskyRequest, read_only
+from vbatch.ops.cholesky import POTRF, read_only
 from vbatch.ops.errors import InputError, validated
+from vbatch.ops.op import Op
+from vbatch.runtime.config import Config
 from vbatch.runtime.device import resolve_device
 from vbatch.scheduler.plan import Plan, make_plan
 
-
-# Plans of list inputs kept per runtime, by size signature (least recently used dropped first).
-LIST_PLANS = 64
+# Plans kept per runtime, by size signature (least recently used dropped first).
+PLANS = 64
 
 
 class DependencyError(RuntimeError):
     """A submission could not run because a future it was ordered ``after`` failed."""
 
 
-class Options(BaseModel):
-    """Planning options. ``None`` means the backend's default for the batch's dtype."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    nb: int | None = Field(default=None, ge=1, le=1024)
-    policy: Literal["dsse", "ssde"] = "dsse"
-    fused_max_rows: int | None = Field(default=None, ge=0)
-    streams: int | None = Field(default=None, ge=1, le=64)
-
-
 @dataclass(frozen=True)
 class CholeskyResult:
     """``factors``: a list (same array kind as the input list) or a :class:`PackedBatch`.
     ``info``: int32 per problem, LAPACK convention (0 = success, j > 0 = leading minor of
-    order j not positive definite; that factor is incomplete, the others are unaffected)."""
+    order j not positive definite: columns before j hold the factor, the rest is unspecified;
+    the others are unaffected)."""
 
     factors: Any
     info: np.ndarray
@@ -73,8 +64,8 @@ _PENDING = object()
 
 
 class Future:
-    """The pending result of one submission. ``result()`` waits and returns a
-    :class:`CholeskyResult`, or raises what the execution raised.
+    """The pending result of one submission. ``result()`` waits and returns the op's result
+    (a :class:`CholeskyResult` for ``cholesky``), or raises what the execution raised.
 
     On the CPU the worker thread fulfils a ``concurrent.futures.Future``. On CUDA the future
     holds the backend's completion (an event) and builds its result on the first ``result()``:
@@ -113,7 +104,7 @@ class Future:
             return True
         return self._completion is not None and self._completion.done()
 
-    def result(self, timeout: float | None = None) -> CholeskyResult:
+    def result(self, timeout: float | None = None) -> Any:
         if self._cf is not None:
             return self._cf.result(timeout)
         if self._value is _PENDING and self._error is None:
@@ -157,14 +148,16 @@ class Runtime:
     """Submit batches, get futures.
 
     ``device``: ``"auto"`` (CUDA when a GPU is usable, else the CPU), ``"cpu"`` or ``"cuda"``.
-    Planning options (``nb``, ``policy``, ``fused_max_rows``, ``streams``) default to what the
-    backend prefers for the batch's dtype.
+    ``config`` (a :class:`~vbatch.Config`) or keyword options (``nb``, ``policy``,
+    ``fused_max_rows``, ``streams``, ``cuda_graphs``, ``fp64_update``) set how it plans and runs;
+    planner options left unset default to what the backend prefers for the op and dtype.
     """
 
-    def __init__(self, device: str = "auto", **options: Any):
+    def __init__(self, device: str = "auto", config: Config | None = None, **options: Any):
         self.device = resolve_device(device)
         self.backend = get_backend(self.device)
-        self.options = validated(Options, what="runtime options", **options)
+        base = {} if config is None else config.model_dump()
+        self.config = validated(Config, what="runtime options", **{**base, **options})
         self._pool = None
         if not self.backend.asynchronous:
             # One worker: submissions run in order, so an `after=` dependency on this runtime is
@@ -175,64 +168,65 @@ class Runtime:
         # barrier job on its FIFO worker.
         self._tails: dict = {}
         self._lock = threading.Lock()
-        self._opts: dict = {}  # dtype -> planner options (one dict per dtype, identity-keyed)
-        self._list_plans: OrderedDict = OrderedDict()  # size signature -> plan, last used last
+        self._opts: dict = {}  # (op, dtype) -> planner options (one dict each, identity-keyed)
+        self._plans: OrderedDict = OrderedDict()  # size signature -> plan, last used last
+
+    @property
+    def options(self) -> Config:
+        return self.config
 
     def __repr__(self) -> str:
-        return f"Runtime(device={self.device!r}, {self.options!r})"
+        return f"Runtime(device={self.device!r}, {self.config!r})"
 
     # ------------------------------------------------------------------ planning
-    def plan_options(self, dtype: Any) -> dict:
-        """The planner's options for a batch of this dtype: the caller's, else the backend's."""
+    def plan_options(self, dtype: Any, op: str = "potrf") -> dict:
+        """The planner's options for ``op`` on this dtype: the config's, else the backend's."""
         dtype = np.dtype(dtype)
-        hit = self._opts.get(dtype)
+        hit = self._opts.get((op, dtype))
         if hit is None:
-            d = self.backend.plan_defaults(dtype)
-            o = self.options
-            hit = {
-                "nb": d.nb if o.nb is None else o.nb,
-                "policy": o.policy,
-                "fused_max_rows": (d.fused_max_rows if o.fused_max_rows is None
-                                   else o.fused_max_rows),
-                "streams": d.streams if o.streams is None else o.streams,
-            }
-            self.backend.check_options(dtype, hit)
-            self._opts[dtype] = hit
+            d = self.backend.plan_defaults(op, dtype)
+            cfg = self.config
+            hit = dict(d)
+            for name in Config.PLANNER:
+                if getattr(cfg, name) is not None:
+                    hit[name] = getattr(cfg, name)
+            hit["policy"] = cfg.policy
+            self.backend.check_options(op, dtype, hit)
+            self._opts[(op, dtype)] = hit
         return hit
 
     def plan(self, mats: Any, npiv: Any = None) -> Plan:
         """The plan that :meth:`cholesky` would execute for this input (for inspection)."""
-        req = validated(CholeskyRequest, batch=mats, npiv=npiv)
-        return self._plan(req.batch, req.npiv, full=npiv is None)
+        req = validated(POTRF.request, batch=mats, npiv=npiv)
+        return self._plan(POTRF, req, req.batch, fast=npiv is None)
 
-    def _plan(self, batch, npiv: np.ndarray, full: bool) -> Plan:
-        opts = self.plan_options(batch.dtype)
-        if not isinstance(batch, PackedBatch):
-            # A list is planned from its sizes alone: calls with the same sizes (and npiv) reuse
-            # the plan and what the backend derived from it.
-            key = (id(opts), batch.n.tobytes(), None if full else npiv.tobytes())
-            with self._lock:
-                plan = self._list_plans.get(key)
-                if plan is not None:
-                    self._list_plans.move_to_end(key)
-                    return plan
-            plan = make_plan(batch.n, npiv, **opts)
+    def _plan(self, op: Op, req, batch, fast: bool) -> Plan:
+        """The plan for ``req``: reused for every submission with the same size signature.
+        A packed batch also keeps its own plan for the common call (``fast``: the op's
+        parameters at their defaults), found without computing the signature."""
+        opts = self.plan_options(batch.dtype, op.name)
+        key = ("plan", op.name, id(opts))
+        if fast and isinstance(batch, PackedBatch):
+            hit = batch._cache.get(key)
+            if hit is not None and hit[0] is opts:
+                return hit[1]
+        sig = (op.name, id(opts), op.signature(req))
+        with self._lock:
+            plan = self._plans.get(sig)
+            if plan is not None:
+                self._plans.move_to_end(sig)
+        if plan is None:
+            graph = op.graph(req, opts)
+            planner = {k: v for k, v in opts.items() if k not in ("policy", "streams")}
+            plan = make_plan(graph, op=op.name, policy=opts["policy"],
+                             streams=opts.get("streams", 1), **planner)
             self.backend.check_plan(plan)
             with self._lock:
-                self._list_plans[key] = plan
-                while len(self._list_plans) > LIST_PLANS:
-                    self._list_plans.popitem(last=False)
-            return plan
-        # A packed batch's metadata is read-only, so its plan is reused call after call.
-        key = ("plan", self.device, id(opts))
-        hit = batch._cache.get(key)
-        if hit is not None and hit.opts is opts and (
-            hit.full if full else np.array_equal(hit.npiv, npiv)
-        ):
-            return hit.plan
-        plan = make_plan(batch.n, npiv, **opts)
-        self.backend.check_plan(plan)
-        batch._cache[key] = _CachedPlan(opts, full, npiv, plan)
+                self._plans[sig] = plan
+                while len(self._plans) > PLANS:
+                    self._plans.popitem(last=False)
+        if fast and isinstance(batch, PackedBatch):
+            batch._cache[key] = (opts, plan)
         return plan
 
     # ------------------------------------------------------------------ submission
@@ -253,13 +247,18 @@ class Runtime:
         """
         if type(mats) is PackedBatch and npiv is None and (
             overwrite is False or (overwrite is True and not read_only(mats))
-        ):
+        ) and mats.square:
             # Hot path: a packed batch was validated when it was built and its metadata is
             # read-only; nothing else needs checking (pydantic would add ~8 us per call).
-            batch, p, full = mats, mats.n, True
+            req = POTRF.request.model_construct(batch=mats, npiv=mats.n, overwrite=overwrite)
+            fast = True
         else:
-            req = validated(CholeskyRequest, batch=mats, npiv=npiv, overwrite=overwrite)
-            batch, p, full = req.batch, req.npiv, npiv is None
+            req = validated(POTRF.request, batch=mats, npiv=npiv, overwrite=overwrite)
+            fast = npiv is None
+        return self._submit(POTRF, req, req.batch, after, overwrite, fast,
+                            lambda outs, info, plan: CholeskyResult(outs["l"], info, plan))
+
+    def _submit(self, op: Op, req, batch, after, overwrite: bool, fast: bool, result) -> Future:
         deps = list(after) if isinstance(after, (list, tuple)) else [after]
         if deps:
             bad = [(None, f"after[{i}] is a {type(d).__name__}, not a vbatch.Future")
@@ -267,9 +266,9 @@ class Runtime:
             if bad:
                 raise InputError(bad, what="submission")
         self._check_memory(batch, overwrite)
-        plan = self._plan(batch, p, full)
+        plan = self._plan(op, req, batch, fast)
         fut = Future(self, threaded=self._pool is not None)
-        job = (fut, batch, overwrite, plan, deps)
+        job = (fut, op, req, overwrite, plan, deps, result)
         if self._pool is not None:
             self._pool.submit(self._run_sync, *job)
         else:
@@ -284,14 +283,14 @@ class Runtime:
         if isinstance(batch, PackedBatch):
             staged = 0 if (overwrite and batch.kind == b.kind) else batch.data.size * isz
         else:
-            staged = int((np.maximum(batch.n, 1) * batch.n).sum()) * isz
+            staged = int((np.maximum(batch.m, 1) * batch.n).sum()) * isz
         total = b.memory_total()
         # Cheap on the hot path: the free memory is asked only for a batch that is a large
         # part of the whole.
         if not total or staged * 4 <= total:
             return
         where = f"{b.memory_name} memory"
-        need = batch.n.astype(np.float64) ** 2 * isz
+        need = batch.m.astype(np.float64) * batch.n * isz
         big = [(int(i), f"n = {batch.n[i]} needs {_bytes(need[i])} ({batch.n[i]}^2 x {isz} "
                         f"bytes), more than the {_bytes(total)} of {where}")
                for i in np.flatnonzero(need > total)]
@@ -325,57 +324,79 @@ class Runtime:
         self.close()
 
     # ------------------------------------------------------------------ execution
-    def _execute(self, batch, overwrite: bool, plan: Plan, after: list[Completion]):
-        """Stage memory, run every launch of the plan; return the completion and a finisher
-        that turns ``info`` into a :class:`CholeskyResult` in the caller's form."""
+    def _execute(self, op: Op, req, overwrite: bool, plan: Plan, after: list[Completion],
+                 result):
+        """Stage the op's buffers, run every launch of the plan; return the completion and a
+        finisher that builds the result, each output in the caller's form."""
         b = self.backend
-        if isinstance(batch, MatrixList):
-            src, dst = b.stage_list(batch, overwrite)
-        else:
-            src, dst = b.adopt(batch, overwrite)
-        ex = b.begin(src, dst, plan, after)
+        outputs = op.outputs()
+        staged: dict = {}
+        for buf in op.inputs():
+            written = overwrite and any(o.operand == buf.operand for o in outputs)
+            staged[buf.name] = b.stage_input(getattr(req, buf.operand), writable=written)
+        for buf in outputs:
+            like = next(staged[i.name] for i in op.inputs() if i.operand == buf.operand)
+            staged[buf.name] = like if overwrite else b.new_output(like)
+        ex = b.begin(plan, staged, after, self.config)
         for lc in plan.launches:
             b.launch(ex, lc)
         # Writing back into the caller's device arrays is enqueued right after the plan's
         # launches (flush runs it), before the completion, so that work ordered after this
         # submission sees it. Host arrays are written when the result is built (it needs the
         # data on the host anyway).
-        device_writeback = (isinstance(batch, MatrixList) and overwrite
-                            and batch.kind == b.kind and b.asynchronous)
-        b.flush(ex, then=(lambda: b.scatter(dst, batch.mats)) if device_writeback else None)
+        lists = {buf.name: getattr(req, buf.operand) for buf in outputs
+                 if isinstance(getattr(req, buf.operand), MatrixList)}
+        device_writeback = overwrite and b.asynchronous and all(
+            m.kind == b.kind for m in lists.values())
+
+        def writeback() -> None:
+            for name, mats in lists.items():
+                b.scatter(b.batch_of(staged[name]), mats.mats)
+
+        b.flush(ex, then=writeback if device_writeback and lists else None)
         completion = b.end(ex)
 
-        def finish(info: np.ndarray) -> CholeskyResult:
-            if isinstance(batch, MatrixList):
-                if overwrite:
-                    if not device_writeback:
-                        b.scatter(dst, batch.mats)
-                    return CholeskyResult(batch.mats, info, plan)
-                return CholeskyResult(b.export(dst, batch.kind).unpack(), info, plan)
-            if not overwrite:
-                return CholeskyResult(b.export(dst, batch.kind), info, plan)
-            if dst.data is not batch.data:
-                b.scatter(dst, batch)  # e.g. a host batch factored on the device
-            return CholeskyResult(batch, info, plan)
+        def finish(info: np.ndarray):
+            outs = {}
+            for buf in outputs:
+                given = getattr(req, buf.operand)
+                work = b.batch_of(staged[buf.name])
+                if isinstance(given, MatrixList):
+                    if overwrite:
+                        if not device_writeback:
+                            b.scatter(work, given.mats)
+                        outs[buf.name] = given.mats
+                    else:
+                        outs[buf.name] = b.export(work, given.kind).unpack()
+                elif not overwrite:
+                    outs[buf.name] = b.export(work, given.kind)
+                else:
+                    if work.data is not given.data:
+                        b.scatter(work, given)  # e.g. a host batch factored on the device
+                    outs[buf.name] = given
+            return result(outs, info, plan)
 
         return completion, finish
 
-    def _run_sync(self, fut: Future, batch, overwrite: bool, plan: Plan, deps: list) -> None:
+    def _run_sync(self, fut: Future, op, req, overwrite: bool, plan: Plan, deps: list,
+                  result) -> None:
         try:
             for i, d in enumerate(deps):
                 exc = d.exception()
                 if exc is not None:
                     raise DependencyError(f"after[{i}] failed: {exc!r}") from exc
-            completion, finish = self._execute(batch, overwrite, plan, [])
+            completion, finish = self._execute(op, req, overwrite, plan, [], result)
             fut._cf.set_result(finish(completion.wait()))
         except BaseException as exc:  # noqa: BLE001 - delivered through the future
             fut._cf.set_exception(exc)
 
-    def _run_async(self, fut: Future, batch, overwrite: bool, plan: Plan, deps: list) -> None:
+    def _run_async(self, fut: Future, op, req, overwrite: bool, plan: Plan, deps: list,
+                   result) -> None:
         waits: list[Completion] = []
         # Host inputs are read now, in this thread, so every dependency must have finished
         # (and written its host results back) first; device inputs are ordered on the device.
-        host_input = batch.kind != self.backend.kind
+        host_input = any(getattr(req, buf.operand).kind != self.backend.kind
+                         for buf in op.inputs())
         for i, d in enumerate(deps):
             c = d.completion()
             if (host_input or c is None or d._runtime.backend is not self.backend
@@ -387,7 +408,7 @@ class Runtime:
             else:
                 waits.append(c)
         try:
-            completion, finish = self._execute(batch, overwrite, plan, waits)
+            completion, finish = self._execute(op, req, overwrite, plan, waits, result)
         except BaseException as exc:  # noqa: BLE001 - delivered through the future
             fut._fail(exc)
             return
@@ -405,14 +426,6 @@ def _bytes(n: float) -> str:
             return f"{n:.0f} {unit}" if unit == "bytes" else f"{n:.1f} {unit}"
         n /= 1024
     return f"{n:.1f} PiB"  # pragma: no cover - the loop returns
-
-
-@dataclass(frozen=True)
-class _CachedPlan:
-    opts: dict
-    full: bool
-    npiv: np.ndarray
-    plan: Plan
 
 
 _default: Runtime | None = None

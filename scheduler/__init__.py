@@ -1,22 +1,18 @@
-"""Ready tasks become launch groups (size window, policy, crossover, streams). Pure logic."""
+"""Ready tasks become launch groups (levels, size windows, crossover, streams). Pure logic."""
 
-from vbatch.scheduler.plan import (
-    FUSED_VARIANT,
-    SEPARATED_VARIANT,
-    Launch,
-    Plan,
-    make_plan,
-    step_kinds,
-)
+from vbatch.scheduler.graph import TaskGraph, alap, asap, chain_edges
+from vbatch.scheduler.plan import Launch, Plan, Tasks, make_plan
 from vbatch.scheduler.policy import POLICIES, Policy, get_policy
 
 __all__ = [
-    "FUSED_VARIANT",
-    "SEPARATED_VARIANT",
+    "TaskGraph",
+    "alap",
+    "asap",
+    "chain_edges",
     "Launch",
     "Plan",
+    "Tasks",
     "make_plan",
-    "step_kinds",
     "POLICIES",
     "Policy",
     "get_policy",

@@ -1,44 +1,42 @@
 """Ready tasks become launch groups; launch groups become an ordered plan of launches.
 
-The planner is pure logic over numpy arrays. Its inputs are per-problem sizes ``n`` and factored
-column counts ``p``, the panel width ``nb``, a start policy (:mod:`vbatch.scheduler.policy`) and the
-crossover ``fused_max_rows``. Its output, :class:`Plan`, is a value: print it with
-:meth:`Plan.table`, assert on it in tests, hand it to any backend.
+The planner is pure logic over numpy arrays and knows no operation: its input is a
+:class:`~vbatch.scheduler.graph.TaskGraph` (built by an op from the batch's sizes), a start
+policy (:mod:`vbatch.scheduler.policy`) and options the task kinds read (``nb``, the crossover
+``fused_max_rows``, ...). Its output, :class:`Plan`, is a value: print it with :meth:`Plan.table`,
+assert on it in tests, hand it to any backend.
 
-How it works (state is a handful of int64 arrays, never a Python object per matrix or task):
+How it works (state is a handful of arrays, never a Python object per task):
 
-1. ``S_i = ceil(p_i / nb)`` panel steps per problem; the policy gives ``start_i`` and a chain key.
-2. Problems are sorted once by (chain key, ``S`` descending, ``n`` descending). In that order
-   every group is a contiguous range ``[lo, hi)``: within a chain, the problems active at a step
-   are those with the most steps, a prefix. A backend therefore needs only ``(step, lo, hi)`` per
-   launch; the per-problem arrays are uploaded once.
-3. For each global step and chain, the active range is one **launch group**: tasks of one kind,
-   one dtype, with panel heights inside one ``nb`` window (implicit sorting). Per group the
-   crossover picks the **fused** variant (update + potf2 + trsm in one launch) when the tallest
-   panel has at most ``fused_max_rows`` rows, else **separated** launches, one per task kind in the
-   task graph's topological order. An update with nothing to read (every problem at its first
-   step) and a trsm with no rows below the diagonal block are left out.
-4. Problems that factor only ``p < n`` columns get a final ``schur`` launch at step
-   ``start_i + S_i``, after their last panel.
-5. Chains are independent sub-DAGs: chain ``c`` goes to stream ``c mod streams``.
+1. The policy gives every task a level (DSSE: as late as possible, SSDE: as soon as possible).
+2. Each kind gives its tasks a size window (implicit sorting). Tasks are sorted once by (level,
+   kind, window, size descending, problem): every **launch group** (one level, one kind, one
+   window) is then a contiguous range ``[lo, hi)`` of the sorted task table, so a launch passes
+   only its range and the table goes to a device once.
+3. A group's kind decides how it is issued: one launch, or several launch kinds in order (the
+   fused/separated crossover of a factorization panel).
+4. Dependencies between groups come from the task edges; every group continues the stream of one
+   of the groups it depends on when it can (chains of groups stay on one stream), else takes the
+   next stream, and waits for its other dependencies (``Launch.waits``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import networkx as nx
 import numpy as np
 
-from vbatch.ops.cholesky import FUSED, task_graph
+from vbatch.ops.kinds import Group, TaskKind
+from vbatch.scheduler.graph import TaskGraph
 from vbatch.scheduler.policy import get_policy
-
-FUSED_VARIANT, SEPARATED_VARIANT = "fused", "separated"
 
 
 @dataclass(frozen=True)
 class Launch:
-    """One vbatched launch: a task kind over the problems ``order[lo:hi]`` at global ``step``."""
+    """One vbatched launch: ``kind`` (a launch kind) over task rows ``[lo, hi)`` of the plan's
+    task table, at level ``step``. ``rows``, ``cols``: (min, max) of the tasks' shape summary
+    (a panel: its height and first column); ``width``: the widest. ``waits``: launches on
+    other streams that must finish first."""
 
     index: int
     group: int
@@ -47,10 +45,12 @@ class Launch:
     step: int
     lo: int
     hi: int
-    rows: tuple[int, int]  # (min, max) panel height over the problems of the launch
-    cols: tuple[int, int]  # (min, max) first panel column j, i.e. the update's inner dimension
-    width: int  # the widest panel (<= nb); for schur, the widest trailing block
+    rows: tuple[int, int]
+    cols: tuple[int, int]
+    width: int
     stream: int
+    task_kind: str = ""
+    waits: tuple[int, ...] = ()
 
     @property
     def count(self) -> int:
@@ -58,34 +58,58 @@ class Launch:
 
 
 @dataclass(frozen=True)
+class Tasks:
+    """The task table in plan order: one row per task, grouped by launch."""
+
+    kind: np.ndarray
+    problem: np.ndarray
+    args: np.ndarray
+    rows: np.ndarray
+    cols: np.ndarray
+    width: np.ndarray
+    level: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.kind)
+
+
+@dataclass(frozen=True)
 class Plan:
-    """An ordered list of launches plus the per-problem arrays, in plan (sorted) order.
+    """An ordered list of launches over a task table (see the module docstring)."""
 
-    ``order[q]`` is the original index of the problem at plan position ``q``; ``n``, ``npiv``,
-    ``steps`` and ``start`` are indexed by plan position. Problems with nothing to do (``n == 0``)
-    are not in ``order``.
-    """
-
+    op: str
     policy: str
-    nb: int
-    fused_max_rows: int
+    options: tuple  # sorted (name, value) pairs the kinds were planned with
     k: int
-    order: np.ndarray
-    n: np.ndarray
-    npiv: np.ndarray
-    steps: np.ndarray
-    start: np.ndarray
-    nsteps: int
-    nstreams: int
+    kinds: tuple[TaskKind, ...]
+    tasks: Tasks
     launches: tuple[Launch, ...]
     ngroups: int
+    nsteps: int
+    nstreams: int
     _counts: dict = field(default_factory=dict, repr=False, compare=False)
     # What a backend derives from this plan alone (for a batch whose layout follows from its
     # sizes, such as a list packed tightly), kept with it so a reused plan reuses that too.
     cache: dict = field(default_factory=dict, repr=False, compare=False)
 
+    @property
+    def opts(self) -> dict:
+        return dict(self.options)
+
+    @property
+    def nb(self) -> int | None:
+        return self.opts.get("nb")
+
+    @property
+    def fused_max_rows(self) -> int | None:
+        return self.opts.get("fused_max_rows")
+
+    def problems(self) -> np.ndarray:
+        """The problems (caller's indices) that have at least one task, ascending."""
+        return np.unique(self.tasks.problem)
+
     def counts(self) -> dict[str, int]:
-        """Launches per kind."""
+        """Launches per launch kind."""
         if not self._counts:
             for lc in self.launches:
                 self._counts[lc.kind] = self._counts.get(lc.kind, 0) + 1
@@ -94,8 +118,9 @@ class Plan:
     def summary(self) -> str:
         c = self.counts()
         kinds = ", ".join(f"{v} {k}" for k, v in c.items()) or "none"
+        nb = f", nb={self.nb}" if self.nb is not None else ""
         return (
-            f"{self.policy} plan, nb={self.nb}: {len(self.order)} of {self.k} problems, "
+            f"{self.policy} plan{nb}: {len(self.problems())} of {self.k} problems, "
             f"{self.nsteps} steps, {self.ngroups} groups, {len(self.launches)} launches "
             f"({kinds}), {self.nstreams} stream{'s' if self.nstreams != 1 else ''}"
         )
@@ -103,7 +128,7 @@ class Plan:
     def table(self, limit: int | None = None) -> str:
         """The plan as a fixed-width table, one line per launch."""
         head = f"{'#':>4} {'grp':>4} {'step':>4} {'strm':>4} {'kind':<7} {'variant':<9} " \
-               f"{'problems':>17} {'rows':>11} {'cols j':>11} {'w':>4}"
+               f"{'tasks':>17} {'rows':>11} {'cols':>11} {'w':>4}"
         lines = [self.summary(), head, "-" * len(head)]
         shown = self.launches if limit is None else self.launches[:limit]
         for lc in shown:
@@ -122,125 +147,98 @@ class Plan:
         return self.table()
 
 
-def step_kinds(graph: nx.DiGraph) -> tuple[list[str], list[str]]:
-    """Task kinds of one step in dependency order, and the kinds of the final phase."""
-    step = [v for v, d in graph.nodes(data=True) if d["phase"] == "step"]
-    within = graph.edge_subgraph(
-        [(a, b) for a, b, d in graph.edges(data=True) if d["lag"] == 0 and a in step and b in step]
-    ).copy()
-    within.add_nodes_from(step)
-    try:
-        ordered = list(nx.topological_sort(within))
-    except nx.NetworkXUnfeasible:
-        cycle = " -> ".join(a for a, _ in nx.find_cycle(within))
-        raise ValueError(f"task graph has a cycle inside one step: {cycle}") from None
-    final = [v for v, d in graph.nodes(data=True) if d["phase"] == "final"]
-    return ordered, final
+def _group_order(level, kind, win, rows) -> np.ndarray:
+    """Task order by (level, kind, window, rows descending); ties keep the graph's order (its
+    problems in order). One stable argsort of a packed 64-bit key when the four fit (5x faster
+    than lexsort: 1.4 ms against 7 ms for 40,000 tasks), else lexsort."""
+    if not len(level):
+        return np.zeros(0, dtype=np.int64)
+    desc = int(rows.max()) - rows  # >= 0
+    fields = [level, kind.astype(np.int64), win, desc]
+    bits = [max(1, int(f.max()).bit_length()) for f in fields]
+    if sum(bits) <= 63 and min(int(f.min()) for f in fields) >= 0:
+        key = np.zeros(len(level), dtype=np.int64)
+        for f, b in zip(fields, bits):
+            key = (key << b) | f
+        return np.argsort(key, kind="stable")
+    return np.lexsort((np.arange(len(level)), desc, win, kind, level))
 
 
-def make_plan(
-    n,
-    npiv=None,
-    *,
-    nb: int = 32,
-    policy: str = "dsse",
-    fused_max_rows: int = 512,
-    streams: int = 1,
-    graph: nx.DiGraph | None = None,
-) -> Plan:
-    """Plan a batched (partial) Cholesky. See the module docstring for the rules."""
-    if not isinstance(nb, (int, np.integer)) or nb < 1:
-        raise ValueError(f"nb must be a positive int, got {nb!r}")
+def make_plan(graph: TaskGraph, *, op: str = "", policy: str = "dsse", streams: int = 1,
+              **options) -> Plan:
+    """Plan ``graph``; ``options`` are what its kinds read (see the module docstring)."""
     if streams < 1:
         raise ValueError(f"streams must be >= 1, got {streams}")
-    nb = int(nb)
     pol = get_policy(policy)
-    kinds, final_kinds = step_kinds(graph if graph is not None else task_graph())
+    T = graph.size
+    level = pol.levels(graph)
+    win = np.zeros(T, dtype=np.int64)
+    for code, kind in enumerate(graph.kinds):
+        sel = graph.kind == code
+        if sel.any():
+            win[sel] = kind.window(graph.rows[sel], options)
+    order = _group_order(level, graph.kind, win, graph.rows)
+    lvl, knd, wn = level[order], graph.kind[order], win[order]
+    tasks = Tasks(knd, graph.problem[order], graph.args[order], graph.rows[order],
+                  graph.cols[order], graph.width[order], lvl)
+    if T:
+        cut = np.flatnonzero((np.diff(lvl) != 0) | (np.diff(knd) != 0) | (np.diff(wn) != 0)) + 1
+        bounds = np.r_[0, cut, T].astype(np.int64)
+    else:
+        bounds = np.zeros(1, dtype=np.int64)
+    G = len(bounds) - 1
 
-    n_all = np.asarray(n, dtype=np.int64)
-    p_all = n_all if npiv is None else np.asarray(npiv, dtype=np.int64)
-    k = len(n_all)
-    s_all = -(-p_all // nb)
-    smax = int(s_all.max()) if k else 0
-    start_all = pol.start(s_all, smax)
-    key_all = pol.chain(n_all, s_all, nb)
+    # Group dependencies from the task edges (a group never depends on itself: an edge always
+    # goes up a level).
+    group_of = np.empty(T, dtype=np.int64)
+    group_of[order] = np.repeat(np.arange(G), np.diff(bounds))
+    deps: list[list[int]] = [[] for _ in range(G)]
+    if len(graph.edges) and G:
+        pairs = np.unique(group_of[graph.edges[:, 0]] * G + group_of[graph.edges[:, 1]])
+        for a, b in zip((pairs // G).tolist(), (pairs % G).tolist()):
+            deps[b].append(a)
 
-    live = np.flatnonzero(n_all > 0)
-    # lexsort sorts by the last key first: chain key, then most steps, then largest, then index.
-    order = live[np.lexsort((-n_all[live], -s_all[live], key_all[live]))]
-    n_s, p_s, s_s, st_s, key_s = (a[order] for a in (n_all, p_all, s_all, start_all, key_all))
-    trail_s = n_s - p_s
-    end_s = st_s + s_s  # the global step of problem's final phase
-    has_final = bool(final_kinds) and bool(np.any(trail_s > 0))
-    # Panels occupy global steps [start, end); a final phase runs at step `end`.
-    nsteps = int(end_s.max()) if len(order) else 0
-    if has_final:
-        nsteps = max(nsteps, int(end_s[trail_s > 0].max()) + 1)
-
-    bounds = np.flatnonzero(np.diff(key_s)) + 1
-    chains = list(zip(np.r_[0, bounds].astype(int), np.r_[bounds, len(order)].astype(int)))
-
+    # Streams: a group continues a stream whose last group it depends on (one continuation per
+    # group), else opens the next stream; it waits for dependencies on other streams.
+    tail: dict[int, int] = {}  # stream -> its last group
+    stream_of = np.zeros(G, dtype=np.int64)
+    continued = set()
+    next_stream = 0
     launches: list[Launch] = []
-    group = 0
-
-    def emit(kind, variant, t, lo, hi, rows, cols, width, stream):
-        launches.append(
-            Launch(len(launches), group, kind, variant, t, lo, hi, rows, cols, width, stream)
-        )
-
-    for t in range(nsteps):
-        for c, (clo, chi) in enumerate(chains):
-            stream = c % streams
-            # Active at t: start <= t < end. Sorted by steps descending inside a chain, both
-            # policies make that set a prefix of the chain (see policy.py), so counting it is
-            # enough to know the range.
-            cnt = int(np.count_nonzero((st_s[clo:chi] <= t) & (t < end_s[clo:chi])))
-            if cnt:
-                lo, hi = clo, clo + cnt
-                j = (t - st_s[lo:hi]) * nb
-                h = n_s[lo:hi] - j
-                w = np.minimum(nb, p_s[lo:hi] - j)
-                rows = (int(h.min()), int(h.max()))
-                cols = (int(j.min()), int(j.max()))
-                width = int(w.max())
-                if rows[1] <= fused_max_rows:
-                    emit(FUSED, FUSED_VARIANT, t, lo, hi, rows, cols, width, stream)
-                else:
-                    below = int((h - w).max())
-                    for kind in kinds:
-                        if kind == "update" and cols[1] == 0:
-                            continue
-                        if kind == "trsm" and below == 0:
-                            continue
-                        emit(kind, SEPARATED_VARIANT, t, lo, hi, rows, cols, width, stream)
-                group += 1
-            if has_final:
-                # Problems whose final phase is at t form a contiguous range too: all of the chain
-                # under DSSE (t == S_max), and those with exactly t steps under SSDE.
-                fin = np.flatnonzero(end_s[clo:chi] == t)
-                if len(fin):
-                    lo, hi = clo + int(fin[0]), clo + int(fin[-1]) + 1
-                    tr = trail_s[lo:hi]
-                    if tr.max() > 0:
-                        pf = p_s[lo:hi]
-                        for kind in final_kinds:
-                            emit(kind, SEPARATED_VARIANT, t, lo, hi,
-                                 (int(tr.min()), int(tr.max())), (int(pf.min()), int(pf.max())),
-                                 int(tr.max()), stream)
-                        group += 1
-
+    last_launch = np.zeros(G, dtype=np.int64)
+    for g in range(G):
+        lo, hi = int(bounds[g]), int(bounds[g + 1])
+        cont = next((d for d in deps[g]
+                     if d not in continued and tail.get(int(stream_of[d])) == d), None)
+        if cont is None:
+            s = next_stream % streams
+            next_stream += 1
+        else:
+            s = int(stream_of[cont])
+            continued.add(cont)
+        stream_of[g] = s
+        tail[s] = g
+        waits = tuple(sorted({int(last_launch[d]) for d in deps[g] if stream_of[d] != s}))
+        kind = graph.kinds[int(knd[lo])]
+        grp = Group(tasks.args[lo:hi], tasks.rows[lo:hi], tasks.cols[lo:hi],
+                    tasks.width[lo:hi])
+        r, c = tasks.rows[lo:hi], tasks.cols[lo:hi]
+        summary = ((int(r.min()), int(r.max())), (int(c.min()), int(c.max())),
+                   int(tasks.width[lo:hi].max()))
+        for i, (lk, variant) in enumerate(kind.launches(grp, options)):
+            launches.append(Launch(len(launches), g, lk, variant, int(lvl[lo]), lo, hi,
+                                   *summary, s, kind.name, waits if i == 0 else ()))
+        last_launch[g] = len(launches) - 1
+    used = len(set(stream_of.tolist())) if G else 1
     return Plan(
+        op=op,
         policy=pol.name,
-        nb=nb,
-        fused_max_rows=int(fused_max_rows),
-        k=k,
-        order=order,
-        n=n_s,
-        npiv=p_s,
-        steps=s_s,
-        start=st_s,
-        nsteps=nsteps,
-        nstreams=min(streams, max(1, len(chains))),
+        options=tuple(sorted(options.items())),
+        k=graph.k,
+        kinds=graph.kinds,
+        tasks=tasks,
         launches=tuple(launches),
-        ngroups=group,
+        ngroups=G,
+        nsteps=int(lvl.max()) + 1 if T else 0,
+        nstreams=used,
     )

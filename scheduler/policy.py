@@ -1,52 +1,41 @@
-"""Start-step policies: when each problem's first panel step runs.
+"""Start policies: at which level each task runs. One small interface, two policies.
 
-Both policies answer two questions with numpy arrays over the problems:
+A policy maps a :class:`~vbatch.scheduler.graph.TaskGraph` to one level per task, such that every
+edge goes from a lower level to a higher one. The planner then groups each level's tasks of one
+kind by size window (implicit sorting) into launches.
 
-* ``start(steps, smax)``: the global step at which problem ``i`` takes its local step 0;
-* ``chain(n, steps, nb)``: a key such that, at any global step, the active problems with one key
-  have panel heights inside one ``nb`` window. Problems with the same key form one chain of launch
-  groups; different keys never depend on each other, so their chains may run on different streams.
-
-Why the keys hold. At global step ``t`` problem ``i`` is at local step ``s = t - start_i`` and its
-panel height is ``h = n_i - s * nb``.
-
-* **DSSE** (different starts, same end): ``start_i = S_max - S_i``, so
-  ``h = r_i + (S_max - t) * nb`` with ``r_i = n_i - S_i * nb``. With key ``e_i = ceil(r_i / nb)``,
-  ``h`` lies in ``((e_i - 1 + S_max - t) nb, (e_i + S_max - t) nb]``. For a full factorization
-  ``r_i`` is in ``(-nb, 0]``, so every problem has key 0: one group per step, all ending together.
-* **SSDE** (same start, different ends): ``start_i = 0``, ``h = n_i - t * nb``; the key is
-  ``ceil(n_i / nb)``: one group per distinct block count per step.
-
-DSSE is the default: it gives the fewest, fullest launches (Abdelfattah et al., "Implicit sorting
-/ DSSE" in the vbatched Cholesky papers), and a plan whose active set is a prefix at every step.
+* **DSSE** (different starts, same end; the default): as late as possible. Every problem's last
+  task runs at the last level, so small problems join the launches of large ones at their final
+  steps: the fewest, fullest launches (Abdelfattah et al., "Implicit sorting / DSSE" in the
+  vbatched Cholesky papers). For a blocked factorization of panel width nb, the panels running
+  at one level then differ in height by less than nb for a full factorization, so each level is
+  one launch group; and the problems active at a level are those with the most steps.
+* **SSDE** (same start, different ends): as soon as possible. Every problem starts at level 0;
+  at a level, panels of every height run, one group per size window.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-
 import numpy as np
+
+from vbatch.scheduler.graph import TaskGraph
 
 
 @dataclass(frozen=True)
 class Policy:
     name: str
     doc: str
+    latest: bool  # as late as possible (else as soon as possible)
 
-    def start(self, steps: np.ndarray, smax: int) -> np.ndarray:
-        if self.name == "dsse":
-            return smax - steps
-        return np.zeros_like(steps)
-
-    def chain(self, n: np.ndarray, steps: np.ndarray, nb: int) -> np.ndarray:
-        if self.name == "dsse":
-            return -(-(n - steps * nb) // nb)
-        return -(-n // nb)
+    def levels(self, graph: TaskGraph) -> np.ndarray:
+        return graph.levels(self.latest)
 
 
 POLICIES = {
-    "dsse": Policy("dsse", "different starts, same end: every problem ends at the last step"),
-    "ssde": Policy("ssde", "same start, different ends: every problem starts at step 0"),
+    "dsse": Policy("dsse", "different starts, same end: every problem ends at the last level",
+                   True),
+    "ssde": Policy("ssde", "same start, different ends: every problem starts at level 0", False),
 }
 
 

@@ -45,3 +45,10 @@ def check_factor(a, f, dtype, npiv=None, where: str = "") -> float:
 def edge_sizes(nb: int) -> list[int]:
     """The sizes every batch must contain: 0, 1, nb-1, nb, nb+1."""
     return sorted({0, 1, max(nb - 1, 0), nb, nb + 1})
+
+
+def plan_npiv(plan) -> np.ndarray:
+    """Columns a POTRF plan factors per problem (its panels' widths, summed)."""
+    t = plan.tasks
+    panel = np.array([plan.kinds[c].name == "potrf.panel" for c in range(len(plan.kinds))])[t.kind]
+    return np.bincount(t.problem[panel], weights=t.width[panel], minlength=plan.k).astype(int)

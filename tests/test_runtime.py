@@ -12,6 +12,7 @@ import vbatch
 from vbatch import DependencyError, Runtime
 from vbatch.kernels.cpu import CpuBackend
 from vbatch.ops.generate import spd_list
+from _check import plan_npiv
 from conftest import DEVICES
 from vbatch.runtime.device import cuda_status
 
@@ -27,11 +28,11 @@ def journal(monkeypatch):
     lock = threading.Lock()
     begin, end = CpuBackend.begin, CpuBackend.end
 
-    def spy_begin(self, src, dst, plan, after):
+    def spy_begin(self, plan, buffers, after, config):
         with lock:
             events.append(("begin", id(plan), time.perf_counter()))
         time.sleep(0.05)  # long enough that a missing dependency would overlap
-        return begin(self, src, dst, plan, after)
+        return begin(self, plan, buffers, after, config)
 
     def spy_end(self, ex):
         with lock:
@@ -120,7 +121,10 @@ def test_a_packed_batch_is_planned_once():
     p2 = rt.cholesky(packed).result().plan
     assert p1 is p2
     p3 = rt.cholesky(packed, [1, 2, 3, 4]).result().plan
-    assert p3 is not p1 and p3.npiv.tolist() != p1.npiv.tolist()
+    assert p3 is not p1 and plan_npiv(p3).tolist() == [1, 2, 3, 4]
+    # A list of the same sizes is planned by its signature: the same plan again.
+    assert rt.cholesky(batch()).result().plan is p1
+    assert rt.cholesky(batch(), [1, 2, 3, 4]).result().plan is p3
     assert Runtime("cpu", nb=16).cholesky(packed).result().plan.nb == 16
 
 
@@ -134,7 +138,9 @@ def test_result_reports_failures():
 def test_plan_is_inspectable_before_running():
     rt = Runtime("cpu", nb=16, policy="ssde")
     plan = rt.plan(batch())
-    assert plan.policy == "ssde" and plan.nb == 16 and not np.any(plan.start)
+    assert plan.policy == "ssde" and plan.nb == 16
+    for q in range(4):  # SSDE: every problem starts at level 0
+        assert plan.tasks.level[plan.tasks.problem == q].min() == 0
     assert "ssde plan, nb=16" in plan.table()
 
 

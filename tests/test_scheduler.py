@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import networkx as nx
 import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from vbatch.ops.cholesky import task_graph
-from vbatch.scheduler import make_plan, step_kinds
+from vbatch.ops.cholesky import plan_cholesky, potrf_graph
+from vbatch.ops.kinds import TaskKind, by_rows, single
+from vbatch.scheduler import TaskGraph, alap, asap, chain_edges, make_plan
 
 STEP_KINDS = ["update", "potf2", "trsm"]
 
@@ -36,106 +36,118 @@ def batches(draw, max_n=200):
     )
 
 
+def _plan(b):
+    return plan_cholesky(b["n"], b["npiv"], nb=b["nb"], policy=b["policy"],
+                         fused_max_rows=b["fused_max_rows"], streams=b["streams"])
+
+
 def expand(plan):
-    """Every task the plan runs: (launch index, kind, plan position, local step or None)."""
+    """Every step the plan runs: (launch, step kind, problem, panel column j or None)."""
+    t = plan.tasks
     for lc in plan.launches:
         kinds = STEP_KINDS if lc.kind == "fused" else [lc.kind]
-        for q in range(lc.lo, lc.hi):
-            s = None if lc.kind == "schur" else lc.step - int(plan.start[q])
+        for row in range(lc.lo, lc.hi):
+            q = int(t.problem[row])
+            j = None if lc.kind == "schur" else int(t.args[row, 0])
             for kind in kinds:
-                yield lc, kind, q, s
+                yield lc, kind, q, j, row
 
 
 @given(batches())
 def test_every_task_runs_once_in_dependency_order(b):
-    plan = make_plan(b["n"], b["npiv"], nb=b["nb"], policy=b["policy"],
-                     fused_max_rows=b["fused_max_rows"], streams=b["streams"])
-    nb = b["nb"]
-    n_all = b["n"]
+    plan = _plan(b)
+    nb, n_all = b["nb"], b["n"]
+    p_all = n_all if b["npiv"] is None else b["npiv"]
     # Exactly the problems with something to do are planned.
-    assert sorted(plan.order.tolist()) == np.flatnonzero(n_all > 0).tolist()
-    assert np.array_equal(plan.n, n_all[plan.order])
+    assert plan.problems().tolist() == np.flatnonzero(n_all > 0).tolist()
 
     seen: dict[tuple, int] = {}
-    stream_of: dict[int, int] = {}
-    for lc, kind, q, s in expand(plan):
-        S = int(plan.steps[q])
-        if kind == "schur":
-            assert lc.step == plan.start[q] + S, "schur before the problem's last panel"
-            if plan.n[q] == plan.npiv[q]:
-                continue  # a no-op member of a chain-wide schur launch
-        else:
-            assert 0 <= s < S, f"problem at plan position {q} launched at local step {s} of {S}"
-        key = (q, kind, s)
+    for lc, kind, q, j, _ in expand(plan):
+        key = (q, kind, j)
         assert key not in seen, f"task {key} runs twice"
         seen[key] = lc.index
-        assert stream_of.setdefault(q, lc.stream) == lc.stream, "a problem's chain changed stream"
 
-    for q in range(len(plan.order)):
-        n, p, S = int(plan.n[q]), int(plan.npiv[q]), int(plan.steps[q])
-        assert S == -(-p // nb)
+    launches = plan.launches
+    for q in np.flatnonzero(n_all > 0).tolist():
+        n, p = int(n_all[q]), int(p_all[q])
         last = -1
-        for s in range(S):
+        for s in range(-(-p // nb)):
             j, w = s * nb, min(nb, p - s * nb)
             for kind in STEP_KINDS:
                 no_op = (kind == "update" and j == 0) or (kind == "trsm" and n - j - w == 0)
-                needed = not no_op
-                at = seen.get((q, kind, s))
-                if needed:
-                    assert at is not None, f"task {(q, kind, s)} never runs"
+                at = seen.get((q, kind, j))
+                if not no_op:
+                    assert at is not None, f"task {(q, kind, j)} never runs"
                 if at is not None:
                     assert at > last or (at == last and kind != "update"), \
-                        f"task {(q, kind, s)} is not after its predecessors"
+                        f"task {(q, kind, j)} is not after its predecessors"
+                    if at != last and last >= 0:
+                        _ordered(launches, last, at)
                     last = at
         at = seen.get((q, "schur", None))
         assert (at is not None) == (p < n), f"schur of {q} (n={n}, p={p})"
         if at is not None:
             assert at > last
+            if last >= 0:
+                _ordered(launches, last, at)
+
+
+def _ordered(launches, a: int, b: int) -> None:
+    """Launch b runs after launch a: same stream (in order), or b's group waits for a's group
+    (directly or through a chain of waits and stream order)."""
+    la, lb = launches[a], launches[b]
+    if la.stream == lb.stream:
+        return
+    # b's group starts with the launch that carries the waits
+    first = next(x for x in launches if x.group == lb.group)
+    last_a = max(x.index for x in launches if x.group == la.group)
+    assert last_a in first.waits, f"launch {b} on stream {lb.stream} does not wait for {a}"
 
 
 @given(batches())
 def test_groups_stay_in_one_nb_window_and_respect_the_crossover(b):
-    plan = make_plan(b["n"], b["npiv"], nb=b["nb"], policy=b["policy"],
-                     fused_max_rows=b["fused_max_rows"], streams=b["streams"])
+    plan = _plan(b)
     nb = b["nb"]
+    t = plan.tasks
     for lc in plan.launches:
-        if lc.kind == "schur":
-            continue
-        q = np.arange(lc.lo, lc.hi)
-        h = plan.n[q] - (lc.step - plan.start[q]) * nb
+        h = t.rows[lc.lo:lc.hi]
         windows = set((-(-h // nb)).tolist())
         assert len(windows) == 1, f"launch {lc.index} spans windows {windows} (heights {h})"
         assert lc.rows == (h.min(), h.max())
-        assert (lc.kind == "fused") == (h.max() <= b["fused_max_rows"])
+        assert len(set(t.level[lc.lo:lc.hi].tolist())) == 1 and lc.step == t.level[lc.lo]
+        if lc.kind != "schur":
+            assert (lc.kind == "fused") == (h.max() <= b["fused_max_rows"])
 
 
 @given(batches())
 def test_dsse_ends_together_ssde_starts_together(b):
     n, npiv, nb = b["n"], b["npiv"], b["nb"]
-    dsse = make_plan(n, npiv, nb=nb, policy="dsse")
-    live = dsse.steps > 0
-    if live.any():
-        ends = dsse.start[live] + dsse.steps[live]
-        assert set(ends.tolist()) == {int(dsse.steps.max())}, "DSSE: not every matrix ends last"
-    ssde = make_plan(n, npiv, nb=nb, policy="ssde")
-    assert not np.any(ssde.start), "SSDE: a matrix does not start at step 0"
+    for policy in ("dsse", "ssde"):
+        plan = plan_cholesky(n, npiv, nb=nb, policy=policy)
+        t = plan.tasks
+        for q in plan.problems().tolist():
+            levels = t.level[t.problem == q]
+            if policy == "dsse":
+                assert levels.max() == plan.nsteps - 1, "DSSE: a problem does not end last"
+            else:
+                assert levels.min() == 0, "SSDE: a problem does not start at level 0"
 
 
 def test_dsse_full_factorization_is_one_group_per_step():
     """The point of DSSE: k = 5,000 mixed sizes, full factorization, one launch group per step."""
     rng = np.random.default_rng(7)
     n = rng.integers(1, 513, size=5000)
-    plan = make_plan(n, nb=32, policy="dsse", fused_max_rows=10**9)
+    plan = plan_cholesky(n, nb=32, policy="dsse", fused_max_rows=10**9)
     assert plan.nsteps == 16 and plan.ngroups == 16 and len(plan.launches) == 16
-    # The active set grows: each step's group is a prefix that contains the previous one.
-    his = [lc.hi for lc in plan.launches]
-    assert all(lc.lo == 0 for lc in plan.launches) and his == sorted(his) and his[-1] == 5000
-    ssde = make_plan(n, nb=32, policy="ssde", fused_max_rows=10**9)
+    # The active set grows: each step's problems include the previous step's.
+    sets = [set(plan.tasks.problem[lc.lo:lc.hi].tolist()) for lc in plan.launches]
+    assert all(a <= b for a, b in zip(sets, sets[1:])) and len(sets[-1]) == 5000
+    ssde = plan_cholesky(n, nb=32, policy="ssde", fused_max_rows=10**9)
     assert ssde.ngroups == sum(range(1, 17))  # one group per distinct block count, per step
 
 
-def test_separated_launches_follow_the_task_graph_order():
-    plan = make_plan([100, 70], nb=32, fused_max_rows=0)
+def test_separated_launches_follow_the_task_order():
+    plan = plan_cholesky([100, 70], nb=32, fused_max_rows=0)
     per_step = {}
     for lc in plan.launches:
         per_step.setdefault(lc.step, []).append(lc.kind)
@@ -146,27 +158,63 @@ def test_separated_launches_follow_the_task_graph_order():
 
 def test_streams_follow_independent_chains():
     # Partial factorizations with different trailing sizes form separate DSSE chains.
-    plan = make_plan([64, 64, 200, 200], [64, 64, 40, 40], nb=32, streams=4)
-    chains = {(lc.lo, lc.stream) for lc in plan.launches}
-    assert len({s for _, s in chains}) == 2 and plan.nstreams == 2
+    plan = plan_cholesky([64, 64, 200, 200], [64, 64, 40, 40], nb=32, streams=4)
+    assert len({lc.stream for lc in plan.launches}) == 2 and plan.nstreams == 2
+    for lc in plan.launches:
+        probs = set(plan.tasks.problem[lc.lo:lc.hi].tolist())
+        assert probs in ({0, 1}, {2, 3})
+        assert lc.stream == (0 if probs == {2, 3} else 1)
 
 
-def test_task_graph_is_left_looking_potrf():
-    g = task_graph()
-    kinds, final = step_kinds(g)
-    assert kinds == STEP_KINDS and final == ["schur"]
-    assert g.edges["trsm", "update"]["lag"] == 1
+def test_potrf_graph_is_each_problems_panels_then_its_schur():
+    g = potrf_graph([5, 40, 0, 33], [5, 20, 0, 0], nb=16)
+    # problem 0: one panel; 1: panels j = 0, 16 then schur; 2: nothing; 3: schur only
+    assert g.problem.tolist() == [0, 1, 1, 1, 3]
+    assert [g.kinds[k].name for k in g.kind] == ["potrf.panel"] * 3 + ["potrf.schur"] * 2
+    assert g.args.tolist() == [[0, 5], [0, 16], [16, 4], [20, 20], [0, 33]]
+    assert g.rows.tolist() == [5, 40, 24, 20, 33]
+    assert g.edges.tolist() == [[1, 2], [2, 3]]
 
 
-def test_a_cycle_inside_a_step_is_reported():
-    g = nx.DiGraph(task_graph())
-    g.add_edge("trsm", "potf2", lag=0)
-    with pytest.raises(ValueError, match="cycle inside one step: .*potf2.*trsm"):
-        make_plan([10], nb=4, graph=g)
+@given(st.lists(st.integers(0, 6), max_size=30))
+def test_closed_form_levels_equal_the_general_sweep(lengths):
+    length = np.array(lengths, dtype=np.int64)
+    first = np.cumsum(length) - length
+    T = int(length.sum())
+    edges = chain_edges(first, length)
+    kind = TaskKind("t.k", "t", ("a",), by_rows, single("t"), lambda *a: np.zeros(len(a[0])))
+    z = np.zeros(T, dtype=np.int64)
+    g = TaskGraph((kind,), z.astype(np.int8), np.repeat(np.arange(len(length)), length),
+                  z[:, None], z, z, z, edges, len(length), chains=(first, length))
+    assert np.array_equal(g.levels(False), asap(T, edges))
+    assert np.array_equal(g.levels(True), alap(T, edges))
+
+
+def test_a_cycle_is_reported():
+    with pytest.raises(ValueError, match="cycle"):
+        asap(3, np.array([[0, 1], [1, 2], [2, 1]]))
+
+
+def test_edges_between_problems_order_launches_across_streams():
+    """A task of problem 1 after a task of problem 0 (a multifrontal parent after its child):
+    the general graph path, with no chains. The parent's launch comes a level later and waits
+    for the child's when they sit on different streams."""
+    kind = TaskKind("t.k", "t", ("a",), lambda rows, o: rows, single("t"),
+                    lambda *a: np.ones(len(a[0])))
+    # problem 0: tasks 0 -> 1; problem 1: task 2 (rows 50, its own window) after task 0
+    rows = np.array([10, 10, 50], dtype=np.int64)
+    g = TaskGraph((kind,), np.zeros(3, np.int8), np.array([0, 0, 1]), np.zeros((3, 1), np.int64),
+                  rows, rows, rows, np.array([[0, 1], [0, 2]]), 2)
+    plan = make_plan(g, policy="ssde", streams=2)
+    assert plan.tasks.level.tolist() == [0, 1, 1]
+    lc = {int(plan.tasks.problem[x.lo]) * 10 + x.step: x for x in plan.launches}
+    child, after, parent = lc[0], lc[1], lc[11]
+    assert after.stream == child.stream and parent.stream != child.stream
+    assert parent.waits == (child.index,)
 
 
 def test_table_lists_every_launch():
-    plan = make_plan([5, 40, 0, 33], [5, 20, 0, 33], nb=16, fused_max_rows=16)
+    plan = plan_cholesky([5, 40, 0, 33], [5, 20, 0, 33], nb=16, fused_max_rows=16)
     text = plan.table()
     lines = text.splitlines()
     assert lines[0] == plan.summary()
@@ -183,10 +231,10 @@ def test_table_lists_every_launch():
 ])
 def test_bad_planner_options(bad, msg):
     with pytest.raises(ValueError, match=msg):
-        make_plan([4, 5], **bad)
+        plan_cholesky([4, 5], **bad)
 
 
 def test_empty_batches():
     for n in ([], [0, 0]):
-        plan = make_plan(n, nb=8)
-        assert plan.launches == () and plan.nsteps == 0 and len(plan.order) == 0
+        plan = plan_cholesky(n, nb=8)
+        assert plan.launches == () and plan.nsteps == 0 and len(plan.problems()) == 0

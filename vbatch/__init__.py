@@ -10,29 +10,49 @@ The code lives in the sibling packages ``vbatch.ops``, ``vbatch.scheduler``, ``v
 ``vbatch.runtime``; this module re-exports the public API.
 """
 
+import importlib.util as _ilu
 import os as _os
+import sys as _sys
 
 # Installed, the subpackages sit inside this folder (setuptools package-dir mapping). Run from a
 # source checkout (`python -m vbatch` in the repository root puts the root on sys.path ahead of
-# site-packages) they sit beside it, at the repository root; make them importable from there too.
+# site-packages) they sit beside it, at the repository root. Load exactly those four under their
+# vbatch.* names (not the whole root: benchmarks/ and tests/ are not part of the package). All
+# four are registered before any runs, since they import one another.
 _here = _os.path.dirname(_os.path.abspath(__file__))
 _root = _os.path.dirname(_here)
+_SUBPACKAGES = ("ops", "scheduler", "kernels", "runtime")
 if not _os.path.isdir(_os.path.join(_here, "runtime")) and _os.path.isfile(
     _os.path.join(_root, "runtime", "__init__.py")
 ):
-    __path__.append(_root)  # noqa: F821 - __path__ is defined for packages
+    _pending = []
+    for _name in _SUBPACKAGES:
+        if f"vbatch.{_name}" in _sys.modules:
+            continue
+        _dir = _os.path.join(_root, _name)
+        _spec = _ilu.spec_from_file_location(f"vbatch.{_name}", _os.path.join(_dir, "__init__.py"),
+                                             submodule_search_locations=[_dir])
+        _mod = _ilu.module_from_spec(_spec)
+        _sys.modules[_spec.name] = _mod
+        globals()[_name] = _mod
+        _pending.append((_spec, _mod))
+    for _spec, _mod in _pending:
+        _spec.loader.exec_module(_mod)
 
 from vbatch.ops import (  # noqa: E402
+    OPS,
     CholeskyRequest,
     InputError,
     PackedBatch,
     cholesky_flops,
     pack,
+    plan_cholesky,
     reference,
     residual,
 )
 from vbatch.runtime import (  # noqa: E402
     CholeskyResult,
+    Config,
     DependencyError,
     Future,
     Runtime,
@@ -45,7 +65,9 @@ from vbatch.scheduler import Launch, Plan, make_plan  # noqa: E402
 __version__ = "0.1.0"
 
 __all__ = [
+    "OPS",
     "CholeskyRequest",
+    "Config",
     "CholeskyResult",
     "DependencyError",
     "Future",
@@ -60,6 +82,7 @@ __all__ = [
     "default_runtime",
     "make_plan",
     "pack",
+    "plan_cholesky",
     "reference",
     "residual",
 ]

@@ -1,4 +1,4 @@
-"""The CUDA kernel selection, without cupy: every kernel a plan can launch is one that
+"""The CUDA kernel selection and build, without cupy: every kernel a plan can launch is one that
 ``python -m vbatch compile`` and CI's nvcc check build."""
 
 from __future__ import annotations
@@ -12,8 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from vbatch.kernels import potrf_select as sel
-from vbatch.scheduler import make_plan
+from vbatch.kernels import cuda_build as build
+from vbatch.kernels import potrf_cuda as sel
+from vbatch.ops.cholesky import plan_cholesky
 
 ROOT = Path(__file__).resolve().parent.parent
 KERNELS = Path(sel.__file__).parent
@@ -28,13 +29,13 @@ def _plans(seed: int, count: int):
         # updates with every row tile, multi-tile trsm and schur).
         n = np.where(rng.random(k) < 0.7, rng.integers(0, 300, k), rng.integers(0, 2101, k))
         npiv = None if rng.random() < 0.5 else rng.integers(0, n + 1)
-        yield make_plan(n, npiv, nb=int(rng.choice(sel.NB_SUPPORTED)),
+        yield plan_cholesky(n, npiv, nb=int(rng.choice(sel.NB_SUPPORTED)),
                         policy=str(rng.choice(["dsse", "ssde"])),
                         fused_max_rows=int(rng.choice([0, 64, sel.FUSED_ROWS_MAX])))
 
 
 def test_every_selected_kernel_is_in_kernel_names():
-    names = set(sel.kernel_names())
+    names = set(build.kernel_names())
     fused_threads, kinds = set(), set()
     for plan in _plans(seed=0, count=60):
         for dtype in sel.DTYPES:
@@ -53,21 +54,21 @@ def test_every_selected_kernel_is_in_kernel_names():
 
 
 def test_fused_thread_counts_between_the_powers_of_two_are_compiled():
-    names = sel.kernel_names()
+    names = build.kernel_names()
     for nt in (96, 160, 192, 224):
         for T, R in (("double", "false"), ("float", "true")):
             assert f"vb::fused_step<{T},32,{nt},{R}>" in names
 
 
 def test_kernel_names_is_the_whole_set_once():
-    names = sel.kernel_names()
+    names = build.kernel_names()
     assert len(names) == len(set(names))
     # Per dtype and order: 8 fused, 3 update, potf2, trsm for each nb; 3 update_mma in float64.
     per_nb = {"float64": 8 + 3 + 3 + 2, "float32": 8 + 3 + 2}
     nbs = len(sel.NB_SUPPORTED)
     want = sum(2 * (nbs * per_nb[dt] + 1) + 2 for dt in sel.DTYPES)  # + schur; copy, spd_fill
     assert len(names) == want
-    assert set(sel.kernel_names(["float32"], [8], ["C"])) <= set(names)
+    assert set(build.kernel_names(["float32"], [8], ["C"])) <= set(names)
 
 
 def test_a_fused_panel_taller_than_the_largest_block_is_refused():
@@ -77,22 +78,35 @@ def test_a_fused_panel_taller_than_the_largest_block_is_refused():
 
 
 def test_the_generated_unit_includes_every_source_and_names_every_kernel():
-    # A .cu file added beside potrf.cu must be in SOURCES, or CI's nvcc check would not see it.
-    assert sorted(p.name for p in KERNELS.glob("*.cu")) == sorted(sel.SOURCES)
-    src = sel.instantiation_source()
-    for s in sel.SOURCES:
+    # Every .cu file beside the launchers is compiled by CI's nvcc check, behind the generated
+    # preamble and the shared prologue header.
+    src = build.instantiation_source()
+    assert src.index("#define VB_TASK_COLS 3") < src.index('#include "vbatched.cuh"')
+    for s in sorted(p.name for p in KERNELS.glob("*.cu")):
         assert f'#include "{s}"' in src
     taken = re.findall(r"\(void\*\)&(\S+),", src)
-    assert taken == sel.kernel_names()
-    assert {sel.source_of(n) for n in taken} == set(sel.SOURCES)
+    assert taken == build.kernel_names()
+    assert {build.source_of(n) for n in taken} == set(build.sources())
+
+
+def test_every_launch_kind_has_a_kernel_on_both_backends():
+    """One table of launch kinds (ops/kinds.py): the CUDA launcher of each op selects a kernel
+    for every launch kind its op's kinds issue, and the CPU backend has the op's module."""
+    from vbatch.kernels.cpu import kernel_modules
+    from vbatch.ops.kinds import KINDS, LAUNCH_KINDS
+
+    cpu = kernel_modules("_cpu")
+    for op in {k.op for k in KINDS.values()}:
+        assert op in build.launchers() and op in cpu, op
+    assert set(LAUNCH_KINDS) >= {"fused", "update", "potf2", "trsm", "schur"}
 
 
 def test_the_selection_module_imports_without_cupy():
     code = ("import sys; sys.modules['cupy'] = None; import vbatch.runtime.cli; "
-            "import vbatch.kernels.potrf_select as s; print(len(s.kernel_names()))")
+            "import vbatch.kernels.cuda_build as b; print(len(b.kernel_names()))")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
                        timeout=120)
-    assert p.returncode == 0 and int(p.stdout) == len(sel.kernel_names()), p.stderr
+    assert p.returncode == 0 and int(p.stdout) == len(build.kernel_names()), p.stderr
 
 
 def _cubin_kernels(cubin: Path) -> set[str]:
@@ -116,8 +130,9 @@ def test_nvcc_compiles_every_kernel_for_sm_90(tmp_path):
                         "--out", str(tmp_path)], capture_output=True, text=True, cwd=ROOT,
                        timeout=600)
     assert p.returncode == 0, p.stdout + p.stderr
-    assert p.stdout.startswith(f"compiled {len(sel.kernel_names())} kernels for sm_90"), p.stdout
+    assert p.stdout.startswith(f"compiled {len(build.kernel_names())} kernels for sm_90"), p.stdout
     if shutil.which("readelf") is None or shutil.which("c++filt") is None:
         return  # compiled is all that can be checked without binutils
     for dt in sel.DTYPES:
-        assert _cubin_kernels(tmp_path / f"vbatch_{dt}.sm_90.cubin") == set(sel.kernel_names([dt]))
+        assert _cubin_kernels(tmp_path / f"vbatch_{dt}.sm_90.cubin") == set(
+            build.kernel_names([dt]))

@@ -1,11 +1,18 @@
-"""Which CUDA kernel instantiation each launch runs, and its grid: pure Python, no cupy.
+"""POTRF on CUDA: which kernel each launch kind runs, its grid, and the device tables. No cupy.
 
-Three lists must agree: what the CUDA backend launches (:func:`select`, per plan launch), what
-``python -m vbatch compile`` builds ahead of use (:func:`kernel_names`), and what CI compiles with
-nvcc (:func:`instantiation_source`, a translation unit that instantiates every name of
-:func:`kernel_names`). All three come from the parameter tuples and name builders below, so a
-template argument the selector can pick is compiled by the other two as well. This module imports
-without cupy, so the CLI and CI can use it on machines without a GPU.
+The kernels are ``potrf.cu`` beside this file. This module is the launcher's pure half: given a
+plan launch it names the template instantiation, the grid, block and shared memory
+(:func:`select`); it lists every instantiation :func:`select` can return (:func:`kernel_names`,
+for ``python -m vbatch compile`` and CI's nvcc check, via :mod:`vbatch.kernels.cuda_build`); and
+it lays out what the kernels read (:func:`tables`). It imports without cupy, so all of that is
+tested on machines without a GPU.
+
+Every POTRF kernel takes ``(tbl, meta, imeta, tasks, K, lo, hi, extra)``: the per-call pointer
+table (A, L, info), the per-problem arrays (``meta``: offset[K], ld[K] as int64; ``imeta``:
+n[K] as int32, problems in the caller's order) and the plan's task table (``tasks``: one
+``int3`` per task, problem / a0 / a1: for a panel its first column j and width w, for a schur
+task p and n - p). A launch passes its range ``[lo, hi)`` of the task table; block ``b`` takes
+task ``lo + b`` (``vbatched.cuh``).
 """
 
 from __future__ import annotations
@@ -15,8 +22,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from vbatch.kernels.cuda_build import TASK_COLS
 from vbatch.ops.errors import InputError
 
+OP = "potrf"
+SOURCE = "potrf.cu"
 NB_SUPPORTED = (8, 16, 32)  # POTF2 keeps one row of the diagonal block per lane: nb <= 32
 KB = 16  # K-chunk of gemm_nt in potrf.cu
 TRSM_RT = 128  # rows per trsm block (trsm_step)
@@ -33,8 +43,8 @@ UPDATE_RCS = (32, 64, 128)
 FP64_UPDATES = ("fma", "mma")
 DTYPES = ("float64", "float32")
 ORDERS = ("F", "C")
-# Every .cu file beside this module; the generated translation unit includes them all.
-SOURCES = ("potrf.cu", "generate.cu")
+# The kernels' buffers, in pointer-table order (the info pointer follows them).
+BUFFERS = ("a", "l")
 
 _CTYPE = {np.dtype(np.float64): "double", np.dtype(np.float32): "float"}
 
@@ -53,6 +63,50 @@ def _row(order: str) -> str:
     return "true" if order == "C" else "false"
 
 
+# ----------------------------------------------------------------------------- options
+def plan_defaults(dtype) -> dict:
+    # nb 32 beat 16 except in a few small gauss cases (within 15%); fused up to the fused
+    # kernel's largest block measured at or near the best (crossover sweep, H100, 2026-11-21,
+    # docs/notes.md); 4 streams for the chains of partial factorizations.
+    return {"nb": 32, "fused_max_rows": FUSED_ROWS_MAX, "streams": 4}
+
+
+def check_options(dtype, options: dict) -> None:
+    nb = options["nb"]
+    if nb not in NB_SUPPORTED:
+        raise InputError([(None, f"the cuda backend supports nb in {NB_SUPPORTED}, got {nb}")],
+                         what="runtime options")
+    # A taller panel than the fused kernel's largest block cannot be fused whatever was asked:
+    # the crossover is "fuse up to this height", so it is capped, not refused.
+    options["fused_max_rows"] = min(options["fused_max_rows"], FUSED_ROWS_MAX)
+
+
+def check_plan(plan) -> None:
+    # The one grid dimension a realistic batch can outgrow: schur_step enumerates the tile pairs
+    # of a trailing block in gridDim.y, t (t + 1) / 2 of them for t tiles a side, so a trailing
+    # block past about 23,000 rows cannot be launched. (The update and trsm grids reach the
+    # limit only for n in the millions, which the memory check refuses first.)
+    t = plan.tasks
+    code = next((c for c, kd in enumerate(plan.kinds) if kd.name == "potrf.schur"), None)
+    if code is None:
+        return
+    schur = np.flatnonzero(t.kind == code)
+    tiles = -(-t.args[schur, 1] // SCHUR_TS)
+    pairs = tiles * (tiles + 1) // 2
+    bad = np.flatnonzero(pairs > MAX_GRID_Y)
+    if len(bad):
+        problems = []
+        for b in bad.tolist():
+            i = schur[b]
+            p, tr = int(t.args[i, 0]), int(t.args[i, 1])
+            problems.append((int(t.problem[i]),
+                             f"its trailing block ({tr} x {tr}: n = {p + tr}, npiv = {p}) needs "
+                             f"{int(pairs[b])} tile pairs, more than the cuda backend's grid "
+                             f"allows ({MAX_GRID_Y}); factor more columns or split the problem"))
+        raise InputError(problems)
+
+
+# ----------------------------------------------------------------------------- selection
 def fused_threads(rows: int) -> int:
     """Threads of the fused kernel for panels up to ``rows`` tall: one per row, whole warps."""
     for nt in FUSED_THREADS:
@@ -105,39 +159,27 @@ def schur_name(T: str, R: str) -> str:
     return f"vb::schur_step<{T},{R}>"
 
 
-def copy_name(dtype) -> str:
-    return f"vb::copy_matrices<{ctype(dtype)}>"
-
-
-def spd_fill_name(dtype) -> str:
-    return f"vb::spd_fill<{ctype(dtype)}>"
-
-
-def source_of(name: str) -> str:
-    """The .cu file that defines a kernel of :func:`kernel_names`."""
-    return "generate.cu" if name.startswith("vb::spd_fill<") else "potrf.cu"
+TEMPLATES = ("vb::fused_step", "vb::update_step", "vb::update_mma", "vb::potf2_step",
+             "vb::trsm_step", "vb::schur_step")
 
 
 @dataclass(frozen=True)
 class Selection:
     """One plan launch as the CUDA backend issues it. ``smem`` is in bytes; ``extra`` is the
-    fifth scalar every step kernel takes (the update's count of zero-only row tiles, else 0)."""
+    last scalar every kernel takes (the update's count of zero-only row tiles, else 0)."""
 
     name: str
     grid: tuple[int, ...]
     block: tuple[int, ...]
     smem: int
     extra: int = 0
-
-    @property
-    def source(self) -> str:
-        return source_of(self.name)
+    source: str = SOURCE
 
 
 def select(lc, nb: int, dtype, order: str, fp64_update: str = "fma") -> Selection:
     """The kernel, grid, block and shared memory for one :class:`~vbatch.scheduler.Launch` of a
-    plan with panel width ``nb``. ``fp64_update`` picks the float64 update kernel (``"fma"`` or
-    ``"mma"``: tensor cores; float32 has no MMA without TF32, so it always takes FMA)."""
+    POTRF plan with panel width ``nb``. ``fp64_update`` picks the float64 update kernel
+    (``"fma"`` or ``"mma"``: tensor cores; float32 has no MMA without TF32, so it takes FMA)."""
     if nb not in NB_SUPPORTED:
         raise ValueError(f"the cuda kernels support nb in {NB_SUPPORTED}, got {nb}")
     if fp64_update not in FP64_UPDATES:
@@ -168,16 +210,20 @@ def select(lc, nb: int, dtype, order: str, fp64_update: str = "fma") -> Selectio
         sel = Selection(schur_name(T, R), (lc.count, t * (t + 1) // 2), (SCHUR_THREADS,),
                         gemm_smem(SCHUR_TS, SCHUR_TS) * isz)
     else:
-        raise ValueError(f"cuda backend: unknown launch kind {lc.kind!r}")
+        raise ValueError(f"cuda backend: potrf has no launch kind {lc.kind!r}")
     if len(sel.grid) > 1 and sel.grid[1] > MAX_GRID_Y:
         raise InputError([(None, f"launch {lc.index} ({lc.kind}) needs {sel.grid[1]} row tiles, "
                                  f"more than the grid allows ({MAX_GRID_Y})")])
     return sel
 
 
+def selection(lc, plan, dtype, order: str, config) -> Selection:
+    """:func:`select` for the CUDA backend: the plan's panel width, the config's update."""
+    return select(lc, plan.nb, dtype, order, config.fp64_update)
+
+
 def kernel_names(dtypes=DTYPES, nbs=NB_SUPPORTED, orders=ORDERS) -> list[str]:
-    """Every instantiation :func:`select` can return for these parameters, plus the gather /
-    scatter and generator kernels (``copy_matrices``, ``spd_fill``) of each dtype."""
+    """Every instantiation :func:`select` can return for these parameters."""
     out = []
     for dt in dtypes:
         T = ctype(dt)
@@ -192,23 +238,19 @@ def kernel_names(dtypes=DTYPES, nbs=NB_SUPPORTED, orders=ORDERS) -> list[str]:
                     out += [update_mma_name(nb, rc, R) for rc in UPDATE_RCS]
                 out += [potf2_name(T, nb, R), trsm_name(T, nb, R)]
             out.append(schur_name(T, R))
-        out += [copy_name(dt), spd_fill_name(dt)]
     return out
 
 
-def instantiation_source(names: list[str] | None = None) -> str:
-    """A translation unit for nvcc that compiles the kernels ``names`` (default: all of
-    :func:`kernel_names`). Taking a kernel's address instantiates it, so no signature is
-    written here and none can drift from the templates in the .cu files."""
-    names = kernel_names() if names is None else list(names)
-    if not names:
-        raise ValueError("instantiation_source needs at least one kernel name")
-    head = [
-        "// Generated by vbatch.kernels.potrf_select.instantiation_source(); do not edit.",
-        "// Instantiates every kernel the CUDA backend can launch, for an nvcc build (CI's check,",
-        "// `python -m vbatch compile --nvcc`); at run time NVRTC compiles them one by one.",
-    ]
-    head += [f'#include "{s}"' for s in SOURCES]
-    table = ["", "[[maybe_unused]] static void* const vb_all[] = {"]
-    table += [f"  (void*)&{name}," for name in names]
-    return "\n".join(head + table + ["};", ""])
+# ----------------------------------------------------------------------------- device tables
+def tables(plan, buffers: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """What the kernels read besides the matrices: ``meta`` (int64: offset[K], ld[K]),
+    ``imeta`` (int32: n[K]), per problem in the caller's order (A and L share the layout), and
+    the task table (int32: problem, a0, a1 per task, in plan order)."""
+    batch = buffers["a"]
+    meta = np.concatenate([batch.offset, batch.ld]).astype(np.int64)
+    imeta = np.asarray(batch.n, dtype=np.int32)
+    t = plan.tasks
+    tasks = np.empty((len(t), TASK_COLS), dtype=np.int32)
+    tasks[:, 0] = t.problem
+    tasks[:, 1:] = t.args[:, :2]
+    return meta, imeta, tasks.reshape(-1)

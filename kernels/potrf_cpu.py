@@ -1,0 +1,243 @@
+"""POTRF on the CPU: what each launch kind of a batched (partial) Cholesky does to one problem.
+
+Buffers: ``a`` (input) and ``l`` (output; ``a`` itself in place). A task is ``(q, j, w)``:
+problem ``q``, panel columns ``[j, j + w)``; for ``schur``, ``(q, p, n - p)``.
+
+* ``fused``:  the panel of the output is copied from the input, brought up to date (``syrk`` on
+  the diagonal block, ``gemm`` below it), its diagonal block factored (``potrf``) and the rows
+  below solved (``trsm``);
+* ``update``, ``potf2``, ``trsm``: the same three, one per launch (separated plans);
+* ``schur``: the trailing block copied and updated by ``syrk`` (partial factorizations).
+
+Where a problem fits in one panel (the default panel width is 512) its fused task is the whole
+problem: ``lacpy`` of the lower triangle, one ``potrf`` and, for a partial factorization,
+``trsm`` and ``syrk`` for the Schur complement in the same task (its schur task is then dropped),
+so a tiny problem costs a few ctypes calls.
+
+``info`` follows reference LAPACK: the first pivot that is not > 0, NaN included (OpenBLAS's
+``potrf`` misses NaN; a vectorized scan of the diagonals at the end catches it). A failed
+problem's columns before the failing one hold its factor, as the partial factorization of those
+columns would: on a failed ``potrf`` the diagonal block is restored, its leading columns
+refactored and the rows below solved against them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from vbatch.kernels.cpu import split
+from vbatch.kernels.lapack import Calls
+from vbatch.ops.cholesky import FUSED, POTF2, SCHUR, TRSM, UPDATE
+
+OP = "potrf"
+
+
+def plan_defaults(dtype) -> dict:
+    # A problem that fits in one panel is one LAPACK potrf, the fastest single-core code;
+    # wider problems are blocked, and their tasks get the BLAS's threads when they dominate a
+    # launch. The sweep of nb 64 / 256 / 512 / 1024 on the 2-core VM (docs/notes.md,
+    # 2026-11-21) put 512 at or near the best everywhere. No shared-memory limit: always fused.
+    return {"nb": 512, "fused_max_rows": int(np.iinfo(np.int64).max), "streams": 1}
+
+
+@dataclass
+class State:
+    """Per plan: each launch's work, each problem's n and npiv."""
+
+    work: list
+    n: list
+    p: list
+    p_arr: np.ndarray
+
+
+def _launch_flops(kind: str, j, w, m) -> np.ndarray:
+    """Operation counts of one launch's tasks (j: first panel column, w: width, m = n - j)."""
+    j, w, m = (np.asarray(x, dtype=np.float64) for x in (j, w, m))
+    upd = 2.0 * m * w * j
+    pot = w**3 / 3
+    trs = w * w * np.maximum(m - w, 0)
+    return {FUSED: upd + pot + trs, UPDATE: upd, POTF2: pot, TRSM: trs}[kind]
+
+
+def prepare(backend, plan) -> State:
+    t = plan.tasks
+    k = plan.k
+    schur_code = next(i for i, kd in enumerate(plan.kinds) if kd.name == "potrf.schur")
+    is_schur = t.kind == schur_code
+    panel = ~is_schur
+    p = np.bincount(t.problem[panel], weights=t.width[panel], minlength=k).astype(np.int64)
+    n = np.zeros(k, dtype=np.int64)
+    first = panel & (t.cols == 0)
+    n[t.problem[first]] = t.rows[first]
+    n[t.problem[is_schur]] = t.cols[is_schur] + t.rows[is_schur]
+    folded = np.zeros(k, dtype=bool)  # schur done by the problem's one fused task
+    work = []
+    for lc in plan.launches:
+        q = t.problem[lc.lo:lc.hi]
+        a0, a1 = t.args[lc.lo:lc.hi, 0], t.args[lc.lo:lc.hi, 1]
+        if lc.kind == SCHUR:
+            keep = ~folded[q]
+            q, a0, a1 = q[keep], a0[keep], a1[keep]
+            cost = a1.astype(np.float64) ** 2 * a0 + 1.0
+            whole = np.zeros(len(q), dtype=bool)
+        else:
+            m = n[q] - a0
+            cost = _launch_flops(lc.kind, a0, a1, m) + 1.0
+            whole = (lc.kind == FUSED) & (a0 == 0) & (a1 == p[q])
+            if lc.kind == FUSED:
+                tr = (n[q] - p[q]).astype(np.float64)
+                cost = cost + np.where(whole, tr * tr * a1, 0.0)
+                folded[q[whole & (tr > 0)]] = True
+        tasks = list(zip(q.tolist(), a0.tolist(), a1.tolist()))
+        work.append(split(tasks, cost, whole, backend.threads.size))
+    return State(work, n.tolist(), p.tolist(), p)
+
+
+# ------------------------------------------------------------------ running tasks
+def run(backend, ex, kind: str, whole: bool, tasks: list) -> None:
+    a, out = ex.buffers["a"], ex.buffers["l"]
+    c = backend.calls(out.dtype, out.order)
+    if whole and a is not out:
+        _whole(backend, ex, c, a, out, tasks)
+    else:
+        for q, j, w in tasks:
+            _task(backend, ex, c, a, out, kind, q, j, w)
+
+
+def _whole(backend, ex, c: Calls, a, out, tasks: list) -> None:
+    """Problems factored entirely by one task, out of place: copy the lower triangle,
+    ``potrf``, and for a partial factorization ``trsm`` and ``syrk`` (the Schur complement). The
+    common case, so its Python is kept to a few ctypes calls per problem: the output buffer
+    starts as zeros, so nothing above the diagonal needs writing."""
+    f = c.f
+    lacpy, potrf = f["lacpy"], f["potrf"]
+    ii, pn, plds, pld, pinfo = c._i, c._ia, c._ia + 4, c._ia + 8, c._ia + 12
+    lo = c.lo
+    ns = ex.state.n
+    sb, so, sl, db, do, dl = a.base, a.off, a.ld, out.base, out.off, out.ld
+    for q, _, p in tasks:
+        n = ns[q]
+        ld = dl[q]
+        ii[0], ii[1], ii[2] = n, sl[q], ld
+        d = db + do[q]
+        lacpy(lo, pn, pn, sb + so[q], plds, d, pld)
+        ii[0] = p
+        potrf(lo, pn, d, pld, pinfo)
+        if ii[3]:
+            # The general path redoes the problem from the input, leaving the columns before
+            # the failing one factored.
+            _task(backend, ex, c, a, out, FUSED, q, 0, p)
+            continue
+        if p < n:
+            c.trsm_right_lower_t(c.at(d, ld, p, 0), d, n - p, p, ld)
+            c.syrk_lower(c.at(d, ld, p, p), c.at(d, ld, p, 0), n - p, p, ld)
+
+
+def _task(backend, ex, c: Calls, a, out, kind: str, q: int, j: int, w: int) -> None:
+    if ex.info[q]:
+        return  # failed at an earlier step: stop, like LAPACK
+    n = ex.state.n[q]
+    ld, lds = out.ld[q], a.ld[q]
+    src = a.base + a.off[q]
+    dst = out.base + out.off[q]
+    out_of_place = a is not out
+    if kind == SCHUR:
+        _schur(c, src, dst, n, j, ld, lds, out_of_place)
+        return
+    m = n - j
+    diag = c.at(dst, ld, j, j)
+    if kind in (FUSED, UPDATE) or (kind == POTF2 and j == 0):
+        # The panel: rows [j, n) of columns [j, j + w), lower trapezoid (only the lower
+        # triangle of the input is read).
+        if out_of_place:
+            c.copy("L", c.at(src, lds, j, j), diag, m, w, lds, ld)
+        if kind != POTF2 and j:
+            c.syrk_lower(diag, c.at(dst, ld, j, 0), w, j, ld)
+            c.gemm_nt(c.at(dst, ld, j + w, j), c.at(dst, ld, j + w, 0), c.at(dst, ld, j, 0),
+                      m - w, w, j, ld)
+    if kind in (FUSED, POTF2):
+        if not _potf2(backend, ex, c, q, j, w, m, ld, src, lds, diag, out_of_place):
+            return
+    if kind in (FUSED, TRSM):
+        c.trsm_right_lower_t(c.at(dst, ld, j + w, j), diag, m - w, w, ld)
+    if kind == FUSED and j == 0 and w == ex.state.p[q] and w < n:
+        # The problem's one panel: its Schur complement too (its schur task was dropped).
+        _schur(c, src, dst, n, w, ld, lds, out_of_place)
+
+
+def _schur(c: Calls, src, dst, n, p, ld, lds, out_of_place) -> None:
+    """A22 - L21 L21^T in the trailing block; zeros above it and in the (1, 2) block."""
+    tr = n - p
+    if out_of_place:
+        c.copy("L", c.at(src, lds, p, p), c.at(dst, ld, p, p), tr, tr, lds, ld)
+    c.syrk_lower(c.at(dst, ld, p, p), c.at(dst, ld, p, 0), tr, p, ld)
+    c.zero("U", c.at(dst, ld, p, p), tr, tr, ld)
+    c.zero("A", c.at(dst, ld, 0, p), p, tr, ld)
+
+
+def _potf2(backend, ex, c: Calls, q, j, w, m, ld, src, lds, diag, out_of_place) -> bool:
+    """Factor the diagonal block; zeros above it and above the panel. On a failed pivot, leave
+    the columns before it factored (rows below solved too) and record ``info``."""
+    # The block before potrf, to come back to on failure: the input itself when nothing
+    # updated it and it is not the output, else a copy.
+    if out_of_place and j == 0:
+        keep, keep_ld = src, lds
+    else:
+        buf = backend.scratch(w * w, ex.buffers["l"].dtype)
+        keep, keep_ld = buf.ctypes.data, max(w, 1)
+        c.copy("L", diag, keep, w, w, ld, keep_ld)
+    c.zero("A", c.at(diag, ld, -j, 0), j, w, ld)  # X(0, j): above the panel
+    f = c.potrf_lower(diag, w, ld)
+    if not f:
+        c.zero("U", diag, w, w, ld)
+        return True
+    # Factor the g = f - 1 columns that can be, from the block as it was.
+    g = f - 1
+    while g > 0:
+        c.copy("L", keep, diag, w, w, keep_ld, ld)
+        r = c.potrf_lower(diag, g, ld)
+        if not r:
+            break
+        f, g = r, r - 1  # a pivot that passed in the first try failed now (rounding)
+    if g > 0:
+        c.trsm_right_lower_t(c.at(diag, ld, g, 0), diag, m - g, g, ld)
+        c.zero("U", diag, g, g, ld)
+    ex.info[q] = j + f
+    return False
+
+
+# ------------------------------------------------------------------ the end of a call
+def finish(backend, ex) -> np.ndarray:
+    """``info``: LAPACK's, or the first pivot that is not > 0 (NaN included) if earlier."""
+    out = ex.buffers["l"]
+    info = ex.info
+    diag, owner, first = _pivots(ex.plan, out, ex.state.p_arr)
+    if len(diag):
+        bad = np.flatnonzero(~(out.batch.data[diag] > 0))
+        if len(bad):
+            q, at = np.unique(owner[bad], return_index=True)
+            col = (bad[at] - first[q] + 1).astype(np.int32)
+            cur = info[q]
+            info[q] = np.where((cur == 0) | (col < cur), col, cur)
+    return info
+
+
+def _pivots(plan, out, p):
+    """Element index of every pivot L(i, i), i < p (offset + i (ld + 1) in either layout), the
+    problem owning each, and each problem's first. Per output layout: cached on the buffer's
+    batch (its layout never changes), or on the plan for a list's output, which is laid out
+    from the plan's sizes alone."""
+    b = out.batch
+    cache = plan.cache if out.from_list else b._cache
+    key = ("potrf-pivots", id(plan), b.order)
+    hit = cache.get(key)
+    if hit is None:
+        first = np.zeros(plan.k + 1, dtype=np.int64)
+        np.cumsum(p, out=first[1:])
+        owner = np.repeat(np.arange(plan.k), p)
+        diag = (np.repeat(b.offset, p) + (np.arange(int(first[-1])) - first[owner])
+                * np.repeat(b.ld + 1, p))
+        hit = cache[key] = (diag, owner, first)
+    return hit

@@ -1,0 +1,58 @@
+"""What an operation is, to the rest of vbatch.
+
+An operation module (``ops/<name>.py``) defines one :class:`Op`:
+
+* ``request(...)``: the pydantic request that validates a submission (operands as lists or packed
+  batches, with the op's shape rule) and names the problem and operand of anything wrong;
+* ``buffers``: the buffers its kernels address, in order: the inputs read and the outputs
+  written, each output laid out like the input it replaces (``like``) and written in place when
+  the caller asks to overwrite;
+* ``graph(request, options)``: its tasks as a :class:`~vbatch.scheduler.graph.TaskGraph`, from
+  the sizes and parameters alone (so a plan is reused for every batch with the same signature);
+* ``signature(request)``: those sizes and parameters as a hashable key;
+* a numpy/LAPACK reference, used by the tests.
+
+The kinds its graph uses live in the same module (:mod:`vbatch.ops.kinds`); the kernels that run
+them live in ``kernels/<name>_cpu.py`` and ``kernels/<name>_cuda.py``. Adding an operation is
+adding those files and one conformance test.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+OPS: dict[str, "Op"] = {}
+
+
+@dataclass(frozen=True)
+class Buffer:
+    """A buffer the kernels of an op address. ``operand``: the request field it comes from
+    (an input), or for an output (``like`` set) the input whose layout it takes."""
+
+    name: str
+    operand: str
+    output: bool = False
+
+
+@dataclass(frozen=True)
+class Op:
+    name: str
+    request: type
+    buffers: tuple[Buffer, ...]
+    graph: Callable[[Any, dict], Any]
+    signature: Callable[[Any], tuple]
+    doc: str = ""
+
+    def inputs(self) -> tuple[Buffer, ...]:
+        return tuple(b for b in self.buffers if not b.output)
+
+    def outputs(self) -> tuple[Buffer, ...]:
+        return tuple(b for b in self.buffers if b.output)
+
+
+def register(op: Op) -> Op:
+    if op.name in OPS and OPS[op.name] is not op:
+        raise ValueError(f"operation {op.name!r} is registered twice")
+    OPS[op.name] = op
+    return op

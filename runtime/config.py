@@ -1,0 +1,37 @@
+"""One validated configuration per :class:`~vbatch.Runtime`.
+
+Everything that changes how a runtime plans or runs is here, checked when the runtime is made,
+not read from the environment into process-wide state: two runtimes in one process may differ.
+``None`` means the backend's default for the operation and dtype (``Runtime.plan_options``).
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Config(BaseModel):
+    """Planner options, and how the CUDA backend runs a plan.
+
+    * ``nb``: panel width of blocked factorizations.
+    * ``policy``: ``"dsse"`` (different starts, same end) or ``"ssde"``.
+    * ``fused_max_rows``: the crossover: panels of at most this many rows run fused.
+    * ``streams``: CUDA streams that independent chains of launches may use.
+    * ``cuda_graphs``: run each plan as one CUDA graph (``False``: launch by launch, for
+      profiling single kernels).
+    * ``fp64_update``: the float64 panel update on CUDA: ``"fma"`` or ``"mma"`` (FP64 tensor
+      cores; measured no faster, docs/notes.md).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    nb: int | None = Field(default=None, ge=1, le=1024)
+    policy: Literal["dsse", "ssde"] = "dsse"
+    fused_max_rows: int | None = Field(default=None, ge=0)
+    streams: int | None = Field(default=None, ge=1, le=64)
+    cuda_graphs: bool = True
+    fp64_update: Literal["fma", "mma"] = "fma"
+
+    PLANNER: ClassVar[tuple[str, ...]] = ("nb", "fused_max_rows", "streams")

@@ -1,0 +1,108 @@
+"""A submission's tasks as arrays: the graph the planner schedules.
+
+One row per task (never a Python object per task): its kind, the problem it works on, its integer
+arguments, its shape summary. Edges are pairs of task rows; they may join tasks of one problem
+(the steps of a factorization), of different problems (a multifrontal parent after its children)
+and, through the runtime, of different submissions.
+
+Levels: the planner runs the graph level by level, and a level's tasks of one kind and size
+window share a launch. ``asap`` gives each task the length of the longest path reaching it (every
+problem starts at level 0: SSDE); ``alap`` the latest level that still lets everything after it
+finish by the last level (every problem ends together: DSSE). Both are a vectorized Kahn sweep,
+one numpy pass per level.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from vbatch.ops.kinds import TaskKind
+
+
+@dataclass(frozen=True)
+class TaskGraph:
+    """``kinds[kind[t]]`` is task ``t``'s kind; ``problem[t]`` its problem (the caller's index);
+    ``args[t]`` its arguments (width = the widest kind's; unused columns are 0); ``rows``,
+    ``cols``, ``width`` its shape summary; ``edges[e] = (before, after)``. ``k``: problems in the
+    batch (some may have no task)."""
+
+    kinds: tuple[TaskKind, ...]
+    kind: np.ndarray
+    problem: np.ndarray
+    args: np.ndarray
+    rows: np.ndarray
+    cols: np.ndarray
+    width: np.ndarray
+    edges: np.ndarray
+    k: int
+    # When the edges are exactly chain_edges(*chains) (each problem's tasks in a row, nothing
+    # across problems), levels have a closed form; None: use the general sweep.
+    chains: tuple[np.ndarray, np.ndarray] | None = None
+
+    @property
+    def size(self) -> int:
+        return len(self.kind)
+
+    def levels(self, latest: bool) -> np.ndarray:
+        """ASAP (``latest=False``) or ALAP levels of every task."""
+        if self.chains is None:
+            return alap(self.size, self.edges) if latest else asap(self.size, self.edges)
+        first, length = self.chains
+        pos = np.arange(self.size, dtype=np.int64) - np.repeat(first, length)
+        if not latest:
+            return pos
+        last = int(length.max()) - 1 if len(length) else 0
+        return last - (np.repeat(length, length) - 1 - pos)
+
+
+def chain_edges(first: np.ndarray, length: np.ndarray) -> np.ndarray:
+    """Edges ``t -> t + 1`` inside runs of consecutive task rows: run ``i`` holds rows
+    ``first[i] .. first[i] + length[i] - 1`` (a problem's steps, in order)."""
+    first = np.asarray(first, dtype=np.int64)
+    length = np.asarray(length, dtype=np.int64)
+    n_edges = np.maximum(length - 1, 0)
+    if not n_edges.sum():
+        return np.zeros((0, 2), dtype=np.int64)
+    starts = np.repeat(first, n_edges)
+    within = np.arange(int(n_edges.sum())) - np.repeat(np.cumsum(n_edges) - n_edges, n_edges)
+    src = starts + within
+    return np.stack([src, src + 1], axis=1)
+
+
+def asap(size: int, edges: np.ndarray) -> np.ndarray:
+    """Longest path (in edges) from a source to each task. Raises on a cycle."""
+    level = np.zeros(size, dtype=np.int64)
+    if not len(edges):
+        return level
+    src, dst = edges[:, 0], edges[:, 1]
+    order = np.argsort(src, kind="stable")
+    src_s, dst_s = src[order], dst[order]
+    start = np.searchsorted(src_s, np.arange(size + 1))
+    indeg = np.bincount(dst, minlength=size)
+    frontier = np.flatnonzero(indeg == 0)
+    done = 0
+    lv = 0
+    while len(frontier):
+        level[frontier] = lv
+        done += len(frontier)
+        # the out-edges of the frontier, gathered through the CSR offsets
+        counts = start[frontier + 1] - start[frontier]
+        if not counts.sum():
+            break
+        idx = np.repeat(start[frontier], counts) + (
+            np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts))
+        targets = dst_s[idx]
+        np.subtract.at(indeg, targets, 1)
+        frontier = np.unique(targets[indeg[targets] == 0])
+        lv += 1
+    if done < size:
+        raise ValueError(f"the task graph has a cycle ({size - done} tasks never become ready)")
+    return level
+
+
+def alap(size: int, edges: np.ndarray) -> np.ndarray:
+    """The latest level of each task such that every path still ends by the last level."""
+    height = asap(size, edges[:, ::-1] if len(edges) else edges)
+    return (int(height.max()) if size else 0) - height
