@@ -178,7 +178,11 @@ class CpuBackend(Backend):
 
     # ------------------------------------------------------------ memory
     def memory_total(self) -> int:
-        return _host_memory()[0]
+        # Read once: /proc/meminfo costs ~18 us, on the path of every call.
+        total = getattr(self, "_mem_total", None)
+        if total is None:
+            total = self._mem_total = _host_memory()[0]
+        return total
 
     def memory_free(self) -> int:
         return _host_memory()[1]

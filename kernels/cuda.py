@@ -249,11 +249,11 @@ class CudaBackend(Backend):
         self._streams: dict[int, list] = {}
         self._slots = _SlotPool()
         self._mem_total: dict[int, int] = {}
+        self._launchers = launchers()
 
-    @staticmethod
-    def _op(op: str):
+    def _op(self, op: str):
         try:
-            return launchers()[op]
+            return self._launchers[op]
         except KeyError:
             raise ValueError(f"the cuda backend has no kernels for {op!r}") from None
 
@@ -357,14 +357,13 @@ class CudaBackend(Backend):
             pool.append(cupy.cuda.Stream(non_blocking=True))
         return pool[:n]
 
-    def _prepare(self, plan: Plan, buffers: dict, config) -> _Prepared:
-        mod = self._op(plan.op)
+    def _prepare(self, plan: Plan, mod, buffers: dict, config) -> _Prepared:
         layout = buffers[mod.BUFFERS[0]]
         # A list's layout follows from its sizes: keep the tables with the plan, so every list
         # of those sizes reuses them (and the graph). A packed batch's with the batch.
-        cache = plan.cache if layout._cache.get("tight") else layout._cache
-        key = ("cuda", cupy.cuda.runtime.getDevice(), id(plan), layout.order, layout.dtype,
-               config.fp64_update)
+        lc = layout._cache
+        cache = plan.cache if lc.get("tight") else lc
+        key = ("cuda", cupy.cuda.runtime.getDevice(), id(plan), config.fp64_update)
         hit = cache.get(key)
         if hit is not None and hit.plan is plan:
             return hit
@@ -401,19 +400,21 @@ class CudaBackend(Backend):
         return graph
 
     def begin(self, plan: Plan, buffers: dict, after: list, config) -> _Exec:
-        prep = self._prepare(plan, buffers, config)
+        mod = self._op(plan.op)
+        prep = self._prepare(plan, mod, buffers, config)
         main = cupy.cuda.get_current_stream()
         for dep in after:
             if isinstance(dep, _Done):
                 main.wait_event(dep.event)
             else:
                 dep.wait()
-        names = self._op(plan.op).BUFFERS
+        names = mod.BUFFERS
         slot = self._slots.take(plan.k, len(names) + 1)
         slot.info[:] = 0
+        table = slot.table
         for i, name in enumerate(names):
-            slot.table[i] = buffers[name].data.data.ptr
-        slot.table[len(names)] = slot.info_ptr
+            table[i] = buffers[name].data.data.ptr
+        table[len(names)] = slot.info_ptr
         graph = prep.graph if config.cuda_graphs else None
         return _Exec(prep, slot, main, tuple(buffers.values()), graph)
 

@@ -36,6 +36,16 @@ from vbatch.scheduler.plan import Plan, make_plan
 PLANS = 64
 
 
+class _Request:
+    """A request built on the hot path from an already validated packed batch (the op's
+    pydantic request class is what validates; this only carries the same attributes)."""
+
+    __slots__ = ("batch", "npiv", "overwrite")
+
+    def __init__(self, batch, npiv, overwrite):
+        self.batch, self.npiv, self.overwrite = batch, npiv, overwrite
+
+
 class DependencyError(RuntimeError):
     """A submission could not run because a future it was ordered ``after`` failed."""
 
@@ -249,8 +259,9 @@ class Runtime:
             overwrite is False or (overwrite is True and not read_only(mats))
         ) and mats.square:
             # Hot path: a packed batch was validated when it was built and its metadata is
-            # read-only; nothing else needs checking (pydantic would add ~8 us per call).
-            req = POTRF.request.model_construct(batch=mats, npiv=mats.n, overwrite=overwrite)
+            # read-only; nothing else needs checking (pydantic would add ~8 us per call, and
+            # even model_construct ~2 us: the request is only read by attribute).
+            req = _Request(batch=mats, npiv=mats.n, overwrite=overwrite)
             fast = True
         else:
             req = validated(POTRF.request, batch=mats, npiv=npiv, overwrite=overwrite)
@@ -329,14 +340,16 @@ class Runtime:
         """Stage the op's buffers, run every launch of the plan; return the completion and a
         finisher that builds the result, each output in the caller's form."""
         b = self.backend
-        outputs = op.outputs()
+        ins, outs = op.staging
         staged: dict = {}
-        for buf in op.inputs():
-            written = overwrite and any(o.operand == buf.operand for o in outputs)
-            staged[buf.name] = b.stage_input(getattr(req, buf.operand), writable=written)
-        for buf in outputs:
-            like = next(staged[i.name] for i in op.inputs() if i.operand == buf.operand)
-            staged[buf.name] = like if overwrite else b.new_output(like)
+        for name, operand, written in ins:
+            staged[name] = b.stage_input(getattr(req, operand), overwrite and written)
+        lists = None
+        for name, operand, like in outs:
+            staged[name] = staged[like] if overwrite else b.new_output(staged[like])
+            if type(getattr(req, operand)) is MatrixList:
+                lists = lists or {}
+                lists[name] = getattr(req, operand)
         ex = b.begin(plan, staged, after, self.config)
         for lc in plan.launches:
             b.launch(ex, lc)
@@ -344,37 +357,35 @@ class Runtime:
         # launches (flush runs it), before the completion, so that work ordered after this
         # submission sees it. Host arrays are written when the result is built (it needs the
         # data on the host anyway).
-        lists = {buf.name: getattr(req, buf.operand) for buf in outputs
-                 if isinstance(getattr(req, buf.operand), MatrixList)}
-        device_writeback = overwrite and b.asynchronous and all(
-            m.kind == b.kind for m in lists.values())
+        device_writeback = bool(overwrite and lists and b.asynchronous and all(
+            m.kind == b.kind for m in lists.values()))
 
         def writeback() -> None:
             for name, mats in lists.items():
                 b.scatter(b.batch_of(staged[name]), mats.mats)
 
-        b.flush(ex, then=writeback if device_writeback and lists else None)
+        b.flush(ex, then=writeback if device_writeback else None)
         completion = b.end(ex)
 
         def finish(info: np.ndarray):
-            outs = {}
-            for buf in outputs:
-                given = getattr(req, buf.operand)
-                work = b.batch_of(staged[buf.name])
-                if isinstance(given, MatrixList):
+            out = {}
+            for name, operand, _ in outs:
+                given = getattr(req, operand)
+                work = b.batch_of(staged[name])
+                if type(given) is MatrixList:
                     if overwrite:
                         if not device_writeback:
                             b.scatter(work, given.mats)
-                        outs[buf.name] = given.mats
+                        out[name] = given.mats
                     else:
-                        outs[buf.name] = b.export(work, given.kind).unpack()
+                        out[name] = b.export(work, given.kind).unpack()
                 elif not overwrite:
-                    outs[buf.name] = b.export(work, given.kind)
+                    out[name] = b.export(work, given.kind)
                 else:
                     if work.data is not given.data:
                         b.scatter(work, given)  # e.g. a host batch factored on the device
-                    outs[buf.name] = given
-            return result(outs, info, plan)
+                    out[name] = given
+            return result(out, info, plan)
 
         return completion, finish
 
@@ -395,8 +406,11 @@ class Runtime:
         waits: list[Completion] = []
         # Host inputs are read now, in this thread, so every dependency must have finished
         # (and written its host results back) first; device inputs are ordered on the device.
-        host_input = any(getattr(req, buf.operand).kind != self.backend.kind
-                         for buf in op.inputs())
+        kind = self.backend.kind
+        host_input = False
+        for _, operand, _ in op.staging[0]:
+            if getattr(req, operand).kind != kind:
+                host_input = True
         for i, d in enumerate(deps):
             c = d.completion()
             if (host_input or c is None or d._runtime.backend is not self.backend
