@@ -213,7 +213,7 @@ class CpuBackend(Backend):
 
     @staticmethod
     def _view(batch: PackedBatch, from_list: bool = False) -> View:
-        cache = batch._cache
+        cache = batch.cache()
         hit = cache.get("cpu-view")
         if hit is None:  # per layout: a packed batch's metadata never changes
             isz = batch.dtype.itemsize

@@ -288,7 +288,7 @@ class CudaBackend(Backend):
                 work = host.with_data(cupy.asarray(host.data))
             else:
                 work = pack(batch, order="C", backend=self)
-            work._cache["tight"] = True
+            work.cache()["tight"] = True
             return work
         if batch.kind == "cupy":
             return batch
@@ -361,7 +361,7 @@ class CudaBackend(Backend):
         layout = buffers[mod.BUFFERS[0]]
         # A list's layout follows from its sizes: keep the tables with the plan, so every list
         # of those sizes reuses them (and the graph). A packed batch's with the batch.
-        lc = layout._cache
+        lc = layout.cache()
         cache = plan.cache if lc.get("tight") else lc
         key = ("cuda", cupy.cuda.runtime.getDevice(), id(plan), config.fp64_update)
         hit = cache.get(key)

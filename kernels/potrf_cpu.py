@@ -230,7 +230,7 @@ def _pivots(plan, out, p):
     batch (its layout never changes), or on the plan for a list's output, which is laid out
     from the plan's sizes alone."""
     b = out.batch
-    cache = plan.cache if out.from_list else b._cache
+    cache = plan.cache if out.from_list else b.cache()
     key = ("potrf-pivots", id(plan), b.order)
     hit = cache.get(key)
     if hit is None:

@@ -217,7 +217,7 @@ class Runtime:
         opts = self.plan_options(batch.dtype, op.name)
         key = ("plan", op.name, id(opts))
         if fast and isinstance(batch, PackedBatch):
-            hit = batch._cache.get(key)
+            hit = batch.cache().get(key)
             if hit is not None and hit[0] is opts:
                 return hit[1]
         sig = (op.name, id(opts), op.signature(req))
@@ -236,7 +236,7 @@ class Runtime:
                 while len(self._plans) > PLANS:
                     self._plans.popitem(last=False)
         if fast and isinstance(batch, PackedBatch):
-            batch._cache[key] = (opts, plan)
+            batch.cache()[key] = (opts, plan)
         return plan
 
     # ------------------------------------------------------------------ submission
