@@ -1,7 +1,7 @@
 """Side-by-side batched Cholesky on a GPU: vbatch against what a user can pick today.
 
     python benchmarks/cuda_potrf.py [--out DIR] [--dtype float64 float32] [--dist ...]
-                                    [--nmax ...] [--reps 5] [--anchors DIR]
+                                    [--nmax ...] [--reps 5] [--methods ...] [--magma LIB]
 
 Same process, same inputs for every method (the anchors' method, ../shared/anchors/README.md):
 
@@ -11,6 +11,11 @@ Same process, same inputs for every method (the anchors' method, ../shared/ancho
 * bucket32    padded within 32-wide size buckets, one potrfBatched per bucket;
 * streams     one cuSOLVER call per matrix, round-robin over 16 streams;
 * torch       torch.linalg.cholesky_ex on the padded batch (when torch imports);
+* magma       MAGMA's magma_Xpotrf_vbatched_max_nocheck on a copy of the packed batch, in place
+              (only with --magma PATH, or $VBATCH_MAGMA: libmagma_vb.so, built by
+              ``bash .magma/build.sh``, ../shared/anchors/magma/README.md); benchmarks/magma.py
+              binds it. Its device metadata is built once beforehand; the input is restored
+              (untimed) before each call;
 * floor       max(bytes / BW, flops / peak): lower triangle read and written once, BW and peak
               (DGEMM/SGEMM) measured in this run.
 
@@ -36,20 +41,30 @@ from vbatch.kernels.cuda import spd_fill
 from vbatch.ops.cholesky import cholesky_flops, residual
 from vbatch.ops.generate import sizes
 
-METHODS = ["vbatch", "vbatch-list", "pad", "bucket32", "streams", "torch"]
-ANCHORS = ["pad", "bucket32", "streams", "torch"]
+METHODS = ["vbatch", "vbatch-list", "pad", "bucket32", "streams", "torch", "magma"]
+ANCHORS = ["pad", "bucket32", "streams", "torch", "magma"]
+PADDED = ["pad", "bucket32", "streams", "torch"]  # the anchors timed together, or none of them
 
 
 def sync():
     cupy.cuda.get_current_stream().synchronize()
 
 
-def timed(fn, reps: int) -> tuple[float, list]:
-    """Median wall-clock ms of fn() + synchronize, after one warm-up call."""
+def timed(fn, reps: int, before=None) -> tuple[float, list]:
+    """Median wall-clock ms of fn() + synchronize, after one warm-up call.
+
+    ``before`` (untimed): called, then synchronized, ahead of every call, the warm-up too; for
+    methods that overwrite their input (MAGMA factors in place)."""
+    if before is not None:
+        before()
+        sync()
     out = fn()
     sync()
     ts = []
     for _ in range(reps):
+        if before is not None:
+            before()
+            sync()
         t0 = time.perf_counter()
         out = fn()
         sync()
@@ -108,7 +123,8 @@ def check(batch_host, getter, sample, dtype) -> float:
     return worst
 
 
-def run_config(dist, nmax, dtype, reps, rng, ceil, rt, torch, methods=METHODS) -> dict:
+def run_config(dist, nmax, dtype, reps, rng, ceil, rt, torch, methods=METHODS,
+               magma=None) -> dict:
     k = 500 if nmax >= 1024 else 2000
     n = sizes(dist, k, nmax, rng)
     batch = make_batch(n, dtype, seed=int(rng.integers(2**63)))
@@ -152,7 +168,25 @@ def run_config(dist, nmax, dtype, reps, rng, ceil, rt, torch, methods=METHODS) -
         ms, out = timed(lambda: rt.cholesky(views).result(), reps)
         res["ms"]["vbatch-list"] = ms
         res["resid"]["vbatch-list"] = check(host, lambda i: out.factors[i], sample, dtype)
-    if not set(methods) & set(ANCHORS):
+
+    # MAGMA vbatched, in place on its own copy of the batch, restored (untimed) before each call
+    if magma is not None and "magma" in methods:
+        src = cupy.asarray(host.data)
+        mb = vbatch.PackedBatch.from_buffer(src.copy(), batch.n, batch.offset, batch.ld,
+                                            order=batch.order)
+        call = magma.prepare_potrf(mb)
+
+        def restore():
+            cupy.copyto(mb.data, src)
+            call.info.fill(0)
+
+        ms, info = timed(lambda: magma.potrf_vbatched(call), reps, before=restore)
+        res["ms"]["magma"] = ms
+        res["resid"]["magma"] = check(host, lambda i: mb.matrix(i), sample, dtype)
+        res["magma_info_nonzero"] = int(cupy.count_nonzero(info))
+        res["magma_fused"] = int(n.max()) <= magma.potrf_crossover(dtype)
+        del src, mb, call, info
+    if not set(methods) & set(PADDED):
         return res
 
     # pad to Nmax + potrfBatched
@@ -196,16 +230,23 @@ def run_config(dist, nmax, dtype, reps, rng, ceil, rt, torch, methods=METHODS) -
     return res
 
 
+def shown(results: list[dict]) -> list[str]:
+    """The methods to show: all of METHODS, but magma only where it ran."""
+    return [m for m in METHODS if m != "magma" or any(m in r["ms"] for r in results)]
+
+
 def table(results: list[dict]) -> str:
-    head = (f"{'dtype':<8}{'dist':<8}{'Nmax':>5} {'floor':>7} {'vbatch':>8} {'list':>8} "
-            f"{'pad':>8} {'bucket32':>8} {'streams':>8} {'torch':>8} {'best anchor':>16} "
-            f"{'speedup':>7} {'xfloor':>6} {'host':>6}")
+    cols = shown(results)
+    label = {"vbatch-list": "list"}
+    head = (f"{'dtype':<8}{'dist':<8}{'Nmax':>5} {'floor':>7} "
+            + " ".join(f"{label.get(m, m):>8}" for m in cols)
+            + f" {'best anchor':>16} {'speedup':>7} {'xfloor':>6} {'host':>6}")
     lines = [head, "-" * len(head)]
     for r in results:
         ms = r["ms"]
         anchors = {m: ms[m] for m in ANCHORS if m in ms}
         best = min(anchors, key=anchors.get) if anchors else None
-        cells = " ".join(f"{ms[m]:8.3f}" if m in ms else f"{'-':>8}" for m in METHODS)
+        cells = " ".join(f"{ms[m]:8.3f}" if m in ms else f"{'-':>8}" for m in cols)
         vs = (f"{best + ' ' + format(anchors[best], '.3f'):>16} "
               f"{anchors[best] / ms['vbatch']:7.1f}" if best else f"{'-':>16} {'-':>7}")
         lines.append(
@@ -231,7 +272,7 @@ def plot(results: list[dict], path: str) -> None:
             rs = sorted((r for r in results if r["dtype"] == dt and r["dist"] == dist),
                         key=lambda r: r["nmax"])
             x = [r["nmax"] for r in rs]
-            for m in METHODS + ["floor"]:
+            for m in shown(results) + ["floor"]:
                 y = [r["gflop"] / ((r["floor_ms"] if m == "floor" else r["ms"].get(m, math.nan))
                                    * 1e-3) for r in rs]
                 ax.plot(x, y, "k--" if m == "floor" else "o-", label=m)
@@ -246,6 +287,37 @@ def plot(results: list[dict], path: str) -> None:
     fig.savefig(path, dpi=110)
 
 
+def load_magma(path: str):
+    """benchmarks/magma.py's Magma on ``path`` (loaded by file: benchmarks/ is no package)."""
+    import importlib.util
+    import sys
+
+    name = "vbatch_bench_magma"
+    mod = sys.modules.get(name)
+    if mod is None:
+        here = os.path.dirname(os.path.abspath(__file__))
+        spec = importlib.util.spec_from_file_location(name, os.path.join(here, "magma.py"))
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[name] = mod  # before running it: dataclasses look their module up there
+        spec.loader.exec_module(mod)
+    return mod.Magma(path)
+
+
+def magma_meta(magma) -> dict:
+    """Which MAGMA ran: the library, its version, the commit extract.sh recorded beside it."""
+    meta = {"lib": os.path.abspath(magma.path), "version": magma.version(),
+            "routine": "magma_Xpotrf_vbatched_max_nocheck (uplo L, ldda = n)",
+            "crossover": {dt: magma.potrf_crossover(dt) for dt in ("float64", "float32")}}
+    src = os.path.join(os.path.dirname(os.path.abspath(magma.path)), "..", "src")
+    for key, fname in (("commit", "MAGMA_COMMIT"), ("describe", "MAGMA_DESCRIBE")):
+        try:
+            with open(os.path.join(src, fname)) as f:
+                meta[key] = f.read().strip()
+        except OSError:
+            pass
+    return meta
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="bench-out")
@@ -254,10 +326,16 @@ def main() -> None:
     ap.add_argument("--nmax", type=int, nargs="+", default=[32, 64, 128, 256, 512, 1024])
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--seed", type=int, default=12345)
-    ap.add_argument("--methods", nargs="+", default=METHODS, choices=METHODS,
-                    help="what to time (vbatch always; the anchors together or not at all)")
+    ap.add_argument("--methods", nargs="+", default=None, choices=METHODS,
+                    help="what to time (default all; vbatch always; pad, bucket32, streams and "
+                         "torch together or not at all; magma needs --magma)")
+    ap.add_argument("--magma", default=os.environ.get("VBATCH_MAGMA") or None, metavar="PATH",
+                    help="libmagma_vb.so (default $VBATCH_MAGMA): adds the magma method")
     ap.add_argument("--no-plot", action="store_true")
     args = ap.parse_args()
+    if args.methods is not None and "magma" in args.methods and not args.magma:
+        ap.error("--methods magma needs --magma PATH (or VBATCH_MAGMA)")
+    methods = args.methods or METHODS
     os.makedirs(args.out, exist_ok=True)
     try:
         import torch
@@ -270,6 +348,7 @@ def main() -> None:
     print(f"{name}: copy {ceil['bw'] / 1e12:.2f} TB/s, DGEMM {ceil['peak']['float64'] / 1e12:.1f}"
           f" TFLOP/s, SGEMM {ceil['peak']['float32'] / 1e12:.1f} TFLOP/s", flush=True)
     rt = vbatch.Runtime("cuda")
+    magma = load_magma(args.magma) if args.magma and "magma" in methods else None
     rng = np.random.default_rng(args.seed)
     results = []
     t0 = time.time()
@@ -277,17 +356,22 @@ def main() -> None:
         for dist in args.dist:
             for nmax in args.nmax:
                 r = run_config(dist, nmax, np.dtype(dt), args.reps, rng, ceil, rt, torch,
-                               args.methods)
+                               methods, magma)
                 results.append(r)
                 bad = {m: v for m, v in r["resid"].items() if not v < 1e-3}
+                mg = (f", magma {r['ms']['magma']:.3f} ms (info != 0: "
+                      f"{r['magma_info_nonzero']})" if "magma" in r["ms"] else "")
                 print(f"  {dt} {dist} {nmax}: vbatch {r['ms']['vbatch']:.3f} ms "
-                      f"(host {r['host_ms']:.3f}, gpu {r['gpu_ms']:.3f})"
+                      f"(host {r['host_ms']:.3f}, gpu {r['gpu_ms']:.3f}){mg}"
                       + (f" BAD RESIDUAL {bad}" if bad else ""), flush=True)
     print(table(results))
     meta = {"device": name, "ceilings": ceil, "cupy": cupy.__version__,
             "torch": getattr(torch, "__version__", None), "reps": args.reps,
             "elapsed_s": time.time() - t0,
             "date": time.strftime("%Y-%m-%dT%H:%M:%S")}
+    if magma is not None:
+        meta["magma"] = magma_meta(magma)
+        magma.close()
     with open(os.path.join(args.out, "results.json"), "w") as f:
         json.dump({"meta": meta, "results": results}, f, indent=1)
     if not args.no_plot:
