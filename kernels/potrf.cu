@@ -234,8 +234,10 @@ fused_step(const unsigned long long* tbl, const long long* meta, const int* imet
 
   vb::Task tk;
   if (!vb::block_task(tasks, lo, hi, tk)) return;
-  if (info[tk.q] != 0) return;  // failed at an earlier step: stop, like LAPACK
+  // Both loads depend only on the task's problem: issued together, before the branch, so a
+  // block waits for one round trip after the task row, not two (as the pre-task-table kernels).
   const vb::Matrix pr = vb::matrix_of(meta, imeta, K, tk.q);
+  if (info[tk.q] != 0) return;  // failed at an earlier step: stop, like LAPACK
   const int j = tk.a0, w = tk.a1, m = pr.n - j;
   const T* Ab = A + pr.off;
   T* Lb = L + pr.off;
@@ -331,8 +333,8 @@ __device__ __forceinline__ bool update_tile(const unsigned long long* tbl, const
   vb::Task tk;
   if (!vb::block_task(tasks, lo, hi, tk)) return false;
   const int* info = reinterpret_cast<const int*>(tbl[2]);
+  const vb::Matrix pr = vb::matrix_of(meta, imeta, K, tk.q);  // with info: one round trip
   if (info[tk.q] != 0) return false;
-  const vb::Matrix pr = vb::matrix_of(meta, imeta, K, tk.q);
   t.j = tk.a0;
   t.w = tk.a1;
   const int m = pr.n - t.j;
@@ -484,8 +486,8 @@ potf2_step(const unsigned long long* tbl, const long long* meta, const int* imet
   int* info = reinterpret_cast<int*>(tbl[2]);
   vb::Task tk;
   if (!vb::block_task(tasks, lo, hi, tk)) return;
+  const vb::Matrix pr = vb::matrix_of(meta, imeta, K, tk.q);  // with info: one round trip
   if (info[tk.q] != 0) return;
-  const vb::Matrix pr = vb::matrix_of(meta, imeta, K, tk.q);
   const int j = tk.a0, w = tk.a1;
   const T* S = (j == 0 ? A : L) + pr.off;
   T* Lb = L + pr.off;
@@ -568,8 +570,8 @@ schur_step(const unsigned long long* tbl, const long long* meta, const int* imet
   T* sbuf = reinterpret_cast<T*>(smem_raw);
   vb::Task tk;
   if (!vb::block_task(tasks, lo, hi, tk)) return;
+  const vb::Matrix pr = vb::matrix_of(meta, imeta, K, tk.q);  // with info: one round trip
   if (info[tk.q] != 0) return;
-  const vb::Matrix pr = vb::matrix_of(meta, imeta, K, tk.q);
   const int p = tk.a0, tr = tk.a1;
   const int y = blockIdx.y;
   int bi = (int)((sqrtf(8.0f * y + 1.0f) - 1.0f) * 0.5f);

@@ -290,8 +290,11 @@ class Runtime:
         """Refuse, before any work, a batch the backend's memory cannot stage: a problem whose
         own matrix is larger than the whole memory, or a batch larger than what is free."""
         b = self.backend
+        packed = type(batch) is PackedBatch
+        if packed and batch.cache().get(("fits", b.name)):
+            return  # known small against the whole memory (neither changes)
         isz = batch.dtype.itemsize
-        if isinstance(batch, PackedBatch):
+        if packed:
             staged = 0 if (overwrite and batch.kind == b.kind) else batch.data.size * isz
         else:
             staged = int((np.maximum(batch.m, 1) * batch.n).sum()) * isz
@@ -299,6 +302,8 @@ class Runtime:
         # Cheap on the hot path: the free memory is asked only for a batch that is a large
         # part of the whole.
         if not total or staged * 4 <= total:
+            if packed and staged == batch.data.size * isz:  # the largest it can stage
+                batch.cache()[("fits", b.name)] = True
             return
         where = f"{b.memory_name} memory"
         need = batch.m.astype(np.float64) * batch.n * isz
