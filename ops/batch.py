@@ -20,7 +20,6 @@ this module checks what every operand must be. Zero-size matrices are valid.
 
 from __future__ import annotations
 
-import copy
 from typing import Any, Literal
 
 import numpy as np
@@ -231,12 +230,16 @@ class PackedBatch(BaseModel):
 
         Internal: the caller guarantees size and dtype. The new batch shares this one's cache,
         whose entries depend on the layout only, so a device copy of a host batch, or a factor,
-        reuses the plan and device metadata of the batch it came from. A shallow copy is used
-        rather than model_construct: 3 us against 6 us, on the hot path of every call.
+        reuses the plan and device metadata of the batch it came from.
         """
         self.cache()  # create it before the copy, so that both share it
-        new = copy.copy(self)
-        new.__dict__["data"] = data
+        # What model_construct does, without its per-field work: 0.8 us against 1.7 us for
+        # copy.copy (pydantic's __copy__), once per call for the output batch.
+        new = PackedBatch.__new__(PackedBatch)
+        object.__setattr__(new, "__dict__", {**self.__dict__, "data": data})
+        object.__setattr__(new, "__pydantic_fields_set__", self.__pydantic_fields_set__)
+        object.__setattr__(new, "__pydantic_extra__", None)
+        object.__setattr__(new, "__pydantic_private__", None)
         return new
 
     # ---------------------------------------------------------------- views

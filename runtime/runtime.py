@@ -266,8 +266,7 @@ class Runtime:
         else:
             req = validated(POTRF.request, batch=mats, npiv=npiv, overwrite=overwrite)
             fast = npiv is None
-        return self._submit(POTRF, req, req.batch, after, overwrite, fast,
-                            lambda outs, info, plan: CholeskyResult(outs["l"], info, plan))
+        return self._submit(POTRF, req, req.batch, after, overwrite, fast, _cholesky_result)
 
     def _submit(self, op: Op, req, batch, after, overwrite: bool, fast: bool, result) -> Future:
         deps = list(after) if isinstance(after, (list, tuple)) else [after]
@@ -345,7 +344,7 @@ class Runtime:
         """Stage the op's buffers, run every launch of the plan; return the completion and a
         finisher that builds the result, each output in the caller's form."""
         b = self.backend
-        ins, outs = op.staging
+        ins, outs = op._ins, op._outs
         staged: dict = {}
         for name, operand, written in ins:
             staged[name] = b.stage_input(getattr(req, operand), overwrite and written)
@@ -364,12 +363,13 @@ class Runtime:
         # data on the host anyway).
         device_writeback = bool(overwrite and lists and b.asynchronous and all(
             m.kind == b.kind for m in lists.values()))
+        writeback = None
+        if device_writeback:
+            def writeback() -> None:
+                for name, mats in lists.items():
+                    b.scatter(b.batch_of(staged[name]), mats.mats)
 
-        def writeback() -> None:
-            for name, mats in lists.items():
-                b.scatter(b.batch_of(staged[name]), mats.mats)
-
-        b.flush(ex, then=writeback if device_writeback else None)
+        b.flush(ex, then=writeback)
         completion = b.end(ex)
 
         def finish(info: np.ndarray):
@@ -413,7 +413,7 @@ class Runtime:
         # (and written its host results back) first; device inputs are ordered on the device.
         kind = self.backend.kind
         host_input = False
-        for _, operand, _ in op.staging[0]:
+        for _, operand, _ in op._ins:
             if getattr(req, operand).kind != kind:
                 host_input = True
         for i, d in enumerate(deps):
@@ -437,6 +437,10 @@ class Runtime:
                                          if d.completion() in waits])
         with self._lock:
             self._tails[completion.queue] = completion
+
+
+def _cholesky_result(outs: dict, info: np.ndarray, plan: Plan) -> CholeskyResult:
+    return CholeskyResult(outs["l"], info, plan)
 
 
 def _bytes(n: float) -> str:
