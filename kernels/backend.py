@@ -59,24 +59,56 @@ class Completion(ABC):
         self.wait()
 
 
+def kernel_modules(suffix: str) -> dict:
+    """``{op name: module}`` for every ``kernels/<op><suffix>.py`` (each names its ``OP``): how
+    a backend finds the kernels of every operation without a list to edit."""
+    import importlib
+    import pkgutil
+
+    import vbatch.kernels as pkg
+
+    out = {}
+    for info in pkgutil.iter_modules(pkg.__path__):
+        if info.name.endswith(suffix):
+            mod = importlib.import_module(f"vbatch.kernels.{info.name}")
+            out[mod.OP] = mod
+    return out
+
+
 class Backend(ABC):
     name: str = "?"
     kind: str = "numpy"  # the array kind of this backend's buffers
     asynchronous: bool = False
     memory_name: str = "host"
+    # {op name: its kernel module for this backend}; each backend fills it.
+    kernels: dict = {}
 
-    @abstractmethod
+    def _op(self, op: str):
+        try:
+            return self.kernels[op]
+        except KeyError:
+            raise ValueError(f"the {self.name} backend has no kernels for {op!r}") from None
+
     def plan_defaults(self, op: str, dtype: np.dtype) -> dict:
         """Planner options this backend prefers for ``op`` on ``dtype`` (``nb``,
-        ``fused_max_rows``, ``streams``, ...), where the caller does not say."""
+        ``fused_max_rows``, ``streams``, ...), where the caller does not say: the op's kernel
+        module's ``plan_defaults(dtype)``."""
+        return self._op(op).plan_defaults(dtype)
 
-    def check_options(self, op: str, dtype: np.dtype, options: dict) -> None:  # noqa: B027
+    def check_options(self, op: str, dtype: np.dtype, options: dict) -> None:
         """Raise ``InputError`` for planner options this backend cannot run, or cap them in
-        place to what it can (default: accept all)."""
+        place to what it can: the op's kernel module's ``check_options``, if it has one."""
+        check = getattr(self._op(op), "check_options", None)
+        if check is not None:
+            check(dtype, options)
 
-    def check_plan(self, plan: Plan) -> None:  # noqa: B027 - optional hook
+    def check_plan(self, plan: Plan) -> None:
         """Raise ``InputError``, naming the problem, for a plan this backend cannot run (a
-        launch larger than its grid allows). Called at submit, once per new plan."""
+        launch larger than its grid allows): the op's kernel module's ``check_plan``, if it
+        has one. Called at submit, once per new plan."""
+        check = getattr(self._op(plan.op), "check_plan", None)
+        if check is not None:
+            check(plan)
 
     def memory_total(self) -> int:
         """Bytes of this backend's memory in all (0: unknown, nothing is checked)."""

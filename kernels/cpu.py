@@ -27,15 +27,13 @@ An op's kernel module provides:
 from __future__ import annotations
 
 import concurrent.futures as cf
-import importlib
 import os
-import pkgutil
 import threading
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from vbatch.kernels.backend import Backend, Completion
+from vbatch.kernels.backend import Backend, Completion, kernel_modules
 from vbatch.kernels.lapack import BlasThreads, Calls
 from vbatch.ops.batch import MatrixList, PackedBatch, array_kind, array_module, pack, tight_layout
 from vbatch.scheduler.plan import Launch, Plan
@@ -115,18 +113,6 @@ def _host_memory() -> tuple[int, int]:
     return total, total
 
 
-def kernel_modules(suffix: str) -> dict:
-    """``{op name: module}`` for every ``kernels/<op><suffix>.py`` (each names its ``OP``)."""
-    import vbatch.kernels as pkg
-
-    out = {}
-    for info in pkgutil.iter_modules(pkg.__path__):
-        if info.name.endswith(suffix):
-            mod = importlib.import_module(f"vbatch.kernels.{info.name}")
-            out[mod.OP] = mod
-    return out
-
-
 def split(tasks: list, cost: np.ndarray, whole: np.ndarray, size: int) -> Work:
     """Wide tasks (each longer than its share of the launch: on the critical path, so it gets
     the BLAS's threads and runs alone, before the rest), and the rest in chunks, largest
@@ -165,16 +151,7 @@ class CpuBackend(Backend):
         # Launches of different runtimes share the cores and the BLAS thread setting: one at a
         # time.
         self._run_lock = threading.Lock()
-        self.ops = kernel_modules("_cpu")
-
-    def _op(self, op: str):
-        try:
-            return self.ops[op]
-        except KeyError:
-            raise ValueError(f"the cpu backend has no kernels for {op!r}") from None
-
-    def plan_defaults(self, op: str, dtype: np.dtype) -> dict:
-        return self._op(op).plan_defaults(dtype)
+        self.kernels = kernel_modules("_cpu")
 
     # ------------------------------------------------------------ memory
     def memory_total(self) -> int:

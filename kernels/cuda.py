@@ -249,23 +249,7 @@ class CudaBackend(Backend):
         self._streams: dict[int, list] = {}
         self._slots = _SlotPool()
         self._mem_total: dict[int, int] = {}
-        self._launchers = launchers()
-
-    def _op(self, op: str):
-        try:
-            return self._launchers[op]
-        except KeyError:
-            raise ValueError(f"the cuda backend has no kernels for {op!r}") from None
-
-    # ------------------------------------------------------------ options
-    def plan_defaults(self, op: str, dtype: np.dtype) -> dict:
-        return self._op(op).plan_defaults(dtype)
-
-    def check_options(self, op: str, dtype: np.dtype, options: dict) -> None:
-        self._op(op).check_options(dtype, options)
-
-    def check_plan(self, plan: Plan) -> None:
-        self._op(plan.op).check_plan(plan)
+        self.kernels = launchers()
 
     def memory_total(self) -> int:
         dev = cupy.cuda.runtime.getDevice()

@@ -19,8 +19,6 @@ include path is needed at run time.
 from __future__ import annotations
 
 import functools
-import importlib
-import pkgutil
 from pathlib import Path
 
 HERE = Path(__file__).parent
@@ -49,14 +47,9 @@ def sources() -> list[str]:
 @functools.cache
 def launchers() -> dict:
     """``{op: module}`` for every ``kernels/<op>_cuda.py`` (each imports without cupy)."""
-    import vbatch.kernels as pkg
+    from vbatch.kernels.backend import kernel_modules
 
-    out = {}
-    for info in pkgutil.iter_modules(pkg.__path__):
-        if info.name.endswith("_cuda"):
-            mod = importlib.import_module(f"vbatch.kernels.{info.name}")
-            out[mod.OP] = mod
-    return out
+    return kernel_modules("_cuda")
 
 
 def copy_name(dtype) -> str:
