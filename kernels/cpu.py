@@ -29,7 +29,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 import os
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -83,7 +83,6 @@ class Execution:
     info: np.ndarray  # per problem (caller's order), int32, written by tasks
     state: object  # the op module's per-plan state
     module: object
-    extra: dict = field(default_factory=dict)  # per-call values an op module keeps
 
 
 class _Done(Completion):

@@ -48,8 +48,7 @@ class Op:
         # What staging a submission needs, computed once (it runs on every call's hot path):
         # the inputs as (buffer, operand, written when overwriting), the outputs as (buffer,
         # operand, the input buffer whose layout it takes).
-        ins = tuple(b for b in self.buffers if not b.output)
-        outs = tuple(b for b in self.buffers if b.output)
+        ins, outs = self.inputs(), self.outputs()
         written = {o.operand for o in outs}
         object.__setattr__(self, "_ins", tuple((b.name, b.operand, b.operand in written)
                                                for b in ins))
@@ -63,10 +62,6 @@ class Op:
     def outputs(self) -> tuple[Buffer, ...]:
         return tuple(b for b in self.buffers if b.output)
 
-    @property
-    def staging(self) -> tuple[tuple, tuple]:
-        """``(inputs, outputs)`` as the runtime stages them (see ``__post_init__``)."""
-        return self._ins, self._outs
 
 
 def register(op: Op) -> Op:
