@@ -12,9 +12,10 @@ buffers are, say, an input ``a`` and an output ``l`` laid out like it::
     backend.flush(ex, then=writeback)                    # all issued (a CUDA graph runs here)
     done = backend.end(ex)                               # a Completion; done.wait() -> info
 
-What each launch kind computes lives in the op's kernel module (``kernels/<op>_cpu.py``,
-``kernels/<op>_cuda.py``), found through the op's name; this interface and the two backends know
-no operation. Kernels read each part of an input once and write the outputs; an output may be its
+What each launch kind computes lives in its kernel family's module (``kernels/<family>_cpu.py``,
+``kernels/<family>_cuda.py``; a launch names its family), so one plan may mix families (``posv``:
+the ``potrf`` kernels, then the ``blas`` ones); this interface and the two backends know no
+operation. Kernels read each part of an input once and write the outputs; an output may be its
 input's own buffer (in place). Out of place, no backend copies a whole input first: each task
 reads the part it works on (the CPU backend copies it into the output just before working on it,
 the CUDA kernels read it straight into registers or shared memory).
@@ -104,11 +105,12 @@ class Backend(ABC):
 
     def check_plan(self, plan: Plan) -> None:
         """Raise ``InputError``, naming the problem, for a plan this backend cannot run (a
-        launch larger than its grid allows): the op's kernel module's ``check_plan``, if it
-        has one. Called at submit, once per new plan."""
-        check = getattr(self._op(plan.op), "check_plan", None)
-        if check is not None:
-            check(plan)
+        launch larger than its grid allows): each kernel family's ``check_plan``, if it has
+        one. Called at submit, once per new plan."""
+        for fam in plan.families:
+            check = getattr(self._op(fam), "check_plan", None)
+            if check is not None:
+                check(plan)
 
     def memory_total(self) -> int:
         """Bytes of this backend's memory in all (0: unknown, nothing is checked)."""
@@ -131,6 +133,11 @@ class Backend(ABC):
         """A new packed buffer on this backend with the layout of the staged input ``like``
         (a list's: packed back to back)."""
 
+    @abstractmethod
+    def new_buffer(self, m: np.ndarray, n: np.ndarray, dtype: Any, order: str) -> Any:
+        """A new packed buffer of ``m[i] x n[i]`` matrices back to back (an output no input
+        gives the layout of), zeros."""
+
     def batch_of(self, staged: Any) -> PackedBatch:
         """The packed batch behind a staged output (the runtime builds results from it)."""
         return staged
@@ -145,8 +152,10 @@ class Backend(ABC):
 
     # ------------------------------------------------------------ execution
     @abstractmethod
-    def begin(self, plan: Plan, buffers: dict, after: list[Completion], config: Any) -> Any:
-        """Start a call: ``buffers`` maps the op's buffer names to staged inputs and outputs."""
+    def begin(self, plan: Plan, buffers: dict, after: list[Completion], config: Any,
+              scalars: dict | None = None) -> Any:
+        """Start a call: ``buffers`` maps the op's buffer names to staged inputs and outputs
+        (``None``: an absent input); ``scalars`` the call's ``alpha`` and ``beta``."""
 
     @abstractmethod
     def launch(self, ex: Any, launch: Launch) -> None: ...

@@ -18,10 +18,11 @@ overwrite). Nothing copies a whole input first: each task copies the part it wor
 An op's kernel module provides:
 
 * ``plan_defaults(dtype) -> dict`` (planner options);
-* ``prepare(backend, plan) -> state``: per launch, its ``(wide, chunks)`` of task tuples, built
-  once per plan (kept in ``plan.cache``);
-* ``run(ex, calls, launch_kind, whole, tasks)``: a chunk of one launch's tasks;
-* ``finish(ex) -> info``: the per-problem status, read once at the end.
+* ``prepare(backend, plan, launches) -> state``: for each of its launches (by index), its
+  ``Work`` (``state.work[index]``), built once per plan (kept in ``plan.cache``);
+* ``run(backend, ex, launch, whole, tasks)``: a chunk of one launch's tasks;
+* ``finish(backend, ex) -> info``: the per-problem status (``ex.info``, completed), read once
+  at the end.
 """
 
 from __future__ import annotations
@@ -79,10 +80,11 @@ class View:
 @dataclass
 class Execution:
     plan: Plan
-    buffers: dict  # name -> View
+    buffers: dict  # name -> View (None: an absent input)
     info: np.ndarray  # per problem (caller's order), int32, written by tasks
-    state: object  # the op module's per-plan state
-    module: object
+    states: dict  # kernel family -> its module's per-plan state
+    modules: dict  # kernel family -> its module
+    scalars: dict  # alpha, beta
 
 
 class _Done(Completion):
@@ -164,6 +166,8 @@ class CpuBackend(Backend):
         return _host_memory()[1]
 
     def stage_input(self, batch, writable: bool) -> View:
+        if batch is None:
+            return None
         if isinstance(batch, MatrixList):
             if batch.kind != "numpy":
                 xp = array_module(batch.kind)
@@ -219,6 +223,12 @@ class CpuBackend(Backend):
             ld[i] = (rs if row else cs) // isz
         return View(0, addr, ld, "C" if row else "F", mats.dtype, m, n, None, keep)
 
+    def new_buffer(self, m, n, dtype, order: str) -> View:
+        off, ld, total = tight_layout(m, n, order)
+        b = PackedBatch.model_construct(data=np.zeros(total, dtype), m=m, n=n, offset=off, ld=ld,
+                                        order=order)
+        return self._view(b, from_list=True)
+
     def batch_of(self, staged: View) -> PackedBatch:
         return staged.batch
 
@@ -236,15 +246,21 @@ class CpuBackend(Backend):
         return work.with_data(array_module(kind).asarray(work.data))
 
     # ------------------------------------------------------------ execution
-    def begin(self, plan: Plan, buffers: dict, after: list[Completion], config) -> Execution:
+    def begin(self, plan: Plan, buffers: dict, after: list[Completion], config,
+              scalars: dict | None = None) -> Execution:
         for dep in after:
             dep.wait()
-        mod = self._op(plan.op)
         key = ("cpu", self.threads.size)
-        state = plan.cache.get(key)
-        if state is None:
-            state = plan.cache[key] = mod.prepare(self, plan)
-        return Execution(plan, buffers, np.zeros(plan.k, dtype=np.int32), state, mod)
+        states = plan.cache.get(key)
+        if states is None:
+            states = {}
+            for fam in plan.families:
+                mine = [lc for lc in plan.launches if lc.family == fam]
+                states[fam] = self._op(fam).prepare(self, plan, mine)
+            plan.cache[key] = states
+        modules = {fam: self._op(fam) for fam in plan.families}
+        return Execution(plan, buffers, np.zeros(plan.k, dtype=np.int32), states, modules,
+                         scalars or {})
 
     def calls(self, dtype, order: str) -> Calls:
         """This thread's caller for BLAS/LAPACK on ``dtype`` matrices stored in ``order``."""
@@ -264,25 +280,26 @@ class CpuBackend(Backend):
         return b
 
     def launch(self, ex: Execution, lc: Launch) -> None:
-        work = ex.state.work[lc.index]
+        mod = ex.modules[lc.family]
+        work = ex.states[lc.family].work[lc.index]
         with self._run_lock:
             try:
                 if work.wide:
                     self.threads.wide()
-                    ex.module.run(self, ex, lc.kind, False, work.wide)
+                    mod.run(self, ex, lc, False, work.wide)
                 if work.chunks:
                     self.threads.narrow()
-                    self._spread(ex, lc.kind, work.chunks)
+                    self._spread(ex, mod, lc, work.chunks)
             finally:
                 self.threads.restore()
 
-    def _spread(self, ex: Execution, kind: str, chunks: list) -> None:
+    def _spread(self, ex: Execution, mod, kind, chunks: list) -> None:
         """Run ``chunks`` on the pool and this thread, each thread taking the next chunk when
         it finishes one (largest tasks first)."""
         helpers = min(self.threads.size, len(chunks)) - 1
         it = iter(chunks)
         lock = threading.Lock()
-        run = ex.module.run
+        run = mod.run
 
         def worker() -> None:
             while True:
@@ -300,4 +317,7 @@ class CpuBackend(Backend):
                 f.result()
 
     def end(self, ex: Execution) -> Completion:
-        return _Done(ex.module.finish(self, ex))
+        info = ex.info
+        for mod in ex.modules.values():
+            info = mod.finish(self, ex)
+        return _Done(info)

@@ -29,7 +29,7 @@ import threading
 import numpy as np
 
 _LAPACK = ("potrf", "lacpy", "laset")
-_BLAS = ("trsm", "syrk", "gemm")
+_BLAS = ("trsm", "trmm", "syrk", "gemm")
 _PREFIX = {np.dtype(np.float64): "d", np.dtype(np.float32): "s"}
 _SCALAR = {np.dtype(np.float64): ctypes.c_double, np.dtype(np.float32): ctypes.c_float}
 
@@ -54,7 +54,7 @@ def _entry(module, name: str, nargs: int, chars: int):
 # name -> (number of arguments, number of leading char* arguments)
 _ARITY = {
     "potrf": (5, 1), "lacpy": (7, 1), "laset": (7, 1),
-    "trsm": (11, 4), "syrk": (10, 2), "gemm": (13, 2),
+    "trsm": (11, 4), "trmm": (11, 4), "syrk": (10, 2), "gemm": (13, 2),
 }
 
 

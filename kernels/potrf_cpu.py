@@ -61,20 +61,20 @@ def _launch_flops(kind: str, j, w, m) -> np.ndarray:
     return {FUSED: upd + pot + trs, UPDATE: upd, POTF2: pot, TRSM: trs}[kind]
 
 
-def prepare(backend, plan) -> State:
+def prepare(backend, plan, launches) -> State:
     t = plan.tasks
     k = plan.k
-    schur_code = next(i for i, kd in enumerate(plan.kinds) if kd.name == "potrf.schur")
-    is_schur = t.kind == schur_code
-    panel = ~is_schur
+    code = {kd.name: i for i, kd in enumerate(plan.kinds)}
+    is_schur = t.kind == code.get("potrf.schur", -1)
+    panel = t.kind == code.get("potrf.panel", -1)
     p = np.bincount(t.problem[panel], weights=t.width[panel], minlength=k).astype(np.int64)
     n = np.zeros(k, dtype=np.int64)
     first = panel & (t.cols == 0)
     n[t.problem[first]] = t.rows[first]
     n[t.problem[is_schur]] = t.cols[is_schur] + t.rows[is_schur]
     folded = np.zeros(k, dtype=bool)  # schur done by the problem's one fused task
-    work = []
-    for lc in plan.launches:
+    work = {}
+    for lc in launches:
         q = t.problem[lc.lo:lc.hi]
         a0, a1 = t.args[lc.lo:lc.hi, 0], t.args[lc.lo:lc.hi, 1]
         if lc.kind == SCHUR:
@@ -91,12 +91,13 @@ def prepare(backend, plan) -> State:
                 cost = cost + np.where(whole, tr * tr * a1, 0.0)
                 folded[q[whole & (tr > 0)]] = True
         tasks = list(zip(q.tolist(), a0.tolist(), a1.tolist()))
-        work.append(split(tasks, cost, whole, backend.threads.size))
+        work[lc.index] = split(tasks, cost, whole, backend.threads.size)
     return State(work, n.tolist(), p.tolist(), p)
 
 
 # ------------------------------------------------------------------ running tasks
-def run(backend, ex, kind: str, whole: bool, tasks: list) -> None:
+def run(backend, ex, lc, whole: bool, tasks: list) -> None:
+    kind = lc.kind
     a, out = ex.buffers["a"], ex.buffers["l"]
     c = backend.calls(out.dtype, out.order)
     if whole and a is not out:
@@ -115,7 +116,7 @@ def _whole(backend, ex, c: Calls, a, out, tasks: list) -> None:
     lacpy, potrf = f["lacpy"], f["potrf"]
     ii, pn, plds, pld, pinfo = c._i, c._ia, c._ia + 4, c._ia + 8, c._ia + 12
     lo = c.lo
-    ns = ex.state.n
+    ns = ex.states[OP].n
     sb, so, sl, db, do, dl = a.base, a.off, a.ld, out.base, out.off, out.ld
     for q, _, p in tasks:
         n = ns[q]
@@ -138,7 +139,7 @@ def _whole(backend, ex, c: Calls, a, out, tasks: list) -> None:
 def _task(backend, ex, c: Calls, a, out, kind: str, q: int, j: int, w: int) -> None:
     if ex.info[q]:
         return  # failed at an earlier step: stop, like LAPACK
-    n = ex.state.n[q]
+    n = ex.states[OP].n[q]
     ld, lds = out.ld[q], a.ld[q]
     src = a.base + a.off[q]
     dst = out.base + out.off[q]
@@ -162,7 +163,7 @@ def _task(backend, ex, c: Calls, a, out, kind: str, q: int, j: int, w: int) -> N
             return
     if kind in (FUSED, TRSM):
         c.trsm_right_lower_t(c.at(dst, ld, j + w, j), diag, m - w, w, ld)
-    if kind == FUSED and j == 0 and w == ex.state.p[q] and w < n:
+    if kind == FUSED and j == 0 and w == ex.states[OP].p[q] and w < n:
         # The problem's one panel: its Schur complement too (its schur task was dropped).
         _schur(c, src, dst, n, w, ld, lds, out_of_place)
 
@@ -213,7 +214,7 @@ def finish(backend, ex) -> np.ndarray:
     """``info``: LAPACK's, or the first pivot that is not > 0 (NaN included) if earlier."""
     out = ex.buffers["l"]
     info = ex.info
-    diag, owner, first = _pivots(ex.plan, out, ex.state.p_arr)
+    diag, owner, first = _pivots(ex.plan, out, ex.states[OP].p_arr)
     if len(diag):
         bad = np.flatnonzero(~(out.batch.data[diag] > 0))
         if len(bad):

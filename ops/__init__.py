@@ -23,9 +23,23 @@ from vbatch.ops.cholesky import (
     reference,
     residual,
 )
+from vbatch.ops.blas import (
+    GEMM_OP,
+    POTRS_OP,
+    SYRK_OP,
+    TRMM_OP,
+    TRSM_OP,
+    gemm_reference,
+    potrs_reference,
+    syrk_reference,
+    trmm_reference,
+    trsm_reference,
+)
+from vbatch.ops.cholesky import CholeskyResult
 from vbatch.ops.errors import InputError, validated
 from vbatch.ops.kinds import KINDS, LAUNCH_KINDS, TaskKind
 from vbatch.ops.op import OPS, Buffer, Op
+from vbatch.ops.posv import POSV_OP, PosvResult, posv_graph
 
 __all__ = [
     "MatrixList",
@@ -47,6 +61,20 @@ __all__ = [
     "potrf_info",
     "reference",
     "residual",
+    "GEMM_OP",
+    "POTRS_OP",
+    "SYRK_OP",
+    "TRMM_OP",
+    "TRSM_OP",
+    "POSV_OP",
+    "CholeskyResult",
+    "PosvResult",
+    "gemm_reference",
+    "posv_graph",
+    "potrs_reference",
+    "syrk_reference",
+    "trmm_reference",
+    "trsm_reference",
     "InputError",
     "validated",
     "KINDS",

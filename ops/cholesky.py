@@ -28,6 +28,7 @@ the lower triangle of the Schur complement in the trailing block, and zeros abov
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -312,6 +313,26 @@ def residual(a: np.ndarray, factor: np.ndarray, npiv: int | None = None) -> floa
     return float(num / den)
 
 
+@dataclass(frozen=True)
+class CholeskyResult:
+    """``factors``: a list (same array kind as the input list) or a :class:`PackedBatch`.
+    ``info``: int32 per problem, LAPACK convention (0 = success, j > 0 = leading minor of
+    order j not positive definite: columns before j hold the factor, the rest is unspecified;
+    the others are unaffected)."""
+
+    factors: Any
+    info: np.ndarray
+    plan: Any
+
+    @property
+    def ok(self) -> bool:
+        return not np.any(self.info)
+
+    def failed(self) -> np.ndarray:
+        """Indices of the problems whose factorization failed."""
+        return np.flatnonzero(self.info)
+
+
 POTRF = register_op(Op(
     name="potrf",
     request=CholeskyRequest,
@@ -319,5 +340,6 @@ POTRF = register_op(Op(
     buffers=(Buffer("a", "batch"), Buffer("l", "batch", output=True)),
     graph=lambda req, opts: potrf_graph(req.batch.n, req.npiv, int(opts["nb"])),
     signature=lambda req: (req.batch.n.tobytes(), req.npiv.tobytes()),
+    result=lambda outs, info, plan: CholeskyResult(outs["l"], info, plan),
     doc="batched (partial) Cholesky",
 ))

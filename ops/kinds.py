@@ -13,7 +13,15 @@ An operation (``ops/<op>.py``) turns a submission into tasks; each task has a *k
 * ``flops``, ``bytes``: per task, for the roofline floor and for balancing work.
 
 Launch kinds are what backends implement (one function per launch kind on the CPU, one kernel
-selection per launch kind on CUDA); their names are global, so two ops never share one.
+selection per launch kind on CUDA). They belong to a kernel *family* (``TaskKind.op``: the name of
+the kernel modules ``kernels/<family>_cpu.py`` and ``_cuda.py`` that run them), so two families
+never share one; the kinds of one family may share launch kinds (every BLAS kind's GEMM updates
+are one ``blas.gemm`` launch kind).
+
+A kind may carry ``params``: fixed choices its kernels read (which of the op's buffers is the
+triangle, whether it is transposed, the sign of an update). Tasks of one kind share them, so a
+launch group never mixes two settings: a parameterized kind is made once per setting
+(:func:`kind`, memoized by name).
 
 Kinds register here when their op module is imported: ``KINDS[name]``.
 """
@@ -49,24 +57,42 @@ class TaskKind:
     flops: Callable[..., np.ndarray]
     bytes: Callable[..., np.ndarray] = field(default=None)  # type: ignore[assignment]
     doc: str = ""
+    params: tuple = ()  # sorted (name, value) pairs the family's kernels read
+
+    @property
+    def param(self) -> dict:
+        return dict(self.params)
 
 
 KINDS: dict[str, TaskKind] = {}
-LAUNCH_KINDS: dict[str, str] = {}  # launch kind -> the task kind that issues it
+LAUNCH_KINDS: dict[str, str] = {}  # launch kind -> the kernel family that runs it
 
 
 def register(kind: TaskKind, launch_kinds: tuple[str, ...]) -> TaskKind:
-    """Add ``kind`` (and the launch kinds it issues) to the table; names must be new."""
+    """Add ``kind`` (and the launch kinds it issues) to the table; a kind's name must be new,
+    and a launch kind belongs to one family."""
     if kind.name in KINDS and KINDS[kind.name] is not kind:
         raise ValueError(f"task kind {kind.name!r} is registered twice")
     for lk in launch_kinds:
         owner = LAUNCH_KINDS.get(lk)
-        if owner is not None and owner != kind.name:
-            raise ValueError(f"launch kind {lk!r} belongs to {owner!r}, not {kind.name!r}")
+        if owner is not None and owner != kind.op:
+            raise ValueError(f"launch kind {lk!r} belongs to family {owner!r}, not {kind.op!r}")
     KINDS[kind.name] = kind
     for lk in launch_kinds:
-        LAUNCH_KINDS[lk] = kind.name
+        LAUNCH_KINDS[lk] = kind.op
     return kind
+
+
+def kind(base: TaskKind, launch_kinds: tuple[str, ...], **params) -> TaskKind:
+    """``base`` with ``params`` set: one registered kind per setting, made on first use."""
+    pairs = tuple(sorted(params.items()))
+    name = base.name + "[" + ",".join(f"{k}={v}" for k, v in pairs) + "]"
+    hit = KINDS.get(name)
+    if hit is None:
+        from dataclasses import replace
+
+        hit = register(replace(base, name=name, params=pairs), launch_kinds)
+    return hit
 
 
 def single(launch_kind: str) -> Callable[[Group, dict], list[tuple[str, str]]]:
@@ -82,3 +108,11 @@ def by_rows(rows: np.ndarray, options: dict) -> np.ndarray:
     """The usual window: ``ceil(rows / nb)`` (sizes within one panel width of each other)."""
     nb = int(options["nb"])
     return -(-np.asarray(rows, dtype=np.int64) // nb)
+
+
+def by_log2(rows: np.ndarray, options: dict) -> np.ndarray:
+    """Sizes within a factor of two of each other: ``ceil(log2(rows))``. For kinds whose
+    launches tile every task over one grid sized by the largest (a GEMM): blocks past a small
+    task's tiles exit at once, and a factor-two window bounds them to three in four."""
+    r = np.maximum(np.asarray(rows, dtype=np.int64), 1)
+    return np.ceil(np.log2(r)).astype(np.int64)

@@ -27,41 +27,60 @@ OPS: dict[str, "Op"] = {}
 
 @dataclass(frozen=True)
 class Buffer:
-    """A buffer the kernels of an op address. ``operand``: the request field it comes from
-    (an input), or for an output (``like`` set) the input whose layout it takes."""
+    """A buffer the kernels of an op address.
+
+    An input's ``operand`` is the request field it comes from (``None`` there: the buffer is
+    absent, its pointer null, as GEMM's ``c``). An output's ``operand`` is the input it replaces:
+    it takes that input's layout and, when the caller overwrites, its memory. Where that input is
+    absent, the output is new: ``shape(request) -> (m, n)`` gives its sizes and it comes back in
+    the form of the request field ``form`` (a list for a list, ...)."""
 
     name: str
     operand: str
     output: bool = False
+    shape: Callable[[Any], tuple] | None = None
+    form: str | None = None
 
 
 @dataclass(frozen=True)
 class Op:
+    """One operation (module docstring). ``scalars(request) -> dict`` gives the call's
+    floating-point parameters (``alpha``, ``beta``): kernels read them per call, so one plan and
+    one CUDA graph serve every value. ``result(outputs, info, plan)`` builds what ``Future.result``
+    returns from the outputs, each in the caller's form."""
+
     name: str
     request: type
     buffers: tuple[Buffer, ...]
     graph: Callable[[Any, dict], Any]
     signature: Callable[[Any], tuple]
+    result: Callable[[dict, Any, Any], Any] | None = None
+    scalars: Callable[[Any], dict] | None = None
+    # The kernel families its tasks use (the kernel modules kernels/<family>_<backend>.py);
+    # the planner's options are theirs, merged. Default: the op's own name.
+    families: tuple[str, ...] = ()
     doc: str = ""
 
     def __post_init__(self):
         # What staging a submission needs, computed once (it runs on every call's hot path):
         # the inputs as (buffer, operand, written when overwriting), the outputs as (buffer,
-        # operand, the input buffer whose layout it takes).
+        # operand, the input buffer whose layout it takes, the Buffer).
         ins, outs = self.inputs(), self.outputs()
         written = {o.operand for o in outs}
         object.__setattr__(self, "_ins", tuple((b.name, b.operand, b.operand in written)
                                                for b in ins))
         object.__setattr__(self, "_outs", tuple(
-            (o.name, o.operand, next(b.name for b in ins if b.operand == o.operand))
+            (o.name, o.operand, next(b.name for b in ins if b.operand == o.operand), o)
             for o in outs))
+        object.__setattr__(self, "names", tuple(b.name for b in self.buffers))
+        if not self.families:
+            object.__setattr__(self, "families", (self.name,))
 
     def inputs(self) -> tuple[Buffer, ...]:
         return tuple(b for b in self.buffers if not b.output)
 
     def outputs(self) -> tuple[Buffer, ...]:
         return tuple(b for b in self.buffers if b.output)
-
 
 
 def register(op: Op) -> Op:

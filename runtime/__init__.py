@@ -6,9 +6,16 @@ from vbatch.runtime.runtime import (
     CholeskyResult,
     DependencyError,
     Future,
+    PosvResult,
     Runtime,
     cholesky,
     default_runtime,
+    gemm,
+    posv,
+    potrs,
+    syrk,
+    trmm,
+    trsm,
 )
 
 __all__ = [
@@ -21,4 +28,11 @@ __all__ = [
     "Runtime",
     "cholesky",
     "default_runtime",
+    "PosvResult",
+    "gemm",
+    "posv",
+    "potrs",
+    "syrk",
+    "trmm",
+    "trsm",
 ]

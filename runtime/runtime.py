@@ -18,14 +18,14 @@ import concurrent.futures as cf
 import threading
 import time
 from collections import OrderedDict
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from vbatch.kernels import Completion, get_backend
 from vbatch.ops.batch import MatrixList, PackedBatch
-from vbatch.ops.cholesky import POTRF, read_only
+from vbatch.ops.cholesky import POTRF, CholeskyResult, read_only  # noqa: F401 - re-exported
+from vbatch.ops.posv import PosvResult  # noqa: F401 - re-exported
 from vbatch.ops.errors import InputError, validated
 from vbatch.ops.op import Op
 from vbatch.runtime.config import Config
@@ -48,26 +48,6 @@ class _Request:
 
 class DependencyError(RuntimeError):
     """A submission could not run because a future it was ordered ``after`` failed."""
-
-
-@dataclass(frozen=True)
-class CholeskyResult:
-    """``factors``: a list (same array kind as the input list) or a :class:`PackedBatch`.
-    ``info``: int32 per problem, LAPACK convention (0 = success, j > 0 = leading minor of
-    order j not positive definite: columns before j hold the factor, the rest is unspecified;
-    the others are unaffected)."""
-
-    factors: Any
-    info: np.ndarray
-    plan: Plan
-
-    @property
-    def ok(self) -> bool:
-        return not np.any(self.info)
-
-    def failed(self) -> np.ndarray:
-        """Indices of the problems whose factorization failed."""
-        return np.flatnonzero(self.info)
 
 
 _PENDING = object()
@@ -190,18 +170,24 @@ class Runtime:
 
     # ------------------------------------------------------------------ planning
     def plan_options(self, dtype: Any, op: str = "potrf") -> dict:
-        """The planner's options for ``op`` on this dtype: the config's, else the backend's."""
+        """The planner's options for ``op`` on this dtype: the config's, else the backend's
+        (those of every kernel family the op uses, merged)."""
         dtype = np.dtype(dtype)
         hit = self._opts.get((op, dtype))
         if hit is None:
-            d = self.backend.plan_defaults(op, dtype)
+            from vbatch.ops.op import OPS
+
+            families = OPS[op].families if op in OPS else (op,)
+            hit = {}
+            for fam in families:
+                hit.update(self.backend.plan_defaults(fam, dtype))
             cfg = self.config
-            hit = dict(d)
             for name in Config.PLANNER:
-                if getattr(cfg, name) is not None:
+                if getattr(cfg, name) is not None and name in hit:
                     hit[name] = getattr(cfg, name)
             hit["policy"] = cfg.policy
-            self.backend.check_options(op, dtype, hit)
+            for fam in families:
+                self.backend.check_options(fam, dtype, hit)
             self._opts[(op, dtype)] = hit
         return hit
 
@@ -229,7 +215,7 @@ class Runtime:
             graph = op.graph(req, opts)
             planner = {k: v for k, v in opts.items() if k not in ("policy", "streams")}
             plan = make_plan(graph, op=op.name, policy=opts["policy"],
-                             streams=opts.get("streams", 1), **planner)
+                             streams=opts.get("streams", 1), buffers=op.names, **planner)
             self.backend.check_plan(plan)
             with self._lock:
                 self._plans[sig] = plan
@@ -266,26 +252,88 @@ class Runtime:
         else:
             req = validated(POTRF.request, batch=mats, npiv=npiv, overwrite=overwrite)
             fast = npiv is None
-        return self._submit(POTRF, req, req.batch, after, overwrite, fast, _cholesky_result)
+        return self._submit(POTRF, req, req.batch, after, overwrite, fast)
 
-    def _submit(self, op: Op, req, batch, after, overwrite: bool, fast: bool, result) -> Future:
+    # The BLAS operations and the solves: keyword names as scipy.linalg.blas / lapack.
+    def gemm(self, a: Any, b: Any, c: Any = None, *, alpha: float = 1.0, beta: float = 0.0,
+             trans_a: bool = False, trans_b: bool = False, after: Any = (),
+             overwrite: bool = False) -> Future:
+        """``C := alpha op(A) op(B) + beta C`` per problem (``op``: transposed when asked).
+        ``c=None``: a new output. ``result()``: the outputs, in the form of ``c`` (or ``a``)."""
+        return self.submit("gemm", after=after, a=a, b=b, c=c, alpha=alpha, beta=beta,
+                           trans_a=trans_a, trans_b=trans_b, overwrite=overwrite)
+
+    def syrk(self, a: Any, c: Any = None, *, alpha: float = 1.0, beta: float = 0.0,
+             trans: bool = False, lower: bool = True, after: Any = (),
+             overwrite: bool = False) -> Future:
+        """``C := alpha op(A) op(A)^T + beta C`` in one triangle of C (the other is C's, or
+        zeros for a new output)."""
+        return self.submit("syrk", after=after, a=a, c=c, alpha=alpha, beta=beta, trans=trans,
+                           lower=lower, overwrite=overwrite)
+
+    def trsm(self, a: Any, b: Any, *, alpha: float = 1.0, side: str = "left",
+             lower: bool = True, trans_a: bool = False, unit_diagonal: bool = False,
+             after: Any = (), overwrite: bool = False) -> Future:
+        """Solve ``op(A) X = alpha B`` (``side="left"``) or ``X op(A) = alpha B`` for X, A
+        triangular. ``result()``: X, in the form of ``b``."""
+        return self.submit("trsm", after=after, a=a, b=b, alpha=alpha, side=side, lower=lower,
+                           trans_a=trans_a, unit_diagonal=unit_diagonal, overwrite=overwrite)
+
+    def trmm(self, a: Any, b: Any, *, alpha: float = 1.0, side: str = "left",
+             lower: bool = True, trans_a: bool = False, unit_diagonal: bool = False,
+             after: Any = (), overwrite: bool = False) -> Future:
+        """``X = alpha op(A) B`` (``side="left"``) or ``alpha B op(A)``, A triangular."""
+        return self.submit("trmm", after=after, a=a, b=b, alpha=alpha, side=side, lower=lower,
+                           trans_a=trans_a, unit_diagonal=unit_diagonal, overwrite=overwrite)
+
+    def potrs(self, l: Any, b: Any, *, after: Any = (), overwrite: bool = False) -> Future:  # noqa: E741
+        """Solve ``A X = B`` given the Cholesky factors ``l`` of A (lower triangles read), each
+        problem with its own number of right-hand sides. ``result()``: X, in the form of b."""
+        return self.submit("potrs", after=after, l=l, b=b, overwrite=overwrite)
+
+    def posv(self, a: Any, b: Any, *, after: Any = (), overwrite: bool = False) -> Future:
+        """Factor SPD ``A`` and solve ``A X = B``, in one task graph. ``result()``: a
+        :class:`~vbatch.PosvResult` (factors, solutions, info; a problem whose factorization
+        fails keeps ``B`` as its solution and gets its ``info``)."""
+        return self.submit("posv", after=after, a=a, b=b, overwrite=overwrite)
+
+    def submit(self, op: str | Op, *, after: Any = (), **fields: Any) -> Future:
+        """Submit any registered operation by name, with its request's fields."""
+        from vbatch.ops.op import OPS
+
+        if isinstance(op, str):
+            if op not in OPS:
+                raise InputError([(None, f"unknown operation {op!r} (known: "
+                                         f"{', '.join(OPS)})")], what="submission")
+            op = OPS[op]
+        req = validated(op.request, **fields)
+        first = getattr(req, op._ins[0][1])
+        return self._submit(op, req, first, after, bool(fields.get("overwrite", False)), False)
+
+    def _submit(self, op: Op, req, batch, after, overwrite: bool, fast: bool) -> Future:
         deps = list(after) if isinstance(after, (list, tuple)) else [after]
         if deps:
             bad = [(None, f"after[{i}] is a {type(d).__name__}, not a vbatch.Future")
                    for i, d in enumerate(deps) if not isinstance(d, Future)]
             if bad:
                 raise InputError(bad, what="submission")
-        self._check_memory(batch, overwrite)
+        if op is POTRF:
+            self._check_memory(batch, overwrite)
+        else:
+            for _, operand, written in op._ins:
+                given = getattr(req, operand)
+                if given is not None:
+                    self._check_memory(given, overwrite, written)
         plan = self._plan(op, req, batch, fast)
         fut = Future(self, threaded=self._pool is not None)
-        job = (fut, op, req, overwrite, plan, deps, result)
+        job = (fut, op, req, overwrite, plan, deps)
         if self._pool is not None:
             self._pool.submit(self._run_sync, *job)
         else:
             self._run_async(*job)
         return fut
 
-    def _check_memory(self, batch, overwrite: bool) -> None:
+    def _check_memory(self, batch, overwrite: bool, written: bool = True) -> None:
         """Refuse, before any work, a batch the backend's memory cannot stage: a problem whose
         own matrix is larger than the whole memory, or a batch larger than what is free."""
         b = self.backend
@@ -294,7 +342,10 @@ class Runtime:
             return  # known small against the whole memory (neither changes)
         isz = batch.dtype.itemsize
         if packed:
-            staged = 0 if (overwrite and batch.kind == b.kind) else batch.data.size * isz
+            # An input on this backend's memory is read where it is; one that is written (an
+            # output takes its layout) needs a copy unless the caller overwrites it.
+            in_place = overwrite or not written
+            staged = 0 if (in_place and batch.kind == b.kind) else batch.data.size * isz
         else:
             staged = int((np.maximum(batch.m, 1) * batch.n).sum()) * isz
         total = b.memory_total()
@@ -339,22 +390,29 @@ class Runtime:
         self.close()
 
     # ------------------------------------------------------------------ execution
-    def _execute(self, op: Op, req, overwrite: bool, plan: Plan, after: list[Completion],
-                 result):
+    def _execute(self, op: Op, req, overwrite: bool, plan: Plan, after: list[Completion]):
         """Stage the op's buffers, run every launch of the plan; return the completion and a
         finisher that builds the result, each output in the caller's form."""
         b = self.backend
-        ins, outs = op._ins, op._outs
         staged: dict = {}
-        for name, operand, written in ins:
-            staged[name] = b.stage_input(getattr(req, operand), overwrite and written)
+        for name, operand, written in op._ins:
+            given = getattr(req, operand)
+            staged[name] = None if given is None else b.stage_input(given, overwrite and written)
         lists = None
-        for name, operand, like in outs:
-            staged[name] = staged[like] if overwrite else b.new_output(staged[like])
-            if type(getattr(req, operand)) is MatrixList:
-                lists = lists or {}
-                lists[name] = getattr(req, operand)
-        ex = b.begin(plan, staged, after, self.config)
+        for name, operand, like, buf in op._outs:
+            given = getattr(req, operand)
+            if given is None:  # a new output (GEMM without c): laid out from its sizes
+                m, n = buf.shape(req)
+                form = getattr(req, buf.form)
+                order = form.order if type(form) is PackedBatch else "C"
+                staged[name] = b.new_buffer(m, n, form.dtype, order)
+            else:
+                staged[name] = staged[like] if overwrite else b.new_output(staged[like])
+                if type(given) is MatrixList:
+                    lists = lists or {}
+                    lists[name] = given
+        scalars = op.scalars(req) if op.scalars is not None else None
+        ex = b.begin(plan, staged, after, self.config, scalars)
         for lc in plan.launches:
             b.launch(ex, lc)
         # Writing back into the caller's device arrays is enqueued right after the plan's
@@ -371,13 +429,18 @@ class Runtime:
 
         b.flush(ex, then=writeback)
         completion = b.end(ex)
+        result = op.result
 
         def finish(info: np.ndarray):
             out = {}
-            for name, operand, _ in outs:
+            for name, operand, _, buf in op._outs:
                 given = getattr(req, operand)
                 work = b.batch_of(staged[name])
-                if type(given) is MatrixList:
+                if given is None:
+                    form = getattr(req, buf.form)
+                    exported = b.export(work, form.kind)
+                    out[name] = exported.unpack() if type(form) is MatrixList else exported
+                elif type(given) is MatrixList:
                     if overwrite:
                         if not device_writeback:
                             b.scatter(work, given.mats)
@@ -394,27 +457,26 @@ class Runtime:
 
         return completion, finish
 
-    def _run_sync(self, fut: Future, op, req, overwrite: bool, plan: Plan, deps: list,
-                  result) -> None:
+    def _run_sync(self, fut: Future, op, req, overwrite: bool, plan: Plan, deps: list) -> None:
         try:
             for i, d in enumerate(deps):
                 exc = d.exception()
                 if exc is not None:
                     raise DependencyError(f"after[{i}] failed: {exc!r}") from exc
-            completion, finish = self._execute(op, req, overwrite, plan, [], result)
+            completion, finish = self._execute(op, req, overwrite, plan, [])
             fut._cf.set_result(finish(completion.wait()))
         except BaseException as exc:  # noqa: BLE001 - delivered through the future
             fut._cf.set_exception(exc)
 
-    def _run_async(self, fut: Future, op, req, overwrite: bool, plan: Plan, deps: list,
-                   result) -> None:
+    def _run_async(self, fut: Future, op, req, overwrite: bool, plan: Plan, deps: list) -> None:
         waits: list[Completion] = []
         # Host inputs are read now, in this thread, so every dependency must have finished
         # (and written its host results back) first; device inputs are ordered on the device.
         kind = self.backend.kind
         host_input = False
         for _, operand, _ in op._ins:
-            if getattr(req, operand).kind != kind:
+            given = getattr(req, operand)
+            if given is not None and given.kind != kind:
                 host_input = True
         for i, d in enumerate(deps):
             c = d.completion()
@@ -427,7 +489,7 @@ class Runtime:
             else:
                 waits.append(c)
         try:
-            completion, finish = self._execute(op, req, overwrite, plan, waits, result)
+            completion, finish = self._execute(op, req, overwrite, plan, waits)
         except BaseException as exc:  # noqa: BLE001 - delivered through the future
             fut._fail(exc)
             return
@@ -437,10 +499,6 @@ class Runtime:
                                          if d.completion() in waits])
         with self._lock:
             self._tails[completion.queue] = completion
-
-
-def _cholesky_result(outs: dict, info: np.ndarray, plan: Plan) -> CholeskyResult:
-    return CholeskyResult(outs["l"], info, plan)
 
 
 def _bytes(n: float) -> str:
@@ -467,3 +525,33 @@ def default_runtime() -> Runtime:
 def cholesky(mats: Any, npiv: Any = None, *, after: Any = (), overwrite: bool = False) -> Future:
     """:meth:`Runtime.cholesky` on the default runtime."""
     return default_runtime().cholesky(mats, npiv, after=after, overwrite=overwrite)
+
+
+def gemm(a: Any, b: Any, c: Any = None, **kw: Any) -> Future:
+    """:meth:`Runtime.gemm` on the default runtime."""
+    return default_runtime().gemm(a, b, c, **kw)
+
+
+def syrk(a: Any, c: Any = None, **kw: Any) -> Future:
+    """:meth:`Runtime.syrk` on the default runtime."""
+    return default_runtime().syrk(a, c, **kw)
+
+
+def trsm(a: Any, b: Any, **kw: Any) -> Future:
+    """:meth:`Runtime.trsm` on the default runtime."""
+    return default_runtime().trsm(a, b, **kw)
+
+
+def trmm(a: Any, b: Any, **kw: Any) -> Future:
+    """:meth:`Runtime.trmm` on the default runtime."""
+    return default_runtime().trmm(a, b, **kw)
+
+
+def potrs(l: Any, b: Any, **kw: Any) -> Future:  # noqa: E741 - LAPACK's name
+    """:meth:`Runtime.potrs` on the default runtime."""
+    return default_runtime().potrs(l, b, **kw)
+
+
+def posv(a: Any, b: Any, **kw: Any) -> Future:
+    """:meth:`Runtime.posv` on the default runtime."""
+    return default_runtime().posv(a, b, **kw)

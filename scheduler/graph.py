@@ -57,6 +57,41 @@ class TaskGraph:
         return last - (np.repeat(length, length) - 1 - pos)
 
 
+def concat(graphs: list[TaskGraph], edges: np.ndarray | None = None
+           ) -> tuple[TaskGraph, np.ndarray]:
+    """One graph holding the tasks of ``graphs`` (over the same k problems) one after another,
+    their edges, and ``edges`` between them (rows already offset). Returns the graph and each
+    part's first row: how an op made of others (``posv``: a factorization, then solves) joins
+    their graphs and orders one's tasks after the other's."""
+    kinds: list[TaskKind] = []
+    for g in graphs:
+        for kd in g.kinds:
+            if not any(kd is x for x in kinds):
+                kinds.append(kd)
+    width = max((g.args.shape[1] for g in graphs), default=0)
+    first = np.zeros(len(graphs), dtype=np.int64)
+    np.cumsum([g.size for g in graphs[:-1]], out=first[1:])
+    parts = {f: [] for f in ("kind", "problem", "args", "rows", "cols", "width", "edges")}
+    for g, f0 in zip(graphs, first.tolist()):
+        code = np.array([next(i for i, x in enumerate(kinds) if x is kd) for kd in g.kinds],
+                        dtype=np.int8)
+        parts["kind"].append(code[g.kind] if len(code) else g.kind.astype(np.int8))
+        parts["problem"].append(g.problem)
+        a = np.zeros((g.size, width), dtype=np.int64)
+        a[:, : g.args.shape[1]] = g.args
+        parts["args"].append(a)
+        for f in ("rows", "cols", "width"):
+            parts[f].append(getattr(g, f))
+        parts["edges"].append(g.edges.reshape(-1, 2) + f0)
+    if edges is not None and len(edges):
+        parts["edges"].append(np.asarray(edges, dtype=np.int64).reshape(-1, 2))
+    cat = {f: np.concatenate(v) if v else np.zeros(0, np.int64) for f, v in parts.items()}
+    k = max((g.k for g in graphs), default=0)
+    return TaskGraph(kinds=tuple(kinds), kind=cat["kind"].astype(np.int8), problem=cat["problem"],
+                     args=cat["args"].reshape(-1, width), rows=cat["rows"], cols=cat["cols"],
+                     width=cat["width"], edges=cat["edges"].reshape(-1, 2), k=k), first
+
+
 def chain_edges(first: np.ndarray, length: np.ndarray) -> np.ndarray:
     """Edges ``t -> t + 1`` inside runs of consecutive task rows: run ``i`` holds rows
     ``first[i] .. first[i] + length[i] - 1`` (a problem's steps, in order)."""

@@ -51,6 +51,7 @@ class Launch:
     stream: int
     task_kind: str = ""
     waits: tuple[int, ...] = ()
+    family: str = ""  # the kernel family that runs it (its task kind's ``op``)
 
     @property
     def count(self) -> int:
@@ -87,6 +88,8 @@ class Plan:
     ngroups: int
     nsteps: int
     nstreams: int
+    # The op's buffers, in the order kernels address them (task kinds name them in params).
+    buffers: tuple[str, ...] = ()
     _counts: dict = field(default_factory=dict, repr=False, compare=False)
     # What a backend derives from this plan alone (for a batch whose layout follows from its
     # sizes, such as a list packed tightly), kept with it so a reused plan reuses that too.
@@ -103,6 +106,11 @@ class Plan:
     @property
     def fused_max_rows(self) -> int | None:
         return self.opts.get("fused_max_rows")
+
+    @property
+    def families(self) -> tuple[str, ...]:
+        """The kernel families of its launches, in order of first use."""
+        return tuple(dict.fromkeys(lc.family for lc in self.launches))
 
     def problems(self) -> np.ndarray:
         """The problems (caller's indices) that have at least one task, ascending."""
@@ -167,7 +175,7 @@ def _group_order(level, kind, win, work) -> np.ndarray:
 
 
 def make_plan(graph: TaskGraph, *, op: str = "", policy: str = "dsse", streams: int = 1,
-              **options) -> Plan:
+              buffers: tuple[str, ...] = (), **options) -> Plan:
     """Plan ``graph``; ``options`` are what its kinds read (see the module docstring)."""
     if streams < 1:
         raise ValueError(f"streams must be >= 1, got {streams}")
@@ -235,7 +243,7 @@ def make_plan(graph: TaskGraph, *, op: str = "", policy: str = "dsse", streams: 
                    int(tasks.width[lo:hi].max()))
         for i, (lk, variant) in enumerate(kind.launches(grp, options)):
             launches.append(Launch(len(launches), g, lk, variant, int(lvl[lo]), lo, hi,
-                                   *summary, s, kind.name, waits if i == 0 else ()))
+                                   *summary, s, kind.name, waits if i == 0 else (), kind.op))
         last_launch[g] = len(launches) - 1
     used = len(set(stream_of.tolist())) if G else 1
     return Plan(
@@ -249,4 +257,5 @@ def make_plan(graph: TaskGraph, *, op: str = "", policy: str = "dsse", streams: 
         ngroups=G,
         nsteps=int(lvl.max()) + 1 if T else 0,
         nstreams=used,
+        buffers=tuple(buffers),
     )

@@ -28,11 +28,11 @@ def journal(monkeypatch):
     lock = threading.Lock()
     begin, end = CpuBackend.begin, CpuBackend.end
 
-    def spy_begin(self, plan, buffers, after, config):
+    def spy_begin(self, plan, buffers, after, config, scalars=None):
         with lock:
             events.append(("begin", id(plan), time.perf_counter()))
         time.sleep(0.05)  # long enough that a missing dependency would overlap
-        return begin(self, plan, buffers, after, config)
+        return begin(self, plan, buffers, after, config, scalars)
 
     def spy_end(self, ex):
         with lock:

@@ -55,10 +55,17 @@ from vbatch.runtime import (  # noqa: E402
     Config,
     DependencyError,
     Future,
+    PosvResult,
     Runtime,
     cholesky,
     cuda_status,
     default_runtime,
+    gemm,
+    posv,
+    potrs,
+    syrk,
+    trmm,
+    trsm,
 )
 from vbatch.scheduler import Launch, Plan, make_plan  # noqa: E402
 
@@ -85,4 +92,11 @@ __all__ = [
     "plan_cholesky",
     "reference",
     "residual",
+    "PosvResult",
+    "gemm",
+    "posv",
+    "potrs",
+    "syrk",
+    "trmm",
+    "trsm",
 ]

@@ -1,0 +1,247 @@
+"""The ``blas`` kernel family on the CPU: GEMM joins, diagonal blocks, copies, on views.
+
+A task is ``(q, r0, mm, k0, kk, nn)`` (:mod:`vbatch.ops.blas`); its kind's ``params`` name the
+op's buffers it reads and writes, and whether each is seen transposed. Each task is one call of
+scipy's BLAS (through :mod:`vbatch.kernels.lapack`: ctypes, the GIL released) on numpy views of
+the operands, or a numpy copy. The CPU plans triangular ops with a base larger than any problem
+(``blas_nb``), so a ``trsm`` is one ``dtrsm`` per problem (and ``potrs`` two): the recursion into
+GEMMs is what a GPU needs, and a CPU's BLAS blocks for its caches itself.
+
+A view is a numpy array over the buffer: packed outputs and inputs through their batch, a list's
+inputs as the caller's arrays. BLAS takes column-major operands, so a view whose rows are
+contiguous is passed as its transpose with the opposite ``trans`` flag (and a product whose
+output is row-contiguous is computed transposed).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+from dataclasses import dataclass
+
+import numpy as np
+
+from vbatch.kernels.cpu import split
+from vbatch.kernels.lapack import _SCALAR, routines
+from vbatch.ops.blas import COPY, GEMM, TRMM, TRSM
+
+OP = "blas"
+# Larger than any problem: one diagonal task per problem, a whole dtrsm/dtrmm.
+WHOLE = 1 << 30
+
+
+def plan_defaults(dtype) -> dict:
+    return {"blas_nb": WHOLE, "streams": 1}
+
+
+@dataclass
+class State:
+    work: dict
+
+
+def prepare(backend, plan, launches) -> State:
+    t = plan.tasks
+    work = {}
+    for lc in launches:
+        sl = slice(lc.lo, lc.hi)
+        a = t.args[sl]
+        kd = plan.kinds[int(t.kind[lc.lo])]
+        cost = kd.flops(a, t.rows[sl], t.cols[sl], t.width[sl]) + 1.0
+        tasks = list(zip(t.problem[sl].tolist(), *(a[:, i].tolist() for i in range(5))))
+        work[lc.index] = split(tasks, cost, np.zeros(len(tasks), dtype=bool),
+                               backend.threads.size)
+    return State(work)
+
+
+def finish(backend, ex) -> np.ndarray:
+    return ex.info
+
+
+# ------------------------------------------------------------------ views
+def _matrix(view, q: int) -> np.ndarray:
+    """Problem ``q`` of a staged buffer as a numpy array (the buffer's own orientation)."""
+    if view.batch is not None:
+        return view.batch.matrix(q)
+    return np.asarray(view.keep[0][q])
+
+
+def _view(ex, name: str, q: int, t: int) -> np.ndarray:
+    m = _matrix(ex.buffers[name], q)
+    return m.T if t else m
+
+
+class _Args:
+    """One thread's ctypes argument slots (BLAS takes every argument by reference)."""
+
+    def __init__(self, dtype):
+        self.i = (ctypes.c_int * 8)()
+        self.s = (_SCALAR[np.dtype(dtype)] * 2)()
+        self.ia = ctypes.addressof(self.i)
+        self.sa = ctypes.addressof(self.s)
+        self.f = routines(dtype)
+
+    def ints(self, *vals) -> list[int]:
+        for k, v in enumerate(vals):
+            self.i[k] = v
+        return [self.ia + 4 * k for k in range(len(vals))]
+
+
+_local = threading.local()
+
+
+def _args(dtype) -> _Args:
+    d = _local.__dict__.setdefault("args", {})
+    a = d.get(np.dtype(dtype))
+    if a is None:
+        a = d[np.dtype(dtype)] = _Args(dtype)
+    return a
+
+
+def _blas(m: np.ndarray):
+    """``(trans, address, ld)``: ``m`` as BLAS sees it, column-major itself (``b"N"``) or the
+    transpose of a column-major matrix (``b"T"``); ``None`` when it is neither (a copy is
+    needed)."""
+    isz = m.itemsize
+    r, c = m.shape
+    s0, s1 = m.strides
+    if s0 == isz and (c <= 1 or s1 >= max(r, 1) * isz):
+        return b"N", m.ctypes.data, max(s1 // isz if c > 1 else r, 1)
+    if s1 == isz and (r <= 1 or s0 >= max(c, 1) * isz):
+        return b"T", m.ctypes.data, max(s0 // isz if r > 1 else c, 1)
+    return None
+
+
+def _flip(t: bytes) -> bytes:
+    return b"N" if t == b"T" else b"T"
+
+
+def _scalar(ex, which: str) -> float:
+    return {"alpha": ex.scalars.get("alpha", 1.0), "beta": ex.scalars.get("beta", 0.0),
+            "minus": -1.0, "one": 1.0, "zero": 0.0}[which]
+
+
+# ------------------------------------------------------------------ tasks
+def run(backend, ex, lc, whole: bool, tasks: list) -> None:
+    kd = next(k for k in ex.plan.kinds if k.name == lc.task_kind)
+    p = kd.param
+    fn = {COPY: _copy, GEMM: _gemm, TRSM: _diag, TRMM: _diag}[lc.kind]
+    skip = p.get("skip_failed", 0)
+    for task in tasks:
+        if skip and ex.info[task[0]]:
+            continue
+        fn(ex, lc.kind, p, *task)
+
+
+def _copy(ex, lk, p, q, r0, mm, k0, kk, nn) -> None:
+    src = _view(ex, p["src"], q, p["t"])[:mm, :nn]
+    dst = _view(ex, p["dst"], q, p["t"])[:mm, :nn]
+    alpha = _scalar(ex, p["alpha"])
+    if alpha == 0.0:
+        dst[...] = 0  # BLAS: with alpha = 0, B is not read
+    elif alpha == 1.0:
+        if not np.shares_memory(src, dst):
+            np.copyto(dst, src)
+    else:
+        np.multiply(src, dst.dtype.type(alpha), out=dst)
+
+
+def _gemm(ex, lk, p, q, r0, mm, k0, kk, nn) -> None:
+    out = _view(ex, p["o"], q, p["tc"])
+    o = out[r0:r0 + mm, :nn]
+    alpha, beta = _scalar(ex, p["alpha"]), _scalar(ex, p["beta"])
+    if p["c"]:
+        c = _view(ex, p["c"], q, p["tc"])[r0:r0 + mm, :nn]
+        if not np.shares_memory(c, o):
+            np.copyto(o, c)  # BLAS updates in place: C into the output first
+    elif beta != 0.0:
+        raise ValueError("a GEMM task without C must have beta = 0")
+    if not p["c"]:
+        beta = 0.0
+    a = _view(ex, p["a"], q, p["ta"])[r0:r0 + mm, k0:k0 + kk]
+    b = _view(ex, p["b"], q, p["tb"])[k0:k0 + kk, :nn]
+    uplo = p["uplo"]
+    if kk == 0 or alpha == 0.0:
+        if beta == 0.0:
+            _zero(o, uplo)
+        elif beta != 1.0:
+            _scale(o, beta, uplo)
+        return
+    if uplo:
+        _syrk(ex, p, a, o, alpha, beta, uplo, q)
+        return
+    args = _args(o.dtype)
+    bo = _blas(o)
+    ba, bb = _blas(a) or _blas(np.asfortranarray(a)), _blas(b) or _blas(np.asfortranarray(b))
+    if bo is None:
+        raise ValueError("a GEMM output view must be contiguous in one dimension")
+    args.s[0], args.s[1] = alpha, beta
+    if bo[0] == b"N":  # O = op(A) op(B), column-major
+        pm, pn, pk, pla, plb, plo = args.ints(mm, nn, kk, ba[2], bb[2], bo[2])
+        args.f["gemm"](ba[0], bb[0], pm, pn, pk, args.sa, ba[1], pla, bb[1], plb,
+                       args.sa + o.itemsize, bo[1], plo)
+    else:  # O^T = op(B)^T op(A)^T: O's storage is column-major O^T
+        pm, pn, pk, pla, plb, plo = args.ints(nn, mm, kk, bb[2], ba[2], bo[2])
+        args.f["gemm"](_flip(bb[0]), _flip(ba[0]), pm, pn, pk, args.sa, bb[1], pla, ba[1], plb,
+                       args.sa + o.itemsize, bo[1], plo)
+
+
+def _tri_mask(shape, uplo: str) -> np.ndarray:
+    r, c = np.indices(shape)
+    return r >= c if uplo == "lower" else r <= c
+
+
+def _zero(o: np.ndarray, uplo: str) -> None:
+    if not uplo:
+        o[...] = 0
+    else:
+        o[_tri_mask(o.shape, uplo)] = 0
+
+
+def _scale(o: np.ndarray, beta: float, uplo: str) -> None:
+    if not uplo:
+        o *= beta
+    else:
+        m = _tri_mask(o.shape, uplo)
+        o[m] *= beta
+
+
+def _syrk(ex, p, a: np.ndarray, o: np.ndarray, alpha: float, beta: float, uplo: str, q) -> None:
+    """``o := alpha a a^T + beta o`` in one triangle of o (the SYRK case: B is A's transpose)."""
+    if p["a"] != p["b"] or p["ta"] == p["tb"]:
+        raise ValueError("a triangle-restricted GEMM task must be a SYRK (B = A^T)")
+    args = _args(o.dtype)
+    bo = _blas(o)
+    ba = _blas(a) or _blas(np.asfortranarray(a))
+    n, k = a.shape
+    lower = uplo == "lower"
+    if bo[0] == b"T":  # o's storage holds o^T: its lower triangle is the stored upper one
+        lower = not lower
+    args.s[0], args.s[1] = alpha, beta
+    pn, pk, pla, plo = args.ints(n, k, ba[2], bo[2])
+    args.f["syrk"](b"L" if lower else b"U", ba[0] if ba[0] == b"N" else b"T", pn, pk, args.sa,
+                   ba[1], pla, args.sa + o.itemsize, bo[1], plo)
+
+
+def _diag(ex, lk, p, q, r0, mm, k0, kk, nn) -> None:
+    """``X[o:o+w] := T[o:o+w, o:o+w]^{-1} X[o:o+w]`` (TRSM) or ``T X`` (TRMM), on views."""
+    o, w = r0, mm
+    t = _view(ex, p["t"], q, p["tt"])[o:o + w, o:o + w]
+    x = _view(ex, p["x"], q, p["tx"])[o:o + w, :nn]
+    bt = _blas(t) or _blas(np.asfortranarray(t))
+    bx = _blas(x)
+    if bx is None:
+        raise ValueError("a right-hand side view must be contiguous in one dimension")
+    lower = bool(p["lower"])
+    if bt[0] == b"T":  # the stored matrix is T^T: its triangle is the other one
+        lower = not lower
+    args = _args(x.dtype)
+    args.s[0] = 1.0
+    fn = args.f["trsm" if lk == TRSM else "trmm"]
+    uplo = b"L" if lower else b"U"
+    diag = b"U" if p["unit"] else b"N"
+    if bx[0] == b"N":  # X column-major: op(T_s) X = ...
+        pm, pn, plt, plx = args.ints(w, nn, bt[2], bx[2])
+        fn(b"L", uplo, bt[0], diag, pm, pn, args.sa, bt[1], plt, bx[1], plx)
+    else:  # X stored as X^T (nn x w): X^T := X^T op(T_s)^{-T}
+        pm, pn, plt, plx = args.ints(nn, w, bt[2], bx[2])
+        fn(b"R", uplo, _flip(bt[0]), diag, pm, pn, args.sa, bt[1], plt, bx[1], plx)

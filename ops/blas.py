@@ -1,0 +1,555 @@
+"""Batched BLAS-3 and the Cholesky solve: ``gemm``, ``syrk``, ``trsm``, ``trmm``, ``potrs``.
+
+Every problem is its own size (``m_i``, ``n_i``, ``k_i``; zero allowed). All of them run on four
+launch kinds of the ``blas`` kernel family, whose kernels address a problem's operands through
+*views*: a buffer (one of the op's) read as is or transposed. Transposing a view costs nothing (it
+swaps the strides), so every case is reduced to a few:
+
+* ``blas.gemm``: ``O[r0:r0+mm, :nn] = alpha A[r0:r0+mm, k0:k0+kk] B[k0:k0+kk, :nn] + beta C[...]``,
+  on views A, B, C, O of the op's buffers; an ``uplo`` restricts it to one triangle of O (SYRK).
+  GEMM is one such task per problem (``r0 = k0 = 0``); a TRSM/TRMM join is one with
+  ``alpha = -1`` or ``+1``, ``beta = 1`` and ``C = O`` the right-hand sides;
+* ``blas.trsm`` / ``blas.trmm``: one diagonal block ``X[o:o+w] := T[o:o+w, o:o+w]^{-1} X[o:o+w]``
+  (or ``T X``), ``w <= nb``, all right-hand sides: what a register/shared-memory kernel finishes;
+* ``blas.copy``: ``X := alpha B`` (a triangular op's right-hand sides into its output first, so
+  the rest runs in place).
+
+**Triangular ops** (KBLAS's recursive formulation, Charara, Keyes and Ltaief): every ``side``,
+``lower``, ``trans_a`` becomes a left-side solve with a lower or upper triangle, by transposing
+views: ``X op(A) = alpha B`` is ``op(A)^T X^T = alpha B^T``. A triangle of order m is split at
+``m1`` (half, rounded up to a multiple of ``nb``); the two halves are solved and joined by one
+GEMM, recursing down to ``nb``. Each problem's tasks form a chain: copy, then (lower, forward)
+``T11 -> GEMM -> T22``, or (upper) the reverse. The GEMMs are large (half the triangle), so the
+speed follows the GEMM kernel's.
+
+Only the named triangle of a triangular operand is read (and for ``unit_diagonal`` not its
+diagonal); inputs are never written unless ``overwrite=True`` names the output's input.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, model_validator
+
+from vbatch.ops.batch import MatrixList, PackedBatch
+from vbatch.ops.errors import InputError
+from vbatch.ops.kinds import LAUNCH_KINDS, TaskKind, by_log2, kind, single
+from vbatch.ops.op import Buffer, Op
+from vbatch.ops.op import register as register_op
+from vbatch.ops.operands import (
+    choice,
+    finite_scalar,
+    flag,
+    operand,
+    shape_rule,
+    together,
+    writable,
+)
+from vbatch.scheduler.graph import TaskGraph, chain_edges
+
+FAMILY = "blas"
+# Launch kinds (what the blas kernel modules implement).
+COPY, GEMM, TRSM, TRMM = "blas.copy", "blas.gemm", "blas.trsm", "blas.trmm"
+# A blas task's arguments: its row block [r0, r0 + mm), its inner range [k0, k0 + kk) (GEMM),
+# its column count nn. A diagonal block is (o, w, 0, 0, nn); a copy (0, m, 0, 0, n).
+ARGS = ("r0", "mm", "k0", "kk", "nn")
+
+
+def _gemm_flops(args, rows, cols, width):
+    return 2.0 * np.asarray(rows, np.float64) * cols * width
+
+
+def _diag_flops(args, rows, cols, width):
+    return np.asarray(rows, np.float64) ** 2 * width
+
+
+def _copy_flops(args, rows, cols, width):
+    return np.asarray(rows, np.float64) * width
+
+
+_BASE = {
+    COPY: TaskKind(name=COPY, op=FAMILY, args=ARGS, window=by_log2, launches=single(COPY),
+                   flops=_copy_flops, doc="X := alpha B on views (rows = m, width = n)"),
+    GEMM: TaskKind(name=GEMM, op=FAMILY, args=ARGS, window=by_log2, launches=single(GEMM),
+                   flops=_gemm_flops,
+                   doc="O := alpha A B + beta C on a row block (rows = mm, cols = kk, "
+                       "width = nn)"),
+    TRSM: TaskKind(name=TRSM, op=FAMILY, args=ARGS, window=by_log2, launches=single(TRSM),
+                   flops=_diag_flops, doc="a diagonal block's solve (rows = w, width = nn)"),
+    TRMM: TaskKind(name=TRMM, op=FAMILY, args=ARGS, window=by_log2, launches=single(TRMM),
+                   flops=_diag_flops, doc="a diagonal block's product (rows = w, width = nn)"),
+}
+
+
+def copy_kind(src: str, dst: str, t: int, alpha: str) -> TaskKind:
+    """``dst := alpha src`` on views transposed when ``t``; ``alpha`` is ``"alpha"`` (the
+    call's) or ``"one"``."""
+    return kind(_BASE[COPY], (COPY,), src=src, dst=dst, t=int(t), alpha=alpha)
+
+
+def gemm_kind(a: str, b: str, c: str, o: str, ta: int, tb: int, tc: int, alpha: str, beta: str,
+              uplo: str = "", skip_failed: int = 0) -> TaskKind:
+    """``o := alpha op(a) op(b) + beta c`` (views: ``ta``/``tb``/``tc`` transpose; ``tc``
+    applies to ``c`` and ``o``). ``c`` is ``""`` when absent. ``alpha`` in alpha/minus/one,
+    ``beta`` in beta/zero/one. ``uplo`` ("lower"/"upper") writes one triangle of ``o``.
+    ``skip_failed``: leave problems whose ``info`` is set alone (a solve after a failed
+    factorization)."""
+    return kind(_BASE[GEMM], (GEMM,), a=a, b=b, c=c, o=o, ta=int(ta), tb=int(tb), tc=int(tc),
+                alpha=alpha, beta=beta, uplo=uplo, skip_failed=int(skip_failed))
+
+
+def diag_kind(which: str, t: str, x: str, tt: int, tx: int, lower: int, unit: int) -> TaskKind:
+    """A diagonal block's solve (``which = TRSM``) or product (``TRMM``): triangle view
+    ``t`` (transposed when ``tt``; ``lower``: the lower triangle of the view), right-hand sides
+    ``x`` (transposed when ``tx``)."""
+    return kind(_BASE[which], (which,), t=t, x=x, tt=int(tt), tx=int(tx), lower=int(lower),
+                unit=int(unit), skip_failed=1)
+
+
+for _lk in _BASE:  # the launch kinds belong to the family from import on
+    LAUNCH_KINDS.setdefault(_lk, FAMILY)
+
+
+# ----------------------------------------------------------------------------- the chains
+@functools.lru_cache(maxsize=4096)
+def _recursion(m: int, nb: int, forward: bool, solve: bool) -> tuple:
+    """The steps of one triangular solve (``solve``) or product of order ``m``, in the order
+    they must run: ``(0, o, w)`` a diagonal block, ``(1, r0, mm, k0, kk)`` a join."""
+    out: list[tuple] = []
+
+    def rec(o: int, n: int) -> None:
+        if n <= nb:
+            out.append((0, o, n, 0, 0))
+            return
+        n1 = -(-(n // 2) // nb) * nb
+        n1 = min(max(n1, nb), n - 1)
+        n2 = n - n1
+        top, bot = (o, n1), (o + n1, n2)
+        # Forward (lower): X1 first, then X2 -= T21 X1; backward (upper): X2 first, then
+        # X1 -= T12 X2. A product runs the other way round (it must read the other half
+        # before that half is overwritten): lower computes X2 first, upper X1.
+        first, second = (top, bot) if forward == solve else (bot, top)
+        if solve:
+            rec(*first)
+            out.append((1, second[0], second[1], first[0], first[1]))
+            rec(*second)
+        else:
+            rec(*first)
+            out.append((1, first[0], first[1], second[0], second[1]))
+            rec(*second)
+
+    rec(0, m)
+    return tuple(out)
+
+
+def chain_graph(m: np.ndarray, n: np.ndarray, phases: list[tuple], copy: TaskKind | None,
+                nb: int) -> TaskGraph:
+    """Per problem (``m`` the triangle's order, ``n`` the right-hand sides; nothing for an empty
+    problem): the copy, then each phase's recursion, as one chain. A phase is ``(diag kind,
+    gemm kind, forward, solve)``."""
+    m = np.asarray(m, dtype=np.int64)
+    n = np.asarray(n, dtype=np.int64)
+    k = len(m)
+    kinds: list[TaskKind] = [] if copy is None else [copy]
+    for d, g, _, _ in phases:
+        kinds += [d, g]
+    live = (m > 0) & (n > 0)
+    parts_p, parts_k, parts_a = [], [], []
+    for mv in np.unique(m[live]).tolist():
+        probs = np.flatnonzero(live & (m == mv))
+        codes, rows = [], []
+        if copy is not None:
+            codes.append(0)
+            rows.append((0, mv, 0, 0))
+        for ph, (_, _, fwd, solve) in enumerate(phases):
+            base = (0 if copy is None else 1) + 2 * ph
+            for st in _recursion(mv, nb, fwd, solve):
+                codes.append(base + st[0])
+                rows.append(st[1:])
+        L = len(codes)
+        parts_p.append(np.repeat(probs, L))
+        parts_k.append(np.tile(np.asarray(codes, dtype=np.int8), len(probs)))
+        a = np.zeros((len(probs), L, 5), dtype=np.int64)
+        a[:, :, :4] = np.asarray(rows, dtype=np.int64)[None]
+        a[:, :, 4] = n[probs][:, None]
+        parts_a.append(a.reshape(-1, 5))
+    if parts_p:
+        problem = np.concatenate(parts_p)
+        order = np.argsort(problem, kind="stable")
+        problem = problem[order]
+        kcode = np.concatenate(parts_k)[order]
+        args = np.concatenate(parts_a)[order]
+    else:
+        problem = np.zeros(0, np.int64)
+        kcode = np.zeros(0, np.int8)
+        args = np.zeros((0, 5), np.int64)
+    cnt = np.bincount(problem, minlength=k).astype(np.int64)
+    first = np.cumsum(cnt) - cnt
+    return TaskGraph(kinds=tuple(kinds), kind=kcode, problem=problem, args=args,
+                     rows=args[:, 1].copy(), cols=args[:, 3].copy(), width=args[:, 4].copy(),
+                     edges=chain_edges(first, cnt), k=k, chains=(first, cnt))
+
+
+def single_graph(kd: TaskKind, m: np.ndarray, n: np.ndarray, kk: np.ndarray) -> TaskGraph:
+    """One task per non-empty problem: ``(0, m, 0, kk, n)`` (a GEMM or SYRK)."""
+    m, n, kk = (np.asarray(x, dtype=np.int64) for x in (m, n, kk))
+    q = np.flatnonzero((m > 0) & (n > 0))
+    args = np.zeros((len(q), 5), dtype=np.int64)
+    args[:, 1], args[:, 3], args[:, 4] = m[q], kk[q], n[q]
+    return TaskGraph(kinds=(kd,), kind=np.zeros(len(q), np.int8), problem=q, args=args,
+                     rows=m[q], cols=kk[q], width=n[q], edges=np.zeros((0, 2), np.int64),
+                     k=len(m), chains=(np.arange(len(q), dtype=np.int64),
+                                       np.ones(len(q), np.int64)))
+
+
+# ----------------------------------------------------------------------------- requests
+class _Request(BaseModel):
+    model_config = ConfigDict(arbitrary_types_allowed=True, frozen=True, extra="forbid")
+
+
+def _shape(b: Any, trans: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    return (b.n, b.m) if trans else (b.m, b.n)
+
+
+def _written(overwrite: bool, **targets) -> None:
+    if overwrite:
+        problems = []
+        for name, b in targets.items():
+            problems += writable(b, name)
+        if problems:
+            raise InputError(problems)
+
+
+class GemmRequest(_Request):
+    """``C := alpha op(A) op(B) + beta C``; ``c=None``: a new ``m x n`` output (``beta``
+    must then be 0)."""
+
+    a: Any
+    b: Any
+    c: Any = None
+    alpha: float = 1.0
+    beta: float = 0.0
+    trans_a: bool = False
+    trans_b: bool = False
+    overwrite: bool = False
+
+    @model_validator(mode="before")
+    @classmethod
+    def _check(cls, v: dict) -> dict:
+        v = dict(v)
+        v["alpha"] = finite_scalar(v.get("alpha", 1.0), "alpha")
+        v["beta"] = finite_scalar(v.get("beta", 0.0), "beta")
+        v["trans_a"] = flag(v.get("trans_a", False), "trans_a")
+        v["trans_b"] = flag(v.get("trans_b", False), "trans_b")
+        v["overwrite"] = flag(v.get("overwrite", False), "overwrite")
+        a, b = operand(v.get("a"), "a"), operand(v.get("b"), "b")
+        c = None if v.get("c") is None else operand(v["c"], "c")
+        together(a=a, b=b, c=c)
+        ma, ka = _shape(a, v["trans_a"])
+        kb, nb_ = _shape(b, v["trans_b"])
+        checks = [(ka != kb, lambda i: f"inner dimensions differ: op(a) is {ma[i]} x {ka[i]}, "
+                                       f"op(b) is {kb[i]} x {nb_[i]}")]
+        if c is not None:
+            checks.append(((c.m != ma) | (c.n != nb_),
+                           lambda i: f"c is {c.m[i]} x {c.n[i]} but op(a) op(b) is "
+                                     f"{ma[i]} x {nb_[i]}"))
+        shape_rule(checks)
+        if c is None:
+            if v["beta"] != 0.0:
+                raise InputError([(None, f"beta = {v['beta']} needs c (c is None)")])
+            if v["overwrite"]:
+                raise InputError([(None, "overwrite=True needs c: the output is written into c")])
+        _written(v["overwrite"], c=c)
+        v.update(a=a, b=b, c=c)
+        return v
+
+    def sizes(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        m, k = _shape(self.a, self.trans_a)
+        return m, _shape(self.b, self.trans_b)[1], k
+
+
+class SyrkRequest(_Request):
+    """``C := alpha op(A) op(A)^T + beta C`` on one triangle of C (``lower``); op(A) is
+    ``A`` (n x k) or, with ``trans``, ``A^T``. ``c=None``: a new output, zero in the other
+    triangle."""
+
+    a: Any
+    c: Any = None
+    alpha: float = 1.0
+    beta: float = 0.0
+    trans: bool = False
+    lower: bool = True
+    overwrite: bool = False
+
+    @model_validator(mode="before")
+    @classmethod
+    def _check(cls, v: dict) -> dict:
+        v = dict(v)
+        v["alpha"] = finite_scalar(v.get("alpha", 1.0), "alpha")
+        v["beta"] = finite_scalar(v.get("beta", 0.0), "beta")
+        v["trans"] = flag(v.get("trans", False), "trans")
+        v["lower"] = flag(v.get("lower", True), "lower")
+        v["overwrite"] = flag(v.get("overwrite", False), "overwrite")
+        a = operand(v.get("a"), "a")
+        c = None if v.get("c") is None else operand(v["c"], "c", square=True)
+        together(a=a, c=c)
+        n, _ = _shape(a, v["trans"])
+        if c is not None:
+            shape_rule([(c.n != n, lambda i: f"c is {c.m[i]} x {c.n[i]} but op(a) has "
+                                             f"{n[i]} rows")])
+        elif v["beta"] != 0.0:
+            raise InputError([(None, f"beta = {v['beta']} needs c (c is None)")])
+        elif v["overwrite"]:
+            raise InputError([(None, "overwrite=True needs c: the output is written into c")])
+        _written(v["overwrite"], c=c)
+        v.update(a=a, c=c)
+        return v
+
+
+class TriangularRequest(_Request):
+    """``trsm``: ``op(A) X = alpha B`` (``side="left"``) or ``X op(A) = alpha B``; ``trmm``:
+    ``X = alpha op(A) B`` or ``alpha B op(A)``. A is triangular (``lower`` or upper), read in
+    that triangle only; ``unit_diagonal``: its diagonal is taken as ones, not read."""
+
+    a: Any
+    b: Any
+    alpha: float = 1.0
+    side: str = "left"
+    lower: bool = True
+    trans_a: bool = False
+    unit_diagonal: bool = False
+    overwrite: bool = False
+
+    @model_validator(mode="before")
+    @classmethod
+    def _check(cls, v: dict) -> dict:
+        v = dict(v)
+        v["alpha"] = finite_scalar(v.get("alpha", 1.0), "alpha")
+        v["side"] = choice(v.get("side", "left"), "side", ("left", "right"))
+        v["lower"] = flag(v.get("lower", True), "lower")
+        v["trans_a"] = flag(v.get("trans_a", False), "trans_a")
+        v["unit_diagonal"] = flag(v.get("unit_diagonal", False), "unit_diagonal")
+        v["overwrite"] = flag(v.get("overwrite", False), "overwrite")
+        a = operand(v.get("a"), "a", square=True)
+        b = operand(v.get("b"), "b")
+        together(a=a, b=b)
+        left = v["side"] == "left"
+        need = b.m if left else b.n
+        shape_rule([(a.n != need, lambda i: f"a is {a.n[i]} x {a.n[i]} but b is {b.m[i]} x "
+                                            f"{b.n[i]} (side={v['side']!r} needs a of order "
+                                            f"{need[i]})")])
+        _written(v["overwrite"], b=b)
+        v.update(a=a, b=b)
+        return v
+
+    def views(self) -> tuple[np.ndarray, np.ndarray, int, int, int]:
+        """``(m, n, tt, tx, lower)`` of the left-side form: the triangle's order, the
+        right-hand sides, and whether the triangle's and the right-hand sides' views are
+        transposed; ``lower``: the view's triangle."""
+        left = self.side == "left"
+        tt = int(self.trans_a != (not left))
+        lower = int(self.lower != bool(tt))
+        if left:
+            return self.b.m, self.b.n, tt, 0, lower
+        return self.b.n, self.b.m, tt, 1, lower
+
+
+class PotrsRequest(_Request):
+    """``A X = B`` with ``A = L L^T`` given by its Cholesky factor ``l`` (lower triangle read);
+    each problem has its own number of right-hand sides (0 allowed)."""
+
+    l: Any  # noqa: E741 - LAPACK's name
+    b: Any
+    overwrite: bool = False
+
+    @model_validator(mode="before")
+    @classmethod
+    def _check(cls, v: dict) -> dict:
+        v = dict(v)
+        v["overwrite"] = flag(v.get("overwrite", False), "overwrite")
+        ll = operand(v.get("l"), "l", square=True)
+        b = operand(v.get("b"), "b")
+        together(l=ll, b=b)
+        shape_rule([(ll.n != b.m, lambda i: f"l is {ll.n[i]} x {ll.n[i]} but b has {b.m[i]} "
+                                            "rows")])
+        _written(v["overwrite"], b=b)
+        v.update(l=ll, b=b)
+        return v
+
+
+# ----------------------------------------------------------------------------- graphs
+def gemm_graph(req: GemmRequest, opts: dict) -> TaskGraph:
+    m, n, k = req.sizes()
+    kd = gemm_kind("a", "b", "c" if req.c is not None else "", "out", req.trans_a, req.trans_b,
+                   0, "alpha", "beta" if req.c is not None else "zero")
+    return single_graph(kd, m, n, k)
+
+
+def syrk_graph(req: SyrkRequest, opts: dict) -> TaskGraph:
+    n, k = _shape(req.a, req.trans)
+    kd = gemm_kind("a", "a", "c" if req.c is not None else "", "out", req.trans,
+                   not req.trans, 0, "alpha", "beta" if req.c is not None else "zero",
+                   uplo="lower" if req.lower else "upper")
+    return single_graph(kd, n, n, k)
+
+
+def triangular_graph(req: TriangularRequest, opts: dict, solve: bool) -> TaskGraph:
+    m, n, tt, tx, lower = req.views()
+    which = TRSM if solve else TRMM
+    d = diag_kind(which, "a", "x", tt, tx, lower, req.unit_diagonal)
+    g = gemm_kind("a", "x", "x", "x", tt, tx, tx, "minus" if solve else "one", "one",
+                  skip_failed=1)
+    return chain_graph(m, n, [(d, g, bool(lower), solve)], copy_kind("b", "x", tx, "alpha"),
+                       int(opts["blas_nb"]))
+
+
+def potrs_phases(t: str, x: str) -> list[tuple]:
+    """``L Y = B`` forward, then ``L^T X = Y`` backward (the lower triangle of ``t`` read
+    both times: ``L^T``'s upper triangle is L's lower one, through a transposed view)."""
+    fwd = (diag_kind(TRSM, t, x, 0, 0, 1, 0), gemm_kind(t, x, x, x, 0, 0, 0, "minus", "one",
+                                                        skip_failed=1), True, True)
+    bwd = (diag_kind(TRSM, t, x, 1, 0, 0, 0), gemm_kind(t, x, x, x, 1, 0, 0, "minus", "one",
+                                                        skip_failed=1), False, True)
+    return [fwd, bwd]
+
+
+def potrs_graph(req: PotrsRequest, opts: dict) -> TaskGraph:
+    return chain_graph(req.b.m, req.b.n, potrs_phases("l", "x"), copy_kind("b", "x", 0, "one"),
+                       int(opts["blas_nb"]))
+
+
+# ----------------------------------------------------------------------------- references
+def gemm_reference(a, b, c=None, alpha=1.0, beta=0.0, trans_a=False, trans_b=False):
+    a = np.asarray(a, np.float64)
+    b = np.asarray(b, np.float64)
+    A = a.T if trans_a else a
+    B = b.T if trans_b else b
+    out = alpha * (A @ B)
+    if c is not None and beta != 0.0:
+        out = out + beta * np.asarray(c, np.float64)
+    return out
+
+
+def syrk_reference(a, c=None, alpha=1.0, beta=0.0, trans=False, lower=True):
+    """The whole output: the named triangle updated, the other one C's (zeros without C)."""
+    a = np.asarray(a, np.float64)
+    A = a.T if trans else a
+    n = A.shape[0]
+    cc = np.zeros((n, n)) if c is None else np.asarray(c, np.float64)
+    full = alpha * (A @ A.T) + (beta * cc if beta != 0.0 else 0.0)
+    tri = np.tril if lower else np.triu
+    other = np.triu(cc, 1) if lower else np.tril(cc, -1)
+    return tri(full) + other
+
+
+def triangle(a, lower=True, unit=False):
+    """The triangle a triangular op reads, as a dense float64 matrix."""
+    a = np.asarray(a, np.float64)
+    t = np.tril(a) if lower else np.triu(a)
+    if unit:
+        np.fill_diagonal(t, 1.0)
+    return t
+
+
+def trsm_reference(a, b, alpha=1.0, side="left", lower=True, trans_a=False,
+                   unit_diagonal=False):
+    from scipy.linalg import solve_triangular
+
+    t = triangle(a, lower, unit_diagonal)
+    b = alpha * np.asarray(b, np.float64)
+    if t.shape[0] == 0 or b.size == 0:
+        return b
+    if side == "left":
+        return solve_triangular(t, b, lower=lower, trans=1 if trans_a else 0,
+                                unit_diagonal=unit_diagonal, check_finite=False)
+    # X op(T) = B  <=>  op(T)^T X^T = B^T
+    return solve_triangular(t, b.T, lower=lower, trans=0 if trans_a else 1,
+                            unit_diagonal=unit_diagonal, check_finite=False).T
+
+
+def trmm_reference(a, b, alpha=1.0, side="left", lower=True, trans_a=False,
+                   unit_diagonal=False):
+    t = triangle(a, lower, unit_diagonal)
+    op = t.T if trans_a else t
+    b = alpha * np.asarray(b, np.float64)
+    return op @ b if side == "left" else b @ op
+
+
+def potrs_reference(l, b):  # noqa: E741 - LAPACK's name
+    from scipy.linalg import solve_triangular
+
+    t = np.tril(np.asarray(l, np.float64))
+    b = np.asarray(b, np.float64)
+    if t.shape[0] == 0 or b.size == 0:
+        return b.copy()
+    y = solve_triangular(t, b, lower=True, check_finite=False)
+    return solve_triangular(t, y, lower=True, trans=1, check_finite=False)
+
+
+def _nb(opts) -> int:
+    return int(opts["blas_nb"])
+
+
+def _sig(*fields):
+    def sig(req) -> tuple:
+        out = []
+        for f in fields:
+            v = getattr(req, f)
+            if isinstance(v, (PackedBatch, MatrixList)):
+                out += [v.m.tobytes(), v.n.tobytes()]
+            elif v is None:
+                out.append(None)
+            else:
+                out.append(v)
+        return tuple(out)
+
+    return sig
+
+
+def _first(outs: dict, info, plan):
+    (value,) = outs.values()
+    return value
+
+
+def _scalars(req) -> dict:
+    return {"alpha": getattr(req, "alpha", 1.0), "beta": getattr(req, "beta", 0.0)}
+
+
+GEMM_OP = register_op(Op(
+    name="gemm", request=GemmRequest,
+    buffers=(Buffer("a", "a"), Buffer("b", "b"), Buffer("c", "c"),
+             Buffer("out", "c", output=True, shape=lambda r: r.sizes()[:2], form="a")),
+    graph=gemm_graph, signature=_sig("a", "b", "c", "trans_a", "trans_b"), result=_first,
+    scalars=_scalars, families=(FAMILY,), doc="C := alpha op(A) op(B) + beta C",
+))
+SYRK_OP = register_op(Op(
+    name="syrk", request=SyrkRequest,
+    buffers=(Buffer("a", "a"), Buffer("c", "c"),
+             Buffer("out", "c", output=True, shape=lambda r: (_shape(r.a, r.trans)[0],) * 2,
+                    form="a")),
+    graph=syrk_graph, signature=_sig("a", "c", "trans", "lower"), result=_first,
+    scalars=_scalars, families=(FAMILY,), doc="C := alpha op(A) op(A)^T + beta C, one triangle",
+))
+TRSM_OP = register_op(Op(
+    name="trsm", request=TriangularRequest,
+    buffers=(Buffer("a", "a"), Buffer("b", "b"), Buffer("x", "b", output=True)),
+    graph=lambda r, o: triangular_graph(r, o, True),
+    signature=_sig("a", "b", "side", "lower", "trans_a", "unit_diagonal"), result=_first,
+    scalars=_scalars, families=(FAMILY,), doc="op(A) X = alpha B or X op(A) = alpha B",
+))
+TRMM_OP = register_op(Op(
+    name="trmm", request=TriangularRequest,
+    buffers=(Buffer("a", "a"), Buffer("b", "b"), Buffer("x", "b", output=True)),
+    graph=lambda r, o: triangular_graph(r, o, False),
+    signature=_sig("a", "b", "side", "lower", "trans_a", "unit_diagonal"), result=_first,
+    scalars=_scalars, families=(FAMILY,), doc="X = alpha op(A) B or alpha B op(A)",
+))
+POTRS_OP = register_op(Op(
+    name="potrs", request=PotrsRequest,
+    buffers=(Buffer("l", "l"), Buffer("b", "b"), Buffer("x", "b", output=True)),
+    graph=potrs_graph, signature=_sig("l", "b"), result=_first, scalars=_scalars,
+    families=(FAMILY,), doc="A X = B from the Cholesky factor L of A",
+))

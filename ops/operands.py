@@ -1,0 +1,102 @@
+"""The operands of one submission, validated together, in one place for every op.
+
+An op's request names its operands (``a``, ``b``, ``c``, ...); each is a list of 2-D arrays or a
+:class:`~vbatch.ops.batch.PackedBatch` (:mod:`vbatch.ops.batch` checks each on its own). Here they
+are checked against each other: one problem count, one dtype, one array kind (numpy or cupy:
+forms may differ, a list ``a`` with a packed ``b``). Every message names the problem and the
+operand. The op then states its shape rule (:func:`shape_rule`).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from vbatch.ops.batch import MatrixList, PackedBatch
+from vbatch.ops.errors import InputError, validated
+
+
+def operand(v: Any, name: str, square: bool = False) -> PackedBatch | MatrixList:
+    """``v`` as a validated batch; errors name ``name``."""
+    if isinstance(v, PackedBatch):
+        if square and not v.square:
+            bad = np.flatnonzero(v.m != v.n)
+            raise InputError([(int(i), f"{name}: not square: {v.m[i]} x {v.n[i]}")
+                              for i in bad])
+        return v
+    if isinstance(v, MatrixList):
+        return v
+    if isinstance(v, (list, tuple)):
+        try:
+            return validated(MatrixList, mats=v, square=square)
+        except InputError as exc:
+            raise InputError([(i, f"{name}: {r}") for i, r in exc.problems]) from None
+    raise InputError([(None, f"{name}: expected a list of 2-D arrays or a vbatch.PackedBatch, "
+                             f"got {type(v).__name__}")])
+
+
+def together(**batches: Any) -> None:
+    """The operands given (``None``: absent) share k, dtype and array kind."""
+    given = [(n, b) for n, b in batches.items() if b is not None]
+    if not given:
+        return
+    n0, b0 = given[0]
+    problems: list[tuple[int | None, str]] = []
+    for n, b in given[1:]:
+        if b.k != b0.k:
+            problems.append((None, f"{n} has {b.k} problems but {n0} has {b0.k}"))
+        if b.dtype != b0.dtype:
+            problems.append((None, f"{n} is {b.dtype} but {n0} is {b0.dtype} (one call, one "
+                                   "dtype)"))
+        if b.kind != b0.kind:
+            problems.append((None, f"{n} holds {b.kind} arrays but {n0} holds {b0.kind} (one "
+                                   "call, one array kind)"))
+    if problems:
+        raise InputError(problems)
+
+
+def shape_rule(checks: list[tuple[np.ndarray, str]]) -> None:
+    """Raise one error listing, per problem, every ``(mask, message)`` that holds for it;
+    ``message`` may use ``{i}``-free format fields filled per problem by the caller."""
+    problems: list[tuple[int | None, str]] = []
+    for mask, msg in checks:
+        for i in np.flatnonzero(mask):
+            problems.append((int(i), msg(int(i)) if callable(msg) else msg))
+    if problems:
+        problems.sort(key=lambda p: p[0])
+        raise InputError(problems)
+
+
+def finite_scalar(v: Any, name: str) -> float:
+    """``alpha``/``beta``: a real, finite number (bools refused: ``True`` is not ``1.0``)."""
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer,
+                                                                np.floating)):
+        raise InputError([(None, f"{name} must be a real number, got {type(v).__name__}")])
+    f = float(v)
+    if not math.isfinite(f):
+        raise InputError([(None, f"{name} must be finite, got {f}")])
+    return f
+
+
+def flag(v: Any, name: str) -> bool:
+    if not isinstance(v, (bool, np.bool_)):
+        raise InputError([(None, f"{name} must be True or False, got {v!r}")])
+    return bool(v)
+
+
+def choice(v: Any, name: str, allowed: tuple[str, ...]) -> str:
+    if not isinstance(v, str) or v.lower() not in allowed:
+        raise InputError([(None, f"{name} must be one of {allowed}, got {v!r}")])
+    return v.lower()
+
+
+def writable(batch: Any, name: str) -> list[tuple[int | None, str]]:
+    """The problems of ``batch`` that ``overwrite=True`` could not write."""
+    if isinstance(batch, PackedBatch):
+        if not getattr(batch.data.flags, "writeable", True):
+            return [(None, f"overwrite=True, but {name}'s packed buffer is read-only")]
+        return []
+    return [(i, f"overwrite=True, but {name} is read-only")
+            for i, a in enumerate(batch.mats) if not getattr(a.flags, "writeable", True)]

@@ -1,0 +1,97 @@
+"""``posv``: factor and solve in one submission, as one task graph.
+
+The graph is POTRF's (``a`` into the factor ``l``) followed by POTRS's (``l`` and ``b`` into the
+solution ``x``), joined per problem by one edge: the problem's last factorization task before its
+first solve. The copy of ``b`` into ``x`` depends on nothing, so it runs at the first level. The
+scheduler sees one graph: a small problem's solves run while a large one still factors (DSSE
+ends them together), and no host round trip separates the two halves.
+
+A problem whose factorization fails gets its ``info`` (LAPACK's) and keeps its right-hand side:
+the solve kernels skip problems whose ``info`` is set (``skip_failed``), so ``x`` stays the copy
+of ``b``; the other problems never notice.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from pydantic import model_validator
+
+from vbatch.ops.blas import FAMILY, _Request, _sig, _written, chain_graph, copy_kind, potrs_phases
+from vbatch.ops.cholesky import potrf_graph
+from vbatch.ops.op import Buffer, Op
+from vbatch.ops.op import register as register_op
+from vbatch.ops.operands import flag, operand, shape_rule, together
+from vbatch.scheduler.graph import TaskGraph, concat
+
+
+class PosvRequest(_Request):
+    """``A X = B`` for SPD ``A`` (lower triangle read): the factor and the solution."""
+
+    a: Any
+    b: Any
+    overwrite: bool = False
+
+    @model_validator(mode="before")
+    @classmethod
+    def _check(cls, v: dict) -> dict:
+        v = dict(v)
+        v["overwrite"] = flag(v.get("overwrite", False), "overwrite")
+        a = operand(v.get("a"), "a", square=True)
+        b = operand(v.get("b"), "b")
+        together(a=a, b=b)
+        shape_rule([(a.n != b.m, lambda i: f"a is {a.n[i]} x {a.n[i]} but b has {b.m[i]} "
+                                           "rows")])
+        _written(v["overwrite"], a=a, b=b)
+        v.update(a=a, b=b)
+        return v
+
+
+def posv_graph(req: PosvRequest, opts: dict) -> TaskGraph:
+    n = req.a.n
+    fac = potrf_graph(n, None, int(opts["nb"]))
+    sol = chain_graph(req.b.m, req.b.n, potrs_phases("l", "x"), copy_kind("b", "x", 0, "one"),
+                      int(opts["blas_nb"]))
+    k = len(n)
+    # Each problem's last factorization task, and its first solve (the task after the copy).
+    f_first, f_cnt = fac.chains
+    s_first, s_cnt = sol.chains
+    both = (f_cnt > 0) & (s_cnt > 1)
+    q = np.flatnonzero(both)
+    off = fac.size
+    edges = np.stack([f_first[q] + f_cnt[q] - 1, off + s_first[q] + 1], axis=1) if len(q) \
+        else np.zeros((0, 2), np.int64)
+    g, _ = concat([fac, sol], edges)
+    assert g.k == k
+    return g
+
+
+@dataclass(frozen=True)
+class PosvResult:
+    """``factors`` (as :class:`~vbatch.CholeskyResult`'s), ``solutions`` (the form of ``b``),
+    ``info`` (LAPACK's, per problem: a failed problem's solution is its ``b``, unchanged)."""
+
+    factors: Any
+    solutions: Any
+    info: np.ndarray
+    plan: Any
+
+    @property
+    def ok(self) -> bool:
+        return not np.any(self.info)
+
+    def failed(self) -> np.ndarray:
+        return np.flatnonzero(self.info)
+
+
+POSV_OP = register_op(Op(
+    name="posv", request=PosvRequest,
+    buffers=(Buffer("a", "a"), Buffer("l", "a", output=True), Buffer("b", "b"),
+             Buffer("x", "b", output=True)),
+    graph=posv_graph, signature=_sig("a", "b"),
+    result=lambda outs, info, plan: PosvResult(outs["l"], outs["x"], info, plan),
+    scalars=lambda req: {"alpha": 1.0, "beta": 0.0}, families=("potrf", FAMILY),
+    doc="A X = B for SPD A: Cholesky and the solve, one graph",
+))
