@@ -149,6 +149,44 @@ def _issue(records: list, main, sides: list) -> None:
         main.wait_event(s.record())
 
 
+def tables(plan: Plan, buffers: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """What every kernel reads besides the matrices, per (plan, layout): ``meta`` (int64: for
+    each of the op's buffers in order, offset[K] then ld[K]), ``imeta`` (int32: each buffer's
+    n[K]) and the task table (int32 rows of ``TASK_COLS``: the problem, then the task's args,
+    in plan order). An absent buffer's entries are zeros. A family that reads one buffer finds
+    it first (POTRF's kernels read ``meta = offset, ld`` and ``imeta = n`` of buffer 0)."""
+    from vbatch.kernels.cuda_build import TASK_COLS
+
+    K = plan.k
+    names = plan.buffers
+    meta = np.zeros(2 * K * len(names), dtype=np.int64)
+    imeta = np.zeros(K * len(names), dtype=np.int32)
+    for s, name in enumerate(names):
+        b = buffers.get(name)
+        if b is None:
+            continue
+        meta[2 * K * s: 2 * K * s + K] = b.offset
+        meta[2 * K * s + K: 2 * K * (s + 1)] = b.ld
+        imeta[K * s: K * (s + 1)] = b.n
+    t = plan.tasks
+    if t.args.shape[1] > TASK_COLS - 1:
+        raise ValueError(f"tasks with {t.args.shape[1]} args exceed the table's {TASK_COLS - 1}")
+    tasks = np.zeros((len(t), TASK_COLS), dtype=np.int32)
+    tasks[:, 0] = t.problem
+    tasks[:, 1:1 + t.args.shape[1]] = t.args
+    return meta, imeta, tasks.reshape(-1)
+
+
+def sections(plan: Plan, modules: dict) -> tuple[list, dict]:
+    """The per-call pointer table: each kernel family's section, one after another (entries:
+    the op's buffer names, ``info``, ``alpha``, ``beta``), and each family's first entry."""
+    entries, start = [], {}
+    for fam in plan.families:
+        start[fam] = len(entries)
+        entries += modules[fam].section(plan.buffers)
+    return entries, start
+
+
 @dataclass
 class _Prepared:
     """Device-side state of one (plan, layout): built once, reused by every call.
@@ -158,10 +196,11 @@ class _Prepared:
     another's kernels. ``graph`` holds every launch of the plan, captured once."""
 
     plan: Plan
-    arrays: tuple  # device copies of the op's tables (kept alive for the kernels)
-    table: object  # cupy uint64 [buffers + 1]
+    arrays: tuple  # device copies of the tables (kept alive for the kernels)
+    table: object  # cupy uint64: every family's section
     records: list
-    ptrs: _Params = field(default_factory=_Params)
+    entries: list  # what each table slot holds
+    ptrs: dict = field(default_factory=dict)  # family -> its _Params
     lock: threading.Lock = field(default_factory=threading.Lock)
     graph: object = None
     last: object = None
@@ -264,6 +303,8 @@ class CudaBackend(Backend):
 
     # ------------------------------------------------------------ memory
     def stage_input(self, batch, writable: bool) -> PackedBatch:
+        if batch is None:
+            return None
         if isinstance(batch, MatrixList):
             # One packed buffer on the device (an upload, or one gather kernel for cupy
             # arrays), laid out from the sizes alone: its device tables are kept with the plan.
@@ -280,6 +321,15 @@ class CudaBackend(Backend):
 
     def new_output(self, like: PackedBatch) -> PackedBatch:
         out = like.with_data(cupy.empty(like.data.size, like.data.dtype))
+        return out
+
+    def new_buffer(self, m, n, dtype, order: str) -> PackedBatch:
+        from vbatch.ops.batch import tight_layout
+
+        off, ld, total = tight_layout(m, n, order)
+        out = PackedBatch.model_construct(data=cupy.zeros(total, dtype), m=m, n=n, offset=off,
+                                          ld=ld, order=order)
+        out.cache()["tight"] = True
         return out
 
     @staticmethod
@@ -341,29 +391,54 @@ class CudaBackend(Backend):
             pool.append(cupy.cuda.Stream(non_blocking=True))
         return pool[:n]
 
-    def _prepare(self, plan: Plan, mod, buffers: dict, config) -> _Prepared:
-        layout = buffers[mod.BUFFERS[0]]
-        # A list's layout follows from its sizes: keep the tables with the plan, so every list
-        # of those sizes reuses them (and the graph). A packed batch's with the batch.
-        lc = layout.cache()
-        cache = plan.cache if lc.get("tight") else lc
-        key = ("cuda", cupy.cuda.runtime.getDevice(), id(plan), config.fp64_update)
+    def _prepare(self, plan: Plan, buffers: dict, config) -> _Prepared:
+        # The tables depend on every buffer's layout. A list's (or a new output's) follows
+        # from its sizes, which the plan fixes: "tight". A packed batch's is its own, named by
+        # a token kept in its cache (shared by batches made with with_data). The entry lives
+        # with the first packed buffer (it dies with it), else with the plan.
+        tokens, home = [], None
+        for name in plan.buffers:
+            b = buffers.get(name)
+            if b is None:
+                tokens.append(None)
+                continue
+            c = b.cache()
+            if c.get("tight"):
+                tokens.append(("tight", b.order))
+                continue
+            tok = c.get("token")
+            if tok is None:
+                tok = c["token"] = object()
+            tokens.append(tok)
+            if home is None:
+                home = c
+        cache = plan.cache if home is None else home
+        key = ("cuda", cupy.cuda.runtime.getDevice(), id(plan), config.fp64_update,
+               tuple(tokens))
         hit = cache.get(key)
         if hit is not None and hit.plan is plan:
             return hit
-        arrays = tuple(cupy.asarray(a) for a in mod.tables(plan, buffers))
-        prep = _Prepared(plan, arrays, cupy.zeros(len(mod.BUFFERS) + 1, dtype=np.uint64), [])
-        prep.ptrs.tbl = prep.table.data.ptr
-        prep.ptrs.meta, prep.ptrs.imeta, prep.ptrs.tasks = (a.data.ptr for a in arrays)
+        modules = {fam: self._op(fam) for fam in plan.families}
+        entries, start = sections(plan, modules)
+        arrays = tuple(cupy.asarray(a) for a in tables(plan, buffers))
+        prep = _Prepared(plan, arrays, cupy.zeros(max(len(entries), 1), dtype=np.uint64), [],
+                         entries)
+        for fam in plan.families:
+            ptrs = prep.ptrs[fam] = _Params()
+            ptrs.tbl = prep.table.data.ptr + 8 * start[fam]
+            ptrs.meta, ptrs.imeta, ptrs.tasks = (a.data.ptr for a in arrays)
+        layout = next(b for b in buffers.values() if b is not None)
+        orders = {name: b.order for name, b in buffers.items() if b is not None}
         for lc in plan.launches:
-            sel = mod.selection(lc, plan, layout.dtype, layout.order, config)
+            mod = modules[lc.family]
+            sel = mod.selection(lc, plan, layout.dtype, orders, config)
             kern = _kernel(sel.name, sel.source)
             if sel.smem > 48 * 1024 and kern.max_dynamic_shared_size_bytes < sel.smem:
                 kern.max_dynamic_shared_size_bytes = sel.smem
             grid3 = sel.grid + (1,) * (3 - len(sel.grid))
             block3 = sel.block + (1,) * (3 - len(sel.block))
             rec = _Record(kern, kern.kernel.ptr, grid3, block3, sel.smem, lc)
-            rec.bind(prep.ptrs, (plan.k, lc.lo, lc.hi, sel.extra))
+            rec.bind(prep.ptrs[lc.family], (plan.k, lc.lo, lc.hi, sel.extra))
             prep.records.append(rec)
         if prep.records:
             prep.graph = self._capture(prep)
@@ -383,24 +458,30 @@ class CudaBackend(Backend):
             graph = cs.end_capture()
         return graph
 
-    def begin(self, plan: Plan, buffers: dict, after: list, config) -> _Exec:
-        mod = self._op(plan.op)
-        prep = self._prepare(plan, mod, buffers, config)
+    def begin(self, plan: Plan, buffers: dict, after: list, config,
+              scalars: dict | None = None) -> _Exec:
+        prep = self._prepare(plan, buffers, config)
         main = cupy.cuda.get_current_stream()
         for dep in after:
             if isinstance(dep, _Done):
                 main.wait_event(dep.event)
             else:
                 dep.wait()
-        names = mod.BUFFERS
-        slot = self._slots.take(plan.k, len(names) + 1)
+        entries = prep.entries
+        slot = self._slots.take(plan.k, max(len(entries), 1))
         slot.info[:] = 0
         table = slot.table
-        for i, name in enumerate(names):
-            table[i] = buffers[name].data.data.ptr
-        table[len(names)] = slot.info_ptr
+        for i, e in enumerate(entries):
+            if e == "info":
+                table[i] = slot.info_ptr
+            elif e in ("alpha", "beta"):
+                table[i] = np.float64((scalars or {}).get(e, 0.0)).view(np.uint64)
+            else:
+                b = buffers.get(e)
+                table[i] = 0 if b is None else b.data.data.ptr
         graph = prep.graph if config.cuda_graphs else None
-        return _Exec(prep, slot, main, tuple(buffers.values()), graph)
+        return _Exec(prep, slot, main, tuple(b for b in buffers.values() if b is not None),
+                     graph)
 
     def launch(self, ex: _Exec, lc: Launch) -> None:
         # Nothing reaches the device here: the launches go out together in flush(), which

@@ -24,7 +24,7 @@ from pathlib import Path
 HERE = Path(__file__).parent
 HEADER = "vbatched.cuh"
 # Constants the kernels and Python share, written into the preamble.
-TASK_COLS = 3  # a task row: problem, a0, a1 (vbatched.cuh; ops' tables())
+TASK_COLS = 6  # a task row: problem and up to five args (vbatched.cuh; cuda.tables())
 CONSTANTS = {"VB_TASK_COLS": TASK_COLS}
 DTYPES = ("float64", "float32")
 ORDERS = ("F", "C")

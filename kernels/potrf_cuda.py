@@ -7,12 +7,13 @@ for ``python -m vbatch compile`` and CI's nvcc check, via :mod:`vbatch.kernels.c
 it lays out what the kernels read (:func:`tables`). It imports without cupy, so all of that is
 tested on machines without a GPU.
 
-Every POTRF kernel takes ``(tbl, meta, imeta, tasks, K, lo, hi, extra)``: the per-call pointer
-table (A, L, info), the per-problem arrays (``meta``: offset[K], ld[K] as int64; ``imeta``:
-n[K] as int32, problems in the caller's order) and the plan's task table (``tasks``: one
-``int3`` per task, problem / a0 / a1: for a panel its first column j and width w, for a schur
-task p and n - p). A launch passes its range ``[lo, hi)`` of the task table; block ``b`` takes
-task ``lo + b`` (``vbatched.cuh``).
+Every POTRF kernel takes ``(tbl, meta, imeta, tasks, K, lo, hi, extra)``: its section of the
+per-call pointer table (A, L, info: :func:`section`), the per-problem arrays (``meta``:
+offset[K], ld[K] as int64; ``imeta``: n[K] as int32, problems in the caller's order: those of the
+op's first buffer, the matrix factored, in the tables ``cuda.tables`` builds for every family)
+and the plan's task table (one row per task, problem / a0 / a1 / ...: for a panel its first
+column j and width w, for a schur task p and n - p). A launch passes its range ``[lo, hi)`` of
+the task table; block ``b`` takes task ``lo + b`` (``vbatched.cuh``).
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from vbatch.kernels.cuda_build import TASK_COLS
 from vbatch.ops.errors import InputError
 
 OP = "potrf"
@@ -43,8 +43,6 @@ UPDATE_RCS = (32, 64, 128)
 FP64_UPDATES = ("fma", "mma")
 DTYPES = ("float64", "float32")
 ORDERS = ("F", "C")
-# The kernels' buffers, in pointer-table order (the info pointer follows them).
-BUFFERS = ("a", "l")
 
 _CTYPE = {np.dtype(np.float64): "double", np.dtype(np.float32): "float"}
 
@@ -217,9 +215,15 @@ def select(lc, nb: int, dtype, order: str, fp64_update: str = "fma") -> Selectio
     return sel
 
 
-def selection(lc, plan, dtype, order: str, config) -> Selection:
-    """:func:`select` for the CUDA backend: the plan's panel width, the config's update."""
-    return select(lc, plan.nb, dtype, order, config.fp64_update)
+def section(names: tuple[str, ...]) -> list[str]:
+    """This family's part of the per-call pointer table: A, L, info (potrf.cu reads tbl[0..2])."""
+    return ["a", "l", "info"]
+
+
+def selection(lc, plan, dtype, layouts: dict, config) -> Selection:
+    """:func:`select` for the CUDA backend: the plan's panel width, the config's update, the
+    order of the factored matrix (A and L share a layout)."""
+    return select(lc, plan.nb, dtype, layouts["a"], config.fp64_update)
 
 
 def kernel_names(dtypes=DTYPES, nbs=NB_SUPPORTED, orders=ORDERS) -> list[str]:
@@ -239,18 +243,3 @@ def kernel_names(dtypes=DTYPES, nbs=NB_SUPPORTED, orders=ORDERS) -> list[str]:
                 out += [potf2_name(T, nb, R), trsm_name(T, nb, R)]
             out.append(schur_name(T, R))
     return out
-
-
-# ----------------------------------------------------------------------------- device tables
-def tables(plan, buffers: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """What the kernels read besides the matrices: ``meta`` (int64: offset[K], ld[K]),
-    ``imeta`` (int32: n[K]), per problem in the caller's order (A and L share the layout), and
-    the task table (int32: problem, a0, a1 per task, in plan order)."""
-    batch = buffers["a"]
-    meta = np.concatenate([batch.offset, batch.ld]).astype(np.int64)
-    imeta = np.asarray(batch.n, dtype=np.int32)
-    t = plan.tasks
-    tasks = np.empty((len(t), TASK_COLS), dtype=np.int32)
-    tasks[:, 0] = t.problem
-    tasks[:, 1:] = t.args[:, :2]
-    return meta, imeta, tasks.reshape(-1)

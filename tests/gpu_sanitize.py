@@ -6,7 +6,8 @@
 Covers fused (several block shapes), update, potf2, trsm, schur, gather and scatter, in both
 layouts and dtypes, full and partial, with a non-SPD matrix (its failed panel completes its
 leading columns in the fused kernel, and in potf2_step + trsm_step when separated) and an infinite
-pivot. Exits 1 if any result is wrong. Not collected by pytest (no test_ prefix): the sanitizer
+pivot; then the blas family (GEMM, SYRK, TRSM, TRMM, POSV with a failing problem). Exits 1 if
+any result is wrong. Not collected by pytest (no test_ prefix): the sanitizer
 runs it as its own process.
 """
 
@@ -70,8 +71,72 @@ def main() -> int:
                         bad += 1
         work = [cupy.asarray(m) for m in mats]
         vbatch.Runtime("cuda").cholesky(work, overwrite=True).result()  # gather + scatter
+        bad += blas(rng, dtype)
     print("sanitize batch:", "ok" if not bad else f"{bad} failures")
     return 1 if bad else 0
+
+
+def blas(rng, dtype) -> int:
+    """Every blas-family kernel (GEMM tiles, triangle-restricted GEMM, both diagonal kernels,
+    copy) in both layouts, and posv with a failing problem (the solve kernels skip it)."""
+    eps = float(np.finfo(dtype).eps)
+    bad = 0
+    rt = vbatch.Runtime("cuda")
+    shapes = [(0, 3, 2), (1, 1, 1), (31, 33, 32), (65, 64, 63), (100, 7, 129), (5, 70, 0)]
+    for order in ("F", "C"):
+        A = [rng.standard_normal((m, k)).astype(dtype) for m, n, k in shapes]
+        B = [rng.standard_normal((k, n)).astype(dtype) for m, n, k in shapes]
+        C = [rng.standard_normal((m, n)).astype(dtype) for m, n, k in shapes]
+        a, b, c = (dev(x, order) for x in (A, B, C))
+        out = rt.gemm(a, b, c, alpha=2.0, beta=-1.0).result()
+        for i, (x, y, z) in enumerate(zip(A, B, C)):
+            ref = 2.0 * x.astype(np.float64) @ y + -1.0 * z
+            got = out.matrix(i).get()
+            if not np.allclose(got, ref, rtol=100 * eps, atol=100 * eps * (1 + x.shape[1])):
+                print(f"gemm {order} problem {i}")
+                bad += 1
+        sy = rt.syrk(a, alpha=1.0).result()
+        for i, x in enumerate(A):
+            ref = np.tril(x.astype(np.float64) @ x.T)
+            if not np.allclose(sy.matrix(i).get(), ref, rtol=100 * eps,
+                               atol=100 * eps * (1 + x.shape[1])):
+                print(f"syrk {order} problem {i}")
+                bad += 1
+        ns = [0, 1, 31, 32, 33, 100, 40]
+        T = [np.tril(rng.uniform(-1, 1, (n, n)) / max(n, 1)) + 2 * np.eye(n) for n in ns]
+        R = [rng.standard_normal((n, r)) for n, r in zip(ns, (2, 1, 3, 130, 4, 5, 1))]
+        t, r = dev([x.astype(dtype) for x in T], order), dev([x.astype(dtype) for x in R], order)
+        for side_ok in ("trsm", "trmm"):
+            for trans in (False, True):
+                fn = rt.trsm if side_ok == "trsm" else rt.trmm
+                X = fn(t, r, trans_a=trans).result()
+                for i, (tt, rr) in enumerate(zip(T, R)):
+                    op = tt.T if trans else tt
+                    x = X.matrix(i).get().astype(np.float64)
+                    res = op @ x - rr if side_ok == "trsm" else x - op @ rr
+                    den = np.linalg.norm(op) * (np.linalg.norm(x) + np.linalg.norm(rr)) or 1
+                    if not np.linalg.norm(res) / den <= 4 * max(len(tt), 1) * eps:
+                        print(f"{side_ok} trans={trans} {order} problem {i}")
+                        bad += 1
+        S = spd_list(ns, dtype, rng)
+        S[5] = make_indefinite(S[5], 20)
+        res = rt.posv(dev(S, order), r).result()
+        for i, (s_, rr) in enumerate(zip(S, R)):
+            x = res.solutions.matrix(i).get().astype(np.float64)
+            if i == 5:
+                ok = res.info[i] == 21 and np.array_equal(x, rr.astype(dtype))
+            else:
+                ok = res.info[i] == 0 and np.linalg.norm(s_ @ x - rr) <= 1e3 * eps * (
+                    np.linalg.norm(s_) * np.linalg.norm(x) + np.linalg.norm(rr) + 1)
+            if not ok:
+                print(f"posv {order} problem {i}: info {res.info[i]}")
+                bad += 1
+    return bad
+
+
+def dev(mats, order):
+    packed = vbatch.pack([np.asarray(m) for m in mats], order=order)
+    return packed.with_data(cupy.asarray(packed.data))
 
 
 if __name__ == "__main__":

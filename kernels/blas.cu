@@ -1,0 +1,274 @@
+// vbatch: the blas kernel family (ops/blas.py): GEMM joins, diagonal blocks, copies, on views.
+//
+// Every kernel takes (tbl, meta, imeta, tasks, K, lo, hi, extra), like every vbatched kernel
+// (vbatched.cuh). The family's section of the per-call table is: tbl[0] alpha, tbl[1] beta (the
+// call's, as float64 bits), tbl[2] info, tbl[3 + s] the op's buffer s. meta holds, per buffer s,
+// offset[K] then ld[K] (meta + s * 2K). A task row is (q, r0, mm, k0, kk, nn).
+//
+// A *view* is a buffer read as is or transposed: element (r, c) at r * ld + c when its rows are
+// contiguous (a row-major buffer, or a column-major one transposed), else r + c * ld. Which
+// buffer each operand is, and how it is viewed, is fixed per launch (the task kind's params), so
+// it comes packed into `extra` (kernels/blas_cuda.py: the same bit layout):
+//   bits 0-2 / 3-5 / 6-8 / 9-11: the buffers of operands 0..3 (7: absent)
+//   bits 12-15: each operand's view has contiguous rows
+//   bits 16-17: GEMM: the triangle of the output written (0 all, 1 lower, 2 upper);
+//               diagonal blocks: bit 16 lower, bit 17 unit diagonal
+//   bits 18-19: alpha (0 the call's, 1 -1, 2 +1); bits 20-21: beta (0 the call's, 1 0, 2 +1)
+//   bit 22: skip problems whose info is set (a solve after a failed factorization)
+
+namespace vb {
+
+struct BlasLaunch {
+  int slot[4];
+  bool row[4];
+  int tri;
+  double alpha, beta;
+  bool skip;
+};
+
+__device__ __forceinline__ BlasLaunch blas_launch(const unsigned long long* tbl, int extra) {
+  BlasLaunch b;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    b.slot[i] = (extra >> (3 * i)) & 7;
+    b.row[i] = (extra >> (12 + i)) & 1;
+  }
+  b.tri = (extra >> 16) & 3;
+  const int am = (extra >> 18) & 3, bm = (extra >> 20) & 3;
+  b.alpha = am == 1 ? -1.0 : am == 2 ? 1.0 : __longlong_as_double((long long)tbl[0]);
+  b.beta = bm == 1 ? 0.0 : bm == 2 ? 1.0 : __longlong_as_double((long long)tbl[1]);
+  b.skip = (extra >> 22) & 1;
+  return b;
+}
+
+template <typename T>
+struct View {
+  T* p;
+  long long ld;
+  bool row;
+  __device__ __forceinline__ T& operator()(long long r, long long c) const {
+    return p[row ? r * ld + c : r + c * ld];
+  }
+};
+
+template <typename T>
+__device__ __forceinline__ View<T> view_of(const unsigned long long* tbl, const long long* meta,
+                                           int K, int q, int slot, bool row) {
+  View<T> v;
+  v.p = reinterpret_cast<T*>(tbl[3 + slot]) + meta[(long long)slot * 2 * K + q];
+  v.ld = meta[(long long)slot * 2 * K + K + q];
+  v.row = row;
+  return v;
+}
+
+__device__ __forceinline__ bool failed(const unsigned long long* tbl, int q) {
+  return reinterpret_cast<const int*>(tbl[2])[q] != 0;
+}
+
+// All six task columns (vbatched.cuh's Task holds the first three).
+__device__ __forceinline__ bool blas_task(const int* tasks, int lo, int hi, int* t) {
+  const int row = lo + (int)blockIdx.x;
+  if (row >= hi) return false;
+  const int* r = tasks + (long long)row * VB_TASK_COLS;
+#pragma unroll
+  for (int i = 0; i < 6; ++i) t[i] = r[i];
+  return true;
+}
+
+// O[r0 + i, c] = alpha * sum_l A[r0 + i, k0 + l] B[k0 + l, c] + beta * C[r0 + i, c] for i < mm,
+// c < nn, on views: operands 0 A, 1 B, 2 C (absent: beta taken as 0), 3 O. Block tile BM x BN
+// (blockIdx.y enumerates a task's tiles, row tiles slowest), BK-deep slices through shared
+// memory, each thread a TM x TN register tile with rows and columns strided across the block.
+// A triangle restriction writes only O's lower or upper part (absolute row r0 + i against c);
+// the rest of O gets C's values (a copy, out of place) or zeros (no C), so an output is complete.
+template <typename T, int BM, int BN, int BK, int TM, int TN>
+__global__ void __launch_bounds__((BM / TM) * (BN / TN))
+blas_gemm(const unsigned long long* tbl, const long long* meta, const int* imeta,
+          const int* tasks, int K, int lo, int hi, int extra) {
+  constexpr int TX = BN / TN, TY = BM / TM, NT = TX * TY;
+  __shared__ T As[BK][BM + 1];
+  __shared__ T Bs[BK][BN + 1];
+  int t[6];
+  if (!blas_task(tasks, lo, hi, t)) return;
+  const int q = t[0], r0 = t[1], mm = t[2], k0 = t[3], kk = t[4], nn = t[5];
+  const BlasLaunch L = blas_launch(tbl, extra);
+  if (L.skip && failed(tbl, q)) return;
+  const int tiles_n = (nn + BN - 1) / BN;
+  const int tm = blockIdx.y / tiles_n, tn = blockIdx.y % tiles_n;
+  if (tm * BM >= mm) return;
+  const int i0 = tm * BM, c0 = tn * BN;
+  const View<T> O = view_of<T>(tbl, meta, K, q, L.slot[3], L.row[3]);
+  const bool has_c = L.slot[2] != 7;
+  View<T> C = O;
+  if (has_c) C = view_of<T>(tbl, meta, K, q, L.slot[2], L.row[2]);
+  // Rows of this tile that lie (partly) inside the triangle written.
+  const int R_lo = r0 + i0, R_hi = r0 + min(i0 + BM, mm) - 1;
+  const int c_lo = c0, c_hi = min(c0 + BN, nn) - 1;
+  const bool any_in = L.tri == 0 || (L.tri == 1 ? R_hi >= c_lo : R_lo <= c_hi);
+  const int tid = threadIdx.x;
+  const int tx = tid % TX, ty = tid / TX;
+  T acc[TM][TN];
+#pragma unroll
+  for (int a = 0; a < TM; ++a)
+#pragma unroll
+    for (int b = 0; b < TN; ++b) acc[a][b] = T(0);
+  if (any_in && kk > 0 && L.alpha != 0.0) {
+    const View<T> A = view_of<T>(tbl, meta, K, q, L.slot[0], L.row[0]);
+    const View<T> B = view_of<T>(tbl, meta, K, q, L.slot[1], L.row[1]);
+    for (int l0 = 0; l0 < kk; l0 += BK) {
+      // Threads run along the view's contiguous dimension, so loads coalesce either way.
+      for (int e = tid; e < BM * BK; e += NT) {
+        int i, l;
+        if (A.row) { l = e % BK; i = e / BK; } else { i = e % BM; l = e / BM; }
+        const int gi = i0 + i, gl = l0 + l;
+        As[l][i] = (gi < mm && gl < kk) ? A(r0 + gi, k0 + gl) : T(0);
+      }
+      for (int e = tid; e < BN * BK; e += NT) {
+        int c, l;
+        if (B.row) { c = e % BN; l = e / BN; } else { l = e % BK; c = e / BK; }
+        const int gc = c0 + c, gl = l0 + l;
+        Bs[l][c] = (gc < nn && gl < kk) ? B(k0 + gl, gc) : T(0);
+      }
+      __syncthreads();
+#pragma unroll
+      for (int l = 0; l < BK; ++l) {
+        T ra[TM], rb[TN];
+#pragma unroll
+        for (int a = 0; a < TM; ++a) ra[a] = As[l][ty + TY * a];
+#pragma unroll
+        for (int b = 0; b < TN; ++b) rb[b] = Bs[l][tx + TX * b];
+#pragma unroll
+        for (int a = 0; a < TM; ++a)
+#pragma unroll
+          for (int b = 0; b < TN; ++b) acc[a][b] += ra[a] * rb[b];
+      }
+      __syncthreads();
+    }
+  }
+  const T alpha = T(L.alpha), beta = T(L.beta);
+  const bool same = has_c && C.p == O.p && C.row == O.row;  // C is O itself (in place)
+#pragma unroll
+  for (int a = 0; a < TM; ++a) {
+    const int i = i0 + ty + TY * a;
+    if (i >= mm) continue;
+    const int R = r0 + i;
+#pragma unroll
+    for (int b = 0; b < TN; ++b) {
+      const int c = c0 + tx + TX * b;
+      if (c >= nn) continue;
+      const bool in = L.tri == 0 || (L.tri == 1 ? R >= c : R <= c);
+      if (in) {
+        T v = alpha * acc[a][b];
+        if (has_c && L.beta != 0.0) v += beta * C(R, c);  // beta = 0: C is not read (BLAS)
+        O(R, c) = v;
+      } else if (!same) {
+        O(R, c) = has_c ? C(R, c) : T(0);
+      }
+    }
+  }
+}
+
+// One diagonal block X[o:o+w, :nn] := T[o:o+w, o:o+w]^{-1} X[...] (MUL false) or T X (MUL
+// true), w <= NB, on views: operand 0 the triangle (its lower or upper part, per bit 16; bit 17:
+// unit diagonal, not read), operand 1 the right-hand sides. The block holds the triangle and NC
+// columns of X in shared memory (blockIdx.y: which NC columns); each thread solves or multiplies
+// one column, reading the triangle by broadcast.
+template <typename T, int NB, int NC, bool MUL>
+__global__ void __launch_bounds__(NC)
+blas_diag(const unsigned long long* tbl, const long long* meta, const int* imeta,
+          const int* tasks, int K, int lo, int hi, int extra) {
+  __shared__ T sT[NB][NB + 1];
+  __shared__ T sX[NB][NC + 1];
+  int t[6];
+  if (!blas_task(tasks, lo, hi, t)) return;
+  const int q = t[0], o = t[1], w = t[2], nn = t[5];
+  const BlasLaunch L = blas_launch(tbl, extra);
+  if (L.skip && failed(tbl, q)) return;
+  const int c0 = blockIdx.y * NC;
+  if (c0 >= nn) return;
+  const int ncol = min(NC, nn - c0);
+  const bool lower = (extra >> 16) & 1, unit = (extra >> 17) & 1;
+  const View<T> Tv = view_of<T>(tbl, meta, K, q, L.slot[0], L.row[0]);
+  const View<T> X = view_of<T>(tbl, meta, K, q, L.slot[1], L.row[1]);
+  const int tid = threadIdx.x;
+  for (int e = tid; e < NB * NB; e += NC) {
+    int i, j;
+    if (Tv.row) { j = e % NB; i = e / NB; } else { i = e % NB; j = e / NB; }
+    const bool in = i < w && j < w && (lower ? j <= i : j >= i) && !(unit && i == j);
+    sT[i][j] = in ? Tv(o + i, o + j) : T(0);
+  }
+  for (int e = tid; e < NB * NC; e += NC) {
+    int i, c;
+    if (X.row) { c = e % NC; i = e / NC; } else { i = e % NB; c = e / NB; }
+    if (i < w && c < ncol) sX[i][c] = X(o + i, c0 + c);
+  }
+  __syncthreads();
+  if (tid < ncol) {
+    const int c = tid;
+    if (!MUL) {
+      if (lower) {
+        for (int i = 0; i < w; ++i) {
+          T s = sX[i][c];
+          for (int j = 0; j < i; ++j) s -= sT[i][j] * sX[j][c];
+          sX[i][c] = unit ? s : s / sT[i][i];
+        }
+      } else {
+        for (int i = w - 1; i >= 0; --i) {
+          T s = sX[i][c];
+          for (int j = i + 1; j < w; ++j) s -= sT[i][j] * sX[j][c];
+          sX[i][c] = unit ? s : s / sT[i][i];
+        }
+      }
+    } else {
+      // In place: lower rows from the bottom up (row i reads rows <= i, not yet overwritten),
+      // upper from the top down.
+      if (lower) {
+        for (int i = w - 1; i >= 0; --i) {
+          T s = unit ? sX[i][c] : T(0);
+          for (int j = 0; j <= i; ++j) s += sT[i][j] * sX[j][c];
+          sX[i][c] = s;
+        }
+      } else {
+        for (int i = 0; i < w; ++i) {
+          T s = unit ? sX[i][c] : T(0);
+          for (int j = i; j < w; ++j) s += sT[i][j] * sX[j][c];
+          sX[i][c] = s;
+        }
+      }
+    }
+  }
+  __syncthreads();
+  for (int e = tid; e < NB * NC; e += NC) {
+    int i, c;
+    if (X.row) { c = e % NC; i = e / NC; } else { i = e % NB; c = e / NB; }
+    if (i < w && c < ncol) X(o + i, c0 + c) = sX[i][c];
+  }
+}
+
+// X[:mm, :nn] := alpha S[:mm, :nn] on views (operand 0 S, operand 1 X); alpha = 0 writes zeros
+// without reading S (BLAS), and a copy onto itself with alpha = 1 does nothing. Tiles of 32 x 32
+// (blockIdx.y), threads along the destination's contiguous dimension.
+template <typename T>
+__global__ void __launch_bounds__(256)
+blas_copy(const unsigned long long* tbl, const long long* meta, const int* imeta,
+          const int* tasks, int K, int lo, int hi, int extra) {
+  int t[6];
+  if (!blas_task(tasks, lo, hi, t)) return;
+  const int q = t[0], mm = t[2], nn = t[5];
+  const BlasLaunch L = blas_launch(tbl, extra);
+  const View<T> S = view_of<T>(tbl, meta, K, q, L.slot[0], L.row[0]);
+  const View<T> X = view_of<T>(tbl, meta, K, q, L.slot[1], L.row[1]);
+  if (L.alpha == 1.0 && S.p == X.p && S.row == X.row) return;
+  const int tiles_n = (nn + 31) / 32;
+  const int tm = blockIdx.y / tiles_n, tn = blockIdx.y % tiles_n;
+  if (tm * 32 >= mm) return;
+  const T alpha = T(L.alpha);
+  const int fast = threadIdx.x % 32, slow = threadIdx.x / 32;
+  for (int e = 0; e < 4; ++e) {
+    const int i = tm * 32 + (X.row ? slow + 8 * e : fast);
+    const int c = tn * 32 + (X.row ? fast : slow + 8 * e);
+    if (i < mm && c < nn) X(i, c) = L.alpha == 0.0 ? T(0) : alpha * S(i, c);
+  }
+}
+
+}  // namespace vb

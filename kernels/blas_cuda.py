@@ -1,0 +1,169 @@
+"""The ``blas`` kernel family on CUDA: which kernel each launch kind runs, its grid, its
+``extra`` word. No cupy (tested without a GPU, like every launcher).
+
+The kernels are ``blas.cu`` beside this file; its header comment defines the table section
+(:func:`section`) and the bits of ``extra`` (:func:`encode`), which must agree with this module.
+A task kind's ``params`` (:mod:`vbatch.ops.blas`) name the op's buffers; a buffer's index in the
+plan's ``buffers`` is its slot, and whether a view has contiguous rows is the buffer's order
+(``"C"``) exclusive-or the kind's transposition of it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from vbatch.ops.blas import COPY, GEMM, TRMM, TRSM
+from vbatch.ops.errors import InputError
+
+OP = "blas"
+SOURCE = "blas.cu"
+TEMPLATES = ("vb::blas_gemm", "vb::blas_diag", "vb::blas_copy")
+DTYPES = ("float64", "float32")
+# Recursion base of triangular ops: the diagonal kernel holds a block of NB x NB (and NB rows of
+# NC right-hand-side columns) in shared memory: 41.5 KB in float64 at 32 x 128, under the
+# 48 KB a kernel gets without opting in.
+DIAG_NB, DIAG_NC = 32, 128
+# GEMM tiles: (BM, BN, BK, TM, TN), 256 threads each; the small one for tasks that fit in it.
+GEMM_TILES = ((32, 32, 16, 2, 2), (64, 64, 16, 4, 4))
+COPY_TILE = 32
+MAX_GRID_Y = 65535
+ABSENT = 7
+NB_SUPPORTED = None  # no panel width: cuda_build.kernel_names passes None through
+
+_CTYPE = {np.dtype(np.float64): "double", np.dtype(np.float32): "float"}
+_ALPHA = {"alpha": 0, "minus": 1, "one": 2}
+_BETA = {"beta": 0, "zero": 1, "one": 2}
+
+
+def section(names: tuple[str, ...]) -> list[str]:
+    """This family's part of the per-call pointer table (blas.cu's header)."""
+    return ["alpha", "beta", "info", *names]
+
+
+def plan_defaults(dtype) -> dict:
+    return {"blas_nb": DIAG_NB, "streams": 4}
+
+
+def check_options(dtype, options: dict) -> None:
+    if options.get("blas_nb", DIAG_NB) > DIAG_NB:
+        raise InputError([(None, f"the cuda backend's triangular base is at most {DIAG_NB}, "
+                                 f"got {options['blas_nb']}")], what="runtime options")
+
+
+def ctype(dtype) -> str:
+    return _CTYPE[np.dtype(dtype)]
+
+
+def gemm_name(T: str, tile) -> str:
+    return "vb::blas_gemm<{},{},{},{},{},{}>".format(T, *tile)
+
+
+def diag_name(T: str, mul: bool) -> str:
+    return f"vb::blas_diag<{T},{DIAG_NB},{DIAG_NC},{'true' if mul else 'false'}>"
+
+
+def copy_name(T: str) -> str:
+    return f"vb::blas_copy<{T}>"
+
+
+def kernel_names(dtypes=DTYPES, nbs=None, orders=None) -> list[str]:
+    out = []
+    for dt in dtypes:
+        T = ctype(dt)
+        out += [gemm_name(T, tile) for tile in GEMM_TILES]
+        out += [diag_name(T, False), diag_name(T, True), copy_name(T)]
+    return out
+
+
+def encode(slots, rows, tri: int = 0, alpha: str = "one", beta: str = "one",
+           skip: int = 0) -> int:
+    """``extra``: up to four operand slots and view orientations (blas.cu's header)."""
+    word = 0
+    for i, s in enumerate(slots):
+        word |= (s & 7) << (3 * i)
+    for i in range(len(slots), 4):
+        word |= ABSENT << (3 * i)
+    for i, r in enumerate(rows):
+        word |= int(bool(r)) << (12 + i)
+    return word | (tri << 16) | (_ALPHA[alpha] << 18) | (_BETA[beta] << 20) | (int(skip) << 22)
+
+
+@dataclass(frozen=True)
+class Selection:
+    name: str
+    grid: tuple[int, ...]
+    block: tuple[int, ...]
+    smem: int
+    extra: int = 0
+    source: str = SOURCE
+
+
+def _slot(plan, name: str) -> int:
+    if not name:
+        return ABSENT
+    return plan.buffers.index(name)
+
+
+def _row(layouts: dict, name: str, t: int) -> bool:
+    return (layouts.get(name) == "C") != bool(t)
+
+
+def selection(lc, plan, dtype, layouts: dict, config) -> Selection:
+    """The kernel and grid of one launch; ``layouts`` maps the op's buffers to their order."""
+    kd = next(k for k in plan.kinds if k.name == lc.task_kind)
+    p = kd.param
+    T = ctype(dtype)
+    a = plan.tasks.args[lc.lo:lc.hi]
+    mm, nn = int(a[:, 1].max()), int(a[:, 4].max())
+    if lc.kind == GEMM:
+        tile = GEMM_TILES[0] if mm <= GEMM_TILES[0][0] and nn <= GEMM_TILES[0][1] \
+            else GEMM_TILES[1]
+        tiles = int(((a[:, 1] + tile[0] - 1) // tile[0] * ((a[:, 4] + tile[1] - 1) // tile[1]))
+                    .max())
+        tri = {"": 0, "lower": 1, "upper": 2}[p["uplo"]]
+        slots = [_slot(plan, p[x]) for x in ("a", "b", "c", "o")]
+        rows = [_row(layouts, p["a"], p["ta"]), _row(layouts, p["b"], p["tb"]),
+                _row(layouts, p["c"], p["tc"]), _row(layouts, p["o"], p["tc"])]
+        extra = encode(slots, rows, tri, p["alpha"], p["beta"], p["skip_failed"])
+        sel = Selection(gemm_name(T, tile), (lc.count, tiles),
+                        ((tile[0] // tile[3]) * (tile[1] // tile[4]),), 0, extra)
+    elif lc.kind in (TRSM, TRMM):
+        tri = int(p["lower"]) | (int(p["unit"]) << 1)
+        extra = encode([_slot(plan, p["t"]), _slot(plan, p["x"])],
+                       [_row(layouts, p["t"], p["tt"]), _row(layouts, p["x"], p["tx"])],
+                       tri, "one", "one", p["skip_failed"])
+        sel = Selection(diag_name(T, lc.kind == TRMM), (lc.count, math.ceil(nn / DIAG_NC)),
+                        (DIAG_NC,), 0, extra)
+    elif lc.kind == COPY:
+        tiles = int((((a[:, 1] + COPY_TILE - 1) // COPY_TILE)
+                     * ((a[:, 4] + COPY_TILE - 1) // COPY_TILE)).max())
+        extra = encode([_slot(plan, p["src"]), _slot(plan, p["dst"])],
+                       [_row(layouts, p["src"], p["t"]), _row(layouts, p["dst"], p["t"])],
+                       0, p["alpha"], "one")
+        sel = Selection(copy_name(T), (lc.count, tiles), (256,), 0, extra)
+    else:
+        raise ValueError(f"cuda backend: the blas family has no launch kind {lc.kind!r}")
+    if sel.grid[1] > MAX_GRID_Y:
+        raise InputError([(None, f"launch {lc.index} ({lc.kind}) needs {sel.grid[1]} tiles, "
+                                 f"more than the grid allows ({MAX_GRID_Y})")])
+    return sel
+
+
+def check_plan(plan) -> None:
+    """A task whose tiles exceed the grid's second dimension is named at submit."""
+    t = plan.tasks
+    codes = [i for i, k in enumerate(plan.kinds) if k.op == OP]
+    if not codes:
+        return
+    mine = np.isin(t.kind, codes)
+    big = GEMM_TILES[1]
+    tiles = (-(-t.args[:, 1] // big[0])) * (-(-t.args[:, 4] // big[1]))
+    bad = np.flatnonzero(mine & (tiles > MAX_GRID_Y))
+    if len(bad):
+        raise InputError([(int(t.problem[i]), f"a {int(t.args[i, 1])} x {int(t.args[i, 4])} "
+                                              f"block needs {int(tiles[i])} tiles, more than "
+                                              f"the cuda backend's grid allows ({MAX_GRID_Y})")
+                          for i in bad[:10]])

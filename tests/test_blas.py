@@ -1,0 +1,416 @@
+"""Conformance of gemm, syrk, trsm, trmm, potrs and posv: the same tests on every backend.
+
+Sizes include 0 in each dimension, 1, tile - 1, tile and tile + 1 of the CUDA kernels (the
+triangular base 32, the GEMM tiles 32 and 64), and mixed shapes in one batch; hypothesis draws
+the rest. Accuracy:
+
+* GEMM/SYRK: entrywise, MAGMA's tester bound ``|C - C_ref| <= 3 (gamma_{k+2} |alpha| |A||B| +
+  gamma_2 |beta| |C|)``, gamma_n = n u / (1 - n u), per problem;
+* TRSM: ``||op(A) X - alpha B|| / (||A|| ||X|| + |alpha| ||B||) <= c n eps``; TRMM: the error
+  against the float64 product over ``|alpha| ||A|| ||B||``;
+* POTRS/POSV: the backward error ``||A X - B|| / (||A|| ||X|| + ||B||)``.
+
+NaN anywhere in an output fails. A triangular operand's other triangle (and, for a unit
+diagonal, its diagonal) holds NaN: reading it would show. Inputs are compared before and after.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import DEVICES
+from hypothesis import given
+from hypothesis import strategies as st
+
+import vbatch
+from vbatch.ops import (
+    InputError,
+    gemm_reference,
+    potrs_reference,
+    syrk_reference,
+    trmm_reference,
+)
+
+EDGE = [0, 1, 31, 32, 33, 63, 64, 65]
+C_TOL = 4.0  # the c of "c n eps"
+
+
+def _to_host(a):
+    return a.get() if hasattr(a, "get") and not isinstance(a, np.ndarray) else np.asarray(a)
+
+
+def _xp(device):
+    if device == "cuda":
+        import cupy
+
+        return cupy
+    return np
+
+
+def _form(mats, form, device, dtype):
+    """``mats`` (numpy) as a list or a packed batch (order F or C) on ``device``."""
+    xp = _xp(device)
+    mats = [np.asarray(m, dtype=dtype) for m in mats]
+    if form == "list":
+        return [xp.asarray(m) for m in mats]
+    order = form[-1]
+    m = np.array([a.shape[0] for a in mats])
+    n = np.array([a.shape[1] for a in mats])
+    from vbatch.ops.batch import tight_layout
+
+    off, ld, total = tight_layout(m, n, order)
+    data = np.zeros(total, dtype)
+    for i, a in enumerate(mats):
+        if a.size:
+            flat = data[off[i]: off[i] + a.size]
+            flat[...] = (a if order == "C" else a.T).reshape(-1)
+    return vbatch.PackedBatch.from_buffer(xp.asarray(data), n=n, m=m, offset=off, ld=ld,
+                                          order=order)
+
+
+def _mats(x):
+    """An output (list or packed) as a list of host arrays."""
+    if isinstance(x, vbatch.PackedBatch):
+        return [_to_host(m) for m in x.unpack()]
+    return [_to_host(m) for m in x]
+
+
+def _gamma(n, u):
+    return n * u / (1 - n * u)
+
+
+def _eps(dtype):
+    return float(np.finfo(dtype).eps)
+
+
+def _snapshot(x):
+    if isinstance(x, vbatch.PackedBatch):
+        return _to_host(x.data).copy()
+    return [_to_host(m).copy() for m in x]
+
+
+def _same(a, b):
+    if isinstance(a, np.ndarray):
+        return np.array_equal(a, b, equal_nan=True)
+    return all(np.array_equal(x, y, equal_nan=True) for x, y in zip(a, b))
+
+
+def _tri(rng, n, lower, unit, dtype):
+    """A well-conditioned triangle, NaN in the half that must not be read."""
+    t = rng.uniform(-1, 1, (n, n)) / max(n, 1)
+    np.fill_diagonal(t, rng.uniform(1, 2, n) * rng.choice([-1, 1], n))
+    keep = np.tril(np.ones((n, n), bool)) if lower else np.triu(np.ones((n, n), bool))
+    if unit:
+        np.fill_diagonal(keep, False)
+    out = np.where(keep, t, np.nan)
+    if unit:
+        np.fill_diagonal(out, np.nan)
+    return out.astype(dtype)
+
+
+FORMS = ["list", "packedF", "packedC"]
+
+
+# ----------------------------------------------------------------------------- gemm
+def _check_gemm(A, B, C, out, alpha, beta, ta, tb, dtype, where=""):
+    u = _eps(dtype) / 2
+    for i, (a, b, o) in enumerate(zip(A, B, out)):
+        c = None if C is None else C[i]
+        ref = gemm_reference(a, b, c, alpha, beta, ta, tb)
+        assert o.shape == ref.shape, f"{where} problem {i}: shape {o.shape} != {ref.shape}"
+        assert o.dtype == np.dtype(dtype)
+        assert np.all(np.isfinite(o)), f"{where} problem {i}: NaN or inf"
+        k = (a.shape[0] if ta else a.shape[1])
+        aa = np.abs(a.T if ta else a).astype(np.float64)
+        bb = np.abs(b.T if tb else b).astype(np.float64)
+        bound = 3 * (_gamma(k + 2, u) * abs(alpha) * (aa @ bb))
+        if c is not None:
+            bound = bound + 3 * _gamma(2, u) * abs(beta) * np.abs(c.astype(np.float64))
+        err = np.abs(o.astype(np.float64) - ref)
+        assert np.all(err <= bound + 1e-300), \
+            f"{where} problem {i}: error {err.max():.3e} over the bound at {np.argmax(err - bound)}"
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.parametrize("ta,tb", [(False, False), (True, False), (False, True), (True, True)])
+def test_gemm_edge_sizes(device, dtype, form, ta, tb):
+    rng = np.random.default_rng(1)
+    shapes = [(m, n, k) for m in EDGE for n in (0, 1, 33, 64) for k in (0, 1, 32, 65)]
+    shapes = shapes[:: 3] + [(100, 70, 130), (7, 129, 3)]
+    A = [rng.standard_normal((k, m) if ta else (m, k)) for m, n, k in shapes]
+    B = [rng.standard_normal((n, k) if tb else (k, n)) for m, n, k in shapes]
+    C = [rng.standard_normal((m, n)) for m, n, k in shapes]
+    a, b, c = (_form(x, form, device, dtype) for x in (A, B, C))
+    before = [_snapshot(x) for x in (a, b, c)]
+    rt = vbatch.Runtime(device)
+    out = _mats(rt.gemm(a, b, c, alpha=-1.5, beta=0.5, trans_a=ta, trans_b=tb).result())
+    A, B, C = ([np.asarray(m, dtype) for m in x] for x in (A, B, C))
+    _check_gemm(A, B, C, out, -1.5, 0.5, ta, tb, dtype, f"{device} {form}")
+    assert all(_same(s, _snapshot(x)) for s, x in zip(before, (a, b, c))), "an input changed"
+    # Without c: a new output in the form of a.
+    out2 = rt.gemm(a, b, alpha=2.0, trans_a=ta, trans_b=tb).result()
+    assert isinstance(out2, list) == (form == "list")
+    _check_gemm(A, B, None, _mats(out2), 2.0, 0.0, ta, tb, dtype, f"{device} {form} no c")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_gemm_beta_zero_does_not_read_c_and_overwrite_writes_c(device):
+    rng = np.random.default_rng(2)
+    A = [rng.standard_normal((m, 5)) for m in (3, 40)]
+    B = [rng.standard_normal((5, n)) for n in (4, 70)]
+    C = [np.full((3, 4), np.nan), np.full((40, 70), np.nan)]
+    rt = vbatch.Runtime(device)
+    a, b, c = (_form(x, "packedF", device, np.float64) for x in (A, B, C))
+    out = _mats(rt.gemm(a, b, c, beta=0.0).result())
+    _check_gemm(A, B, None, out, 1.0, 0.0, False, False, np.float64)
+    res = rt.gemm(a, b, c, beta=0.0, overwrite=True).result()
+    assert res is c
+    _check_gemm(A, B, None, _mats(c), 1.0, 0.0, False, False, np.float64)
+
+
+# ----------------------------------------------------------------------------- syrk
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("trans,lower", [(False, True), (True, True), (False, False)])
+def test_syrk(device, dtype, trans, lower):
+    rng = np.random.default_rng(3)
+    shapes = [(n, k) for n in EDGE for k in (0, 1, 33)] + [(100, 20)]
+    A = [rng.standard_normal((k, n) if trans else (n, k)).astype(dtype) for n, k in shapes]
+    C = [rng.standard_normal((n, n)).astype(dtype) for n, _ in shapes]
+    rt = vbatch.Runtime(device)
+    for form in ("list", "packedC"):
+        a, c = _form(A, form, device, dtype), _form(C, form, device, dtype)
+        out = _mats(rt.syrk(a, c, alpha=0.5, beta=2.0, trans=trans, lower=lower).result())
+        u = _eps(dtype) / 2
+        for i, (x, cc, o) in enumerate(zip(A, C, out)):
+            ref = syrk_reference(x, cc, 0.5, 2.0, trans, lower)
+            xx = np.abs(x.T if trans else x).astype(np.float64)
+            k = xx.shape[1]
+            bound = 3 * (_gamma(k + 2, u) * 0.5 * (xx @ xx.T) + _gamma(2, u) * 2 * np.abs(cc))
+            assert np.all(np.isfinite(o))
+            assert np.all(np.abs(o - ref) <= bound + 1e-300), f"{device} {form} problem {i}"
+        out0 = _mats(rt.syrk(a, trans=trans, lower=lower).result())
+        for x, o in zip(A, out0):
+            ref = syrk_reference(x, None, 1.0, 0.0, trans, lower)
+            assert np.allclose(o, ref, rtol=1e-4, atol=1e-4)  # the other triangle: zeros
+            other = np.triu(o, 1) if lower else np.tril(o, -1)
+            assert not np.any(other)
+
+
+# ----------------------------------------------------------------------------- trsm / trmm
+def _tri_case(rng, dtype, side, lower, unit, shapes):
+    T, B = [], []
+    for m, n in shapes:
+        order = m if side == "left" else n
+        T.append(_tri(rng, order, lower, unit, dtype))
+        B.append(rng.standard_normal((m, n)).astype(dtype))
+    return T, B
+
+
+def _check_trsm(T, B, X, alpha, side, lower, ta, unit, dtype, where):
+    for i, (t, b, x) in enumerate(zip(T, B, X)):
+        assert x.shape == b.shape, f"{where} problem {i}: shape"
+        assert np.all(np.isfinite(x)), f"{where} problem {i}: NaN or inf"
+        tt = np.nan_to_num(t.astype(np.float64), nan=0.0)
+        if unit:
+            np.fill_diagonal(tt, 1.0)
+        tt = np.tril(tt) if lower else np.triu(tt)
+        op = tt.T if ta else tt
+        x64 = x.astype(np.float64)
+        res = (op @ x64 if side == "left" else x64 @ op) - alpha * b.astype(np.float64)
+        den = np.linalg.norm(tt) * np.linalg.norm(x64) + abs(alpha) * np.linalg.norm(b)
+        n = max(t.shape[0], 1)
+        r = np.linalg.norm(res) / den if den else np.linalg.norm(res)
+        assert r <= C_TOL * n * _eps(dtype), f"{where} problem {i}: residual {r:.3e}"
+
+
+TRI_FLAGS = [(s, lo, ta, u) for s in ("left", "right") for lo in (True, False)
+             for ta in (False, True) for u in (False, True)]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("side,lower,ta,unit", TRI_FLAGS)
+def test_trsm_every_side_uplo_trans_diag(device, side, lower, ta, unit):
+    rng = np.random.default_rng(4)
+    shapes = [(m, n) for m in EDGE for n in (0, 1, 40)][::2] + [(130, 17), (3, 200), (97, 97)]
+    rt = vbatch.Runtime(device)
+    for dtype, form in ((np.float64, "list"), (np.float32, "packedF"), (np.float64, "packedC")):
+        T, B = _tri_case(rng, dtype, side, lower, unit, shapes)
+        a, b = _form(T, form, device, dtype), _form(B, form, device, dtype)
+        before = (_snapshot(a), _snapshot(b))
+        X = _mats(rt.trsm(a, b, alpha=1.5, side=side, lower=lower, trans_a=ta,
+                          unit_diagonal=unit).result())
+        _check_trsm(T, B, X, 1.5, side, lower, ta, unit, dtype, f"{device} {form} {dtype}")
+        assert _same(before[0], _snapshot(a)) and _same(before[1], _snapshot(b))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("side,lower,ta,unit", TRI_FLAGS)
+def test_trmm_every_side_uplo_trans_diag(device, side, lower, ta, unit):
+    rng = np.random.default_rng(5)
+    shapes = [(m, n) for m in EDGE for n in (0, 1, 40)][::2] + [(130, 17), (97, 97)]
+    rt = vbatch.Runtime(device)
+    for dtype, form in ((np.float64, "packedF"), (np.float32, "list")):
+        T, B = _tri_case(rng, dtype, side, lower, unit, shapes)
+        a, b = _form(T, form, device, dtype), _form(B, form, device, dtype)
+        X = _mats(rt.trmm(a, b, alpha=-0.5, side=side, lower=lower, trans_a=ta,
+                          unit_diagonal=unit).result())
+        for i, (t, bb, x) in enumerate(zip(T, B, X)):
+            ref = trmm_reference(np.nan_to_num(t, nan=0.0), bb, -0.5, side, lower, ta, unit)
+            assert np.all(np.isfinite(x)), f"problem {i}: NaN"
+            den = 0.5 * np.linalg.norm(np.nan_to_num(t.astype(np.float64))) * np.linalg.norm(bb)
+            err = np.linalg.norm(x - ref) / den if den else np.linalg.norm(x - ref)
+            n = max(t.shape[0], 1)
+            assert err <= C_TOL * n * _eps(dtype), f"{device} {form} problem {i}: {err:.3e}"
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_trsm_overwrite_and_alpha_zero(device):
+    rng = np.random.default_rng(6)
+    T, B = _tri_case(rng, np.float64, "left", True, False, [(5, 3), (40, 2)])
+    a, b = _form(T, "packedF", device, np.float64), _form(B, "packedF", device, np.float64)
+    res = vbatch.Runtime(device).trsm(a, b, overwrite=True).result()
+    assert res is b
+    _check_trsm(T, B, _mats(b), 1.0, "left", True, False, False, np.float64, "overwrite")
+    z = _mats(vbatch.Runtime(device).trsm(a, b, alpha=0.0).result())
+    assert all(not np.any(x) for x in z)
+
+
+# ----------------------------------------------------------------------------- potrs / posv
+def _spd(rng, n, dtype):
+    g = rng.standard_normal((n, n))
+    return (g @ g.T / max(n, 1) + np.eye(n) * 2).astype(dtype)
+
+
+def _backward(a, x, b):
+    a, x, b = (np.asarray(v, np.float64) for v in (a, x, b))
+    r = np.linalg.norm(a @ x - b)
+    den = np.linalg.norm(a) * np.linalg.norm(x) + np.linalg.norm(b)
+    return r / den if den else r
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("form", ["list", "packedF", "packedC"])
+def test_potrs_each_problem_its_own_right_hand_sides(device, dtype, form):
+    rng = np.random.default_rng(7)
+    shapes = [(n, r) for n in EDGE for r in (0, 1, 16)][::2] + [(150, 3), (65, 130)]
+    A = [_spd(rng, n, dtype) for n, _ in shapes]
+    L = []
+    for a in A:
+        f = np.linalg.cholesky(a.astype(np.float64)).astype(dtype) if len(a) else a
+        f = f + np.triu(np.full_like(f, np.nan), 1)  # the upper triangle is not read
+        L.append(f)
+    B = [rng.standard_normal((n, r)).astype(dtype) for n, r in shapes]
+    ll, b = _form(L, form, device, dtype), _form(B, form, device, dtype)
+    X = _mats(vbatch.Runtime(device).potrs(ll, b).result())
+    for i, (a, f, bb, x) in enumerate(zip(A, L, B, X)):
+        assert x.shape == bb.shape and np.all(np.isfinite(x)), f"problem {i}"
+        assert _backward(a, x, bb) <= C_TOL * max(len(a), 1) * _eps(dtype), f"problem {i}"
+        ref = potrs_reference(np.nan_to_num(f), bb)
+        assert ref.shape == x.shape
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_posv_failed_problem_keeps_its_right_hand_side(device, dtype):
+    rng = np.random.default_rng(8)
+    ns = [0, 1, 31, 32, 33, 65, 200, 17, 40]
+    A = [_spd(rng, n, dtype) for n in ns]
+    A[7][5, 5] = -100.0  # not SPD: fails at column 6
+    B = [rng.standard_normal((n, r)).astype(dtype) for n, r in zip(ns, (2, 1, 3, 0, 5, 4, 2,
+                                                                          3, 1))]
+    for form in ("list", "packedF"):
+        a, b = _form(A, form, device, dtype), _form(B, form, device, dtype)
+        res = vbatch.Runtime(device).posv(a, b).result()
+        assert isinstance(res, vbatch.PosvResult)
+        assert res.info.tolist() == [0] * 7 + [6, 0]
+        X = _mats(res.solutions)
+        for i, (aa, bb, x) in enumerate(zip(A, B, X)):
+            if i == 7:
+                assert np.array_equal(x, bb), "a failed problem's solution is its b"
+                continue
+            assert np.all(np.isfinite(x))
+            assert _backward(aa, x, bb) <= C_TOL * max(len(aa), 1) * _eps(dtype), \
+                f"{device} {form} problem {i}"
+        F = _mats(res.factors)
+        assert np.allclose(F[2] @ F[2].T, A[2], rtol=1e-3, atol=1e-3)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_potrs_after_cholesky_reads_its_factors(device):
+    rng = np.random.default_rng(9)
+    A = [_spd(rng, n, np.float64) for n in (3, 50, 90)]
+    B = [rng.standard_normal((n, 2)) for n in (3, 50, 90)]
+    rt = vbatch.Runtime(device)
+    a, b = _form(A, "packedF", device, np.float64), _form(B, "packedF", device, np.float64)
+    f = rt.cholesky(a, overwrite=True)
+    s = rt.potrs(a, b, after=[f])
+    X = _mats(s.result())
+    assert f.result().ok
+    for aa, bb, x in zip(A, B, X):
+        assert _backward(aa, x, bb) <= C_TOL * len(aa) * _eps(np.float64)
+
+
+# ----------------------------------------------------------------------------- mixed draws
+@pytest.mark.parametrize("device", DEVICES)
+@given(data=st.data())
+def test_hypothesis_mixed_shapes(device, data):
+    k = data.draw(st.integers(1, 6))
+    dims = st.integers(0, 70)
+    shapes = [(data.draw(dims), data.draw(dims), data.draw(dims)) for _ in range(k)]
+    ta, tb = data.draw(st.booleans()), data.draw(st.booleans())
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**31)))
+    A = [rng.standard_normal((k_, m) if ta else (m, k_)) for m, n, k_ in shapes]
+    B = [rng.standard_normal((n, k_) if tb else (k_, n)) for m, n, k_ in shapes]
+    rt = vbatch.Runtime(device)
+    out = _mats(rt.gemm(_form(A, "list", device, np.float64), _form(B, "packedC", device,
+                                                                    np.float64),
+                        trans_a=ta, trans_b=tb).result())
+    _check_gemm(A, B, None, out, 1.0, 0.0, ta, tb, np.float64, "hypothesis")
+    side = data.draw(st.sampled_from(["left", "right"]))
+    lower, tr = data.draw(st.booleans()), data.draw(st.booleans())
+    T, Bt = _tri_case(rng, np.float64, side, lower, False, [(m, n) for m, n, _ in shapes])
+    X = _mats(rt.trsm(_form(T, "list", device, np.float64), _form(Bt, "list", device,
+                                                                  np.float64),
+                      side=side, lower=lower, trans_a=tr).result())
+    _check_trsm(T, Bt, X, 1.0, side, lower, tr, False, np.float64, "hypothesis")
+
+
+# ----------------------------------------------------------------------------- bad input
+@pytest.mark.parametrize("device", DEVICES)
+def test_bad_input_names_the_problem_and_the_operand(device):
+    rt = vbatch.Runtime(device)
+    xp = _xp(device)
+    a = [xp.zeros((3, 4)), xp.zeros((2, 2))]
+    b = [xp.zeros((4, 5)), xp.zeros((3, 2))]
+    with pytest.raises(InputError, match=r"problem 1: inner dimensions differ"):
+        rt.gemm(a, b)
+    with pytest.raises(InputError, match=r"problem 1: c is 2 x 3"):
+        rt.gemm(a, [xp.zeros((4, 5)), xp.zeros((2, 2))], [xp.zeros((3, 5)), xp.zeros((2, 3))])
+    with pytest.raises(InputError, match=r"b is float32 but a is float64"):
+        rt.gemm(a, [m.astype(np.float32) for m in b])
+    with pytest.raises(InputError, match=r"b has 1 problems but a has 2"):
+        rt.gemm(a, b[:1])
+    with pytest.raises(InputError, match=r"b: expected a list"):
+        rt.gemm(a, None)
+    with pytest.raises(InputError, match=r"alpha must be finite"):
+        rt.gemm(a, a, alpha=float("nan"))
+    with pytest.raises(InputError, match=r"beta must be finite"):
+        rt.gemm([xp.zeros((2, 2))], [xp.zeros((2, 2))], [xp.zeros((2, 2))], beta=float("inf"))
+    with pytest.raises(InputError, match=r"side must be one of"):
+        rt.trsm([xp.eye(2)], [xp.zeros((2, 1))], side="middle")
+    with pytest.raises(InputError, match=r"lower must be True or False"):
+        rt.trsm([xp.eye(2)], [xp.zeros((2, 1))], lower="L")
+    with pytest.raises(InputError, match=r"problem 0: a: not square"):
+        rt.trsm([xp.zeros((2, 3))], [xp.zeros((2, 1))])
+    with pytest.raises(InputError, match=r"problem 0: a is 2 x 2 but b is 3 x 1"):
+        rt.trsm([xp.eye(2)], [xp.zeros((3, 1))])
+    with pytest.raises(InputError, match=r"problem 0: l is 2 x 2 but b has 3 rows"):
+        rt.potrs([xp.eye(2)], [xp.zeros((3, 1))])
+    with pytest.raises(InputError, match=r"beta = 2.0 needs c"):
+        rt.gemm(a[:1], b[:1], beta=2.0)
+    with pytest.raises(InputError, match=r"unknown operation"):
+        rt.submit("getrf", a=a)
