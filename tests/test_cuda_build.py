@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from vbatch.kernels import blas_cuda as blas
 from vbatch.kernels import cuda_build as build
 from vbatch.kernels import potrf_cuda as sel
 from vbatch.ops.cholesky import plan_cholesky
