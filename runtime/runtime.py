@@ -196,6 +196,18 @@ class Runtime:
         req = validated(POTRF.request, batch=mats, npiv=npiv)
         return self._plan(POTRF, req, req.batch, fast=npiv is None)
 
+    def plan_for(self, op: str, **fields: Any) -> Plan:
+        """The plan :meth:`submit` would execute for ``op`` with these fields (for
+        inspection): ``rt.plan_for("potrs", l=factors, b=rhs)``."""
+        from vbatch.ops.op import OPS
+
+        if op not in OPS:
+            raise InputError([(None, f"unknown operation {op!r} (known: {', '.join(OPS)})")],
+                             what="submission")
+        o = OPS[op]
+        req = validated(o.request, **fields)
+        return self._plan(o, req, getattr(req, o._ins[0][1]), False)
+
     def _plan(self, op: Op, req, batch, fast: bool) -> Plan:
         """The plan for ``req``: reused for every submission with the same size signature.
         A packed batch also keeps its own plan for the common call (``fast``: the op's

@@ -414,3 +414,12 @@ def test_bad_input_names_the_problem_and_the_operand(device):
         rt.gemm(a[:1], b[:1], beta=2.0)
     with pytest.raises(InputError, match=r"unknown operation"):
         rt.submit("getrf", a=a)
+
+
+def test_plan_for_shows_the_plan_of_any_op():
+    rt = vbatch.Runtime("cpu")
+    plan = rt.plan_for("posv", a=[np.eye(40), np.eye(3)], b=[np.ones((40, 2)), np.ones((3, 0))])
+    assert plan.families == ("potrf", "blas")
+    assert plan.counts().get("blas.copy") == 1  # problem 1 has no right-hand side: no tasks
+    with pytest.raises(InputError, match="unknown operation"):
+        rt.plan_for("getrf", a=[np.eye(2)])
