@@ -23,8 +23,12 @@ c64e52ab8), not from its headers alone: ``include/magma_dvbatched.h`` lists
 the definition (``magmablas/zgemm_vbatched.cpp``) and every caller take ``batchCount`` first.
 ``magma_int_t`` is ``int`` (no ``MAGMA_ILP64`` in this build) and MAGMA's enums are ``int``.
 
-GEMM, SYRK and TRSM are untested bindings, kept thin for later benchmarks; POTRF is what the
-Cholesky harness (``cuda_potrf.py --magma``) runs and checks.
+POTRF is what the Cholesky harness (``cuda_potrf.py --magma``) runs and checks. GEMM and TRSM
+are what the BLAS harness (``cuda_blas.py --magma``) runs and checks against numpy; their
+signatures were re-read against ``magmablas/dgemm_vbatched.cpp`` and ``dtrsm_vbatched.cpp``
+(argument count, order and types match). SYRK is still an unused, untested binding. MAGMA has no
+``potrs_vbatched`` (its headers declare only the fixed-size ``magma_Xpotrs_batched``), so the
+BLAS harness solves with two TRSM calls.
 """
 
 from __future__ import annotations
@@ -212,9 +216,20 @@ class Magma:
             self._bound[name] = fn
         return fn
 
-    def _routine(self, x: str, op: str):
+    @staticmethod
+    def routine_name(op: str, dtype) -> str:
+        """The C name of ``op``'s (potrf, gemm, syrk, trsm) ``*_vbatched_max_nocheck`` routine."""
+        x = dtype if isinstance(dtype, str) and dtype in ("d", "s") else _PREFIX[np.dtype(dtype)]
         lib = "magma" if op == "potrf" else "magmablas"
-        name = f"{lib}_{x}{op}_vbatched_max_nocheck"
+        return f"{lib}_{x}{op}_vbatched_max_nocheck"
+
+    def has(self, op: str, dtype) -> bool:
+        """Whether the loaded library exports ``op``'s routine for ``dtype`` (a build of another
+        subset may lack it)."""
+        return hasattr(self.lib, self.routine_name(op, dtype))
+
+    def _routine(self, x: str, op: str):
+        name = self.routine_name(op, x)
         return name, self._fn(name, _signatures(x)[name])
 
     def version(self) -> str:
