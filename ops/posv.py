@@ -20,7 +20,7 @@ import numpy as np
 from pydantic import model_validator
 
 from vbatch.ops.blas import FAMILY, _Request, _sig, _written, chain_graph, copy_kind, potrs_phases
-from vbatch.ops.cholesky import potrf_graph
+from vbatch.ops.cholesky import CholeskyResult, potrf_graph
 from vbatch.ops.op import Buffer, Op
 from vbatch.ops.op import register as register_op
 from vbatch.ops.operands import flag, operand, shape_rule, together
@@ -78,12 +78,8 @@ class PosvResult:
     info: np.ndarray
     plan: Any
 
-    @property
-    def ok(self) -> bool:
-        return not np.any(self.info)
-
-    def failed(self) -> np.ndarray:
-        return np.flatnonzero(self.info)
+    ok = CholeskyResult.ok
+    failed = CholeskyResult.failed
 
 
 POSV_OP = register_op(Op(
