@@ -75,6 +75,65 @@ __device__ __forceinline__ bool blas_task(const int* tasks, int lo, int hi, int*
   return true;
 }
 
+// Writing one element of a GEMM tile: O(R, c) = alpha acc + beta C(R, c) inside the triangle
+// written; outside it O gets C's value (out of place) or zero (no C), so an output is complete.
+// beta = 0 does not read C (BLAS: NaN there is not propagated).
+template <typename T>
+struct GemmOut {
+  View<T> O, C;
+  T alpha, beta;
+  int tri;
+  bool has_c, read_c, same;
+  __device__ __forceinline__ GemmOut(const BlasLaunch& L, const View<T>& O_, const View<T>& C_,
+                                     bool has_c_)
+      : O(O_), C(C_), alpha(T(L.alpha)), beta(T(L.beta)), tri(L.tri), has_c(has_c_),
+        read_c(has_c_ && L.beta != 0.0),
+        same(has_c_ && C_.p == O_.p && C_.row == O_.row) {}  // C is O itself (in place)
+  __device__ __forceinline__ void put(int R, int c, T acc) const {
+    const bool in = tri == 0 || (tri == 1 ? R >= c : R <= c);
+    if (in) {
+      T v = alpha * acc;
+      if (read_c) v += beta * C(R, c);
+      O(R, c) = v;
+    } else if (!same) {
+      O(R, c) = has_c ? C(R, c) : T(0);
+    }
+  }
+};
+
+// The part of a GEMM task a block takes: its task, its BM x BN tile (blockIdx.y enumerates a
+// task's tiles, row tiles slowest), the output and C views. False when the block has nothing to
+// do: past `hi`, a skipped problem, or a tile past the task's rows.
+template <typename T, int BM, int BN>
+struct GemmTile {
+  int q, r0, mm, k0, kk, nn, i0, c0;
+  bool has_c, any_in;
+  BlasLaunch L;
+  View<T> O, C;
+  __device__ __forceinline__ bool find(const unsigned long long* tbl, const long long* meta,
+                                       const int* tasks, int K, int lo, int hi, int extra) {
+    int t[6];
+    if (!blas_task(tasks, lo, hi, t)) return false;
+    q = t[0]; r0 = t[1]; mm = t[2]; k0 = t[3]; kk = t[4]; nn = t[5];
+    L = blas_launch(tbl, extra);
+    if (L.skip && failed(tbl, q)) return false;
+    const int tiles_n = (nn + BN - 1) / BN;
+    const int tm = blockIdx.y / tiles_n, tn = blockIdx.y % tiles_n;
+    if (tm * BM >= mm) return false;
+    i0 = tm * BM;
+    c0 = tn * BN;
+    O = view_of<T>(tbl, meta, K, q, L.slot[3], L.row[3]);
+    has_c = L.slot[2] != 7;
+    C = has_c ? view_of<T>(tbl, meta, K, q, L.slot[2], L.row[2]) : O;
+    // Whether the tile lies (partly) inside the triangle written: if not, no product is needed.
+    const int R_lo = r0 + i0, R_hi = r0 + min(i0 + BM, mm) - 1;
+    const int c_lo = c0, c_hi = min(c0 + BN, nn) - 1;
+    any_in = L.tri == 0 || (L.tri == 1 ? R_hi >= c_lo : R_lo <= c_hi);
+    return true;
+  }
+  __device__ __forceinline__ bool multiplies() const { return any_in && kk > 0 && L.alpha != 0.0; }
+};
+
 // O[r0 + i, c] = alpha * sum_l A[r0 + i, k0 + l] B[k0 + l, c] + beta * C[r0 + i, c] for i < mm,
 // c < nn, on views: operands 0 A, 1 B, 2 C (absent: beta taken as 0), 3 O. Block tile BM x BN
 // (blockIdx.y enumerates a task's tiles, row tiles slowest), BK-deep slices through shared
@@ -88,23 +147,10 @@ blas_gemm(const unsigned long long* tbl, const long long* meta, const int* imeta
   constexpr int TX = BN / TN, TY = BM / TM, NT = TX * TY;
   __shared__ T As[BK][BM + 1];
   __shared__ T Bs[BK][BN + 1];
-  int t[6];
-  if (!blas_task(tasks, lo, hi, t)) return;
-  const int q = t[0], r0 = t[1], mm = t[2], k0 = t[3], kk = t[4], nn = t[5];
-  const BlasLaunch L = blas_launch(tbl, extra);
-  if (L.skip && failed(tbl, q)) return;
-  const int tiles_n = (nn + BN - 1) / BN;
-  const int tm = blockIdx.y / tiles_n, tn = blockIdx.y % tiles_n;
-  if (tm * BM >= mm) return;
-  const int i0 = tm * BM, c0 = tn * BN;
-  const View<T> O = view_of<T>(tbl, meta, K, q, L.slot[3], L.row[3]);
-  const bool has_c = L.slot[2] != 7;
-  View<T> C = O;
-  if (has_c) C = view_of<T>(tbl, meta, K, q, L.slot[2], L.row[2]);
-  // Rows of this tile that lie (partly) inside the triangle written.
-  const int R_lo = r0 + i0, R_hi = r0 + min(i0 + BM, mm) - 1;
-  const int c_lo = c0, c_hi = min(c0 + BN, nn) - 1;
-  const bool any_in = L.tri == 0 || (L.tri == 1 ? R_hi >= c_lo : R_lo <= c_hi);
+  GemmTile<T, BM, BN> g;
+  if (!g.find(tbl, meta, tasks, K, lo, hi, extra)) return;
+  const int q = g.q, r0 = g.r0, mm = g.mm, k0 = g.k0, kk = g.kk, nn = g.nn, i0 = g.i0, c0 = g.c0;
+  const BlasLaunch& L = g.L;
   const int tid = threadIdx.x;
   const int tx = tid % TX, ty = tid / TX;
   T acc[TM][TN];
@@ -112,7 +158,7 @@ blas_gemm(const unsigned long long* tbl, const long long* meta, const int* imeta
   for (int a = 0; a < TM; ++a)
 #pragma unroll
     for (int b = 0; b < TN; ++b) acc[a][b] = T(0);
-  if (any_in && kk > 0 && L.alpha != 0.0) {
+  if (g.multiplies()) {
     const View<T> A = view_of<T>(tbl, meta, K, q, L.slot[0], L.row[0]);
     const View<T> B = view_of<T>(tbl, meta, K, q, L.slot[1], L.row[1]);
     for (int l0 = 0; l0 < kk; l0 += BK) {
@@ -145,27 +191,108 @@ blas_gemm(const unsigned long long* tbl, const long long* meta, const int* imeta
       __syncthreads();
     }
   }
-  const T alpha = T(L.alpha), beta = T(L.beta);
-  const bool same = has_c && C.p == O.p && C.row == O.row;  // C is O itself (in place)
+  const GemmOut<T> out(L, g.O, g.C, g.has_c);
 #pragma unroll
   for (int a = 0; a < TM; ++a) {
     const int i = i0 + ty + TY * a;
     if (i >= mm) continue;
-    const int R = r0 + i;
 #pragma unroll
     for (int b = 0; b < TN; ++b) {
       const int c = c0 + tx + TX * b;
-      if (c >= nn) continue;
-      const bool in = L.tri == 0 || (L.tri == 1 ? R >= c : R <= c);
-      if (in) {
-        T v = alpha * acc[a][b];
-        if (has_c && L.beta != 0.0) v += beta * C(R, c);  // beta = 0: C is not read (BLAS)
-        O(R, c) = v;
-      } else if (!same) {
-        O(R, c) = has_c ? C(R, c) : T(0);
-      }
+      if (c < nn) out.put(r0 + i, c, acc[a][b]);
     }
   }
+}
+
+// The same task as blas_gemm in float64 on FP64 tensor cores (pipeline.cuh: m16n8k8, the
+// full-rate shape). Warps of WTM x 32 (blocks of 16 x 8) tile the BM x BN block tile; K runs
+// in chunks of 16 through S shared-memory stages filled by cp.async (zero-filled past the task's
+// edges, so partial tiles need no case of their own). Each view's orientation is a template flag
+// (AROW, BROW: the view has contiguous rows), so staging threads run along the contiguous
+// dimension and the shared layout (pipeline.cuh's sm) is fixed at compile time.
+template <int BM, int BN, int WTM, int S, bool AROW, bool BROW>
+__global__ void __launch_bounds__((BM / WTM) * (BN / 32) * 32)
+blas_gemm_mma(const unsigned long long* tbl, const long long* meta, const int* imeta,
+              const int* tasks, int K, int lo, int hi, int extra) {
+  constexpr int KB = 16, WM = BM / WTM, NT = WM * (BN / 32) * 32, MT = WTM / 16, NT8 = 4;
+  // k is contiguous in global memory for A with contiguous rows, and for B without.
+  constexpr bool KA = AROW, KBT = !BROW;
+  constexpr int SA = sm_size<KA, BM, KB>(), SB = sm_size<KBT, BN, KB>(), STAGE = SA + SB;
+  static_assert(BM % WTM == 0 && WTM % 16 == 0 && BN % 32 == 0 && S >= 2, "tile shape");
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  double* sbuf = reinterpret_cast<double*>(smem_raw);
+  GemmTile<double, BM, BN> g;
+  if (!g.find(tbl, meta, tasks, K, lo, hi, extra)) return;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, gid = lane >> 2, tig = lane & 3;
+  const int wm = warp % WM, wn = warp / WM;
+  double acc[MT][NT8][4];
+#pragma unroll
+  for (int mi = 0; mi < MT; ++mi)
+#pragma unroll
+    for (int ni = 0; ni < NT8; ++ni)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[mi][ni][e] = 0.0;
+  if (g.multiplies()) {
+    const BlasLaunch& L = g.L;
+    const double* A = reinterpret_cast<const double*>(tbl[3 + L.slot[0]]) +
+                      meta[(long long)L.slot[0] * 2 * K + g.q];
+    const long long lda = meta[(long long)L.slot[0] * 2 * K + K + g.q];
+    const double* B = reinterpret_cast<const double*>(tbl[3 + L.slot[1]]) +
+                      meta[(long long)L.slot[1] * 2 * K + g.q];
+    const long long ldb = meta[(long long)L.slot[1] * 2 * K + K + g.q];
+    // The tile's corner of each operand: A(r0 + i0, k0) and B(k0, c0), as (o, k) = (row, k)
+    // of A and (column, k) of B.
+    const long long ra = g.r0 + g.i0, cb = g.c0, k0 = g.k0;
+    const Stager<KA, BM, KB, NT> sa(A + (AROW ? ra * lda + k0 : ra + k0 * lda), lda, tid);
+    const Stager<KBT, BN, KB, NT> sb(B + (BROW ? k0 * ldb + cb : k0 + cb * ldb), ldb, tid);
+    const int ma = g.mm - g.i0, nb = g.nn - g.c0, kk = g.kk;
+    k_pipeline_n<KB, S>(
+        kk,
+        [&](int buf, int l0) {
+          double* sA = sbuf + buf * STAGE;
+          sa.stage(sA, l0 / KB, ma, kk - l0);
+          sb.stage(sA + SA, l0 / KB, nb, kk - l0);
+          cp_async_commit();
+        },
+        [&](int buf) {
+          const double* sA = sbuf + buf * STAGE;
+          const double* sB = sA + SA;
+#pragma unroll
+          for (int ks = 0; ks < KB; ks += 8) {
+            double a[MT][4], b[NT8][2];
+#pragma unroll
+            for (int mi = 0; mi < MT; ++mi)
+#pragma unroll
+              for (int x = 0; x < 4; ++x)
+                a[mi][x] = sA[sm<KA, BM, KB>(wm * WTM + mi * 16 + gid + 8 * (x & 1),
+                                             ks + tig + 4 * (x >> 1))];
+#pragma unroll
+            for (int ni = 0; ni < NT8; ++ni)
+#pragma unroll
+              for (int x = 0; x < 2; ++x)
+                b[ni][x] = sB[sm<KBT, BN, KB>(wn * 32 + ni * 8 + gid, ks + tig + 4 * x)];
+#pragma unroll
+            for (int mi = 0; mi < MT; ++mi)
+#pragma unroll
+              for (int ni = 0; ni < NT8; ++ni) dmma_m16n8k8(acc[mi][ni], a[mi], b[ni]);
+          }
+        });
+  }
+  const GemmOut<double> out(g.L, g.O, g.C, g.has_c);
+#pragma unroll
+  for (int mi = 0; mi < MT; ++mi)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int i = g.i0 + wm * WTM + mi * 16 + gid + 8 * h;
+      if (i >= g.mm) continue;
+#pragma unroll
+      for (int ni = 0; ni < NT8; ++ni)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int c = g.c0 + wn * 32 + ni * 8 + 2 * tig + e;
+          if (c < g.nn) out.put(g.r0 + i, c, acc[mi][ni][2 * h + e]);
+        }
+    }
 }
 
 // One diagonal block X[o:o+w, :nn] := T[o:o+w, o:o+w]^{-1} X[...] (MUL false) or T X (MUL

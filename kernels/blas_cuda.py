@@ -20,14 +20,20 @@ from vbatch.ops.errors import InputError
 
 OP = "blas"
 SOURCE = "blas.cu"
-TEMPLATES = ("vb::blas_gemm", "vb::blas_diag", "vb::blas_copy")
+TEMPLATES = ("vb::blas_gemm", "vb::blas_gemm_mma", "vb::blas_diag", "vb::blas_copy")
 DTYPES = ("float64", "float32")
 # Recursion base of triangular ops: the diagonal kernel holds a block of NB x NB (and NB rows of
 # NC right-hand-side columns) in shared memory: 41.5 KB in float64 at 32 x 128, under the
 # 48 KB a kernel gets without opting in.
 DIAG_NB, DIAG_NC = 32, 128
-# GEMM tiles: (BM, BN, BK, TM, TN), 256 threads each; the small one for tasks that fit in it.
+# GEMM tiles on FMA (float32, and float64 with fp64_gemm="fma"): (BM, BN, BK, TM, TN), 256
+# threads each; the small one for tasks that fit in it.
 GEMM_TILES = ((32, 32, 16, 2, 2), (64, 64, 16, 4, 4))
+# float64 GEMM tiles on FP64 tensor cores: (BM, BN, WTM, stages), warps of WTM x 32, K chunks of 16
+# through `stages` shared-memory buffers of A and B (mma_smem). A 64 x 64 tile re-reads A and B
+# from L2 at twice the rate of a 128 x 128 one: ~8 TB/s at the FP64 peak, more than L2 gives.
+MMA_TILES = ((64, 64, 32, 3), (128, 128, 64, 3))
+MMA_KB = 16
 COPY_TILE = 32
 MAX_GRID_Y = 65535
 ABSENT = 7
@@ -61,6 +67,24 @@ def gemm_name(T: str, tile) -> str:
     return "vb::blas_gemm<{},{},{},{},{},{}>".format(T, *tile)
 
 
+def mma_name(tile, arow: bool, brow: bool) -> str:
+    return "vb::blas_gemm_mma<{},{},{},{},{},{}>".format(*tile, _b(arow), _b(brow))
+
+
+def mma_smem(tile, arow: bool, brow: bool) -> int:
+    """Dynamic shared memory of blas_gemm_mma in bytes (pipeline.cuh's sm_size per stage)."""
+    bm, bn, _, stages = tile
+
+    def size(kcont: bool, o: int) -> int:
+        return o * (MMA_KB + 4) if kcont else MMA_KB * (o + 8)
+
+    return stages * 8 * (size(arow, bm) + size(not brow, bn))
+
+
+def _b(v: bool) -> str:
+    return "true" if v else "false"
+
+
 def diag_name(T: str, mul: bool) -> str:
     return f"vb::blas_diag<{T},{DIAG_NB},{DIAG_NC},{'true' if mul else 'false'}>"
 
@@ -74,6 +98,9 @@ def kernel_names(dtypes=DTYPES, nbs=None, orders=None) -> list[str]:
     for dt in dtypes:
         T = ctype(dt)
         out += [gemm_name(T, tile) for tile in GEMM_TILES]
+        if T == "double":
+            out += [mma_name(tile, ar, br) for tile in MMA_TILES
+                    for ar in (False, True) for br in (False, True)]
         out += [diag_name(T, False), diag_name(T, True), copy_name(T)]
     return out
 
@@ -111,6 +138,17 @@ def _row(layouts: dict, name: str, t: int) -> bool:
     return (layouts.get(name) == "C") != bool(t)
 
 
+def mma_tile(mm: int, nn: int) -> tuple:
+    """The DMMA tile of a launch whose tasks are at most mm x nn: the large one only where every
+    dimension fills it (a 64 x 64 tile wastes less of a small or mid-size task's edge)."""
+    return MMA_TILES[1] if min(mm, nn) >= 2 * MMA_TILES[1][0] else MMA_TILES[0]
+
+
+def _tiles(a: np.ndarray, tile) -> int:
+    """The most tiles any task of a launch (task args ``a``) needs."""
+    return int(((a[:, 1] + tile[0] - 1) // tile[0] * ((a[:, 4] + tile[1] - 1) // tile[1])).max())
+
+
 def selection(lc, plan, dtype, layouts: dict, config) -> Selection:
     """The kernel and grid of one launch; ``layouts`` maps the op's buffers to their order."""
     kd = next(k for k in plan.kinds if k.name == lc.task_kind)
@@ -119,17 +157,21 @@ def selection(lc, plan, dtype, layouts: dict, config) -> Selection:
     a = plan.tasks.args[lc.lo:lc.hi]
     mm, nn = int(a[:, 1].max()), int(a[:, 4].max())
     if lc.kind == GEMM:
-        tile = GEMM_TILES[0] if mm <= GEMM_TILES[0][0] and nn <= GEMM_TILES[0][1] \
-            else GEMM_TILES[1]
-        tiles = int(((a[:, 1] + tile[0] - 1) // tile[0] * ((a[:, 4] + tile[1] - 1) // tile[1]))
-                    .max())
         tri = {"": 0, "lower": 1, "upper": 2}[p["uplo"]]
         slots = [_slot(plan, p[x]) for x in ("a", "b", "c", "o")]
         rows = [_row(layouts, p["a"], p["ta"]), _row(layouts, p["b"], p["tb"]),
                 _row(layouts, p["c"], p["tc"]), _row(layouts, p["o"], p["tc"])]
         extra = encode(slots, rows, tri, p["alpha"], p["beta"], p["skip_failed"])
-        sel = Selection(gemm_name(T, tile), (lc.count, tiles),
-                        ((tile[0] // tile[3]) * (tile[1] // tile[4]),), 0, extra)
+        if T == "double" and config.fp64_gemm == "mma":
+            tile = mma_tile(mm, nn)
+            sel = Selection(mma_name(tile, rows[0], rows[1]), (lc.count, _tiles(a, tile)),
+                            ((tile[0] // tile[2]) * (tile[1] // 32) * 32,),
+                            mma_smem(tile, rows[0], rows[1]), extra)
+        else:
+            tile = GEMM_TILES[0] if mm <= GEMM_TILES[0][0] and nn <= GEMM_TILES[0][1] \
+                else GEMM_TILES[1]
+            sel = Selection(gemm_name(T, tile), (lc.count, _tiles(a, tile)),
+                            ((tile[0] // tile[3]) * (tile[1] // tile[4]),), 0, extra)
     elif lc.kind in (TRSM, TRMM):
         tri = int(p["lower"]) | (int(p["unit"]) << 1)
         extra = encode([_slot(plan, p["t"]), _slot(plan, p["x"])],

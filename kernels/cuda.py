@@ -414,7 +414,7 @@ class CudaBackend(Backend):
                 home = c
         cache = plan.cache if home is None else home
         key = ("cuda", cupy.cuda.runtime.getDevice(), id(plan), config.fp64_update,
-               tuple(tokens))
+               config.fp64_gemm, tuple(tokens))
         hit = cache.get(key)
         if hit is not None and hit.plan is plan:
             return hit

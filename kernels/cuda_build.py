@@ -12,8 +12,9 @@ Three lists must agree, and all come from the op launchers' own selection code:
 
 A kernel compiles from one text (:func:`source_text`): the generated preamble (``#define`` of
 the constants below, shared with Python), then ``vbatched.cuh`` (the prologue every vbatched
-kernel starts with), then its ``.cu`` file. The same order as CuPy's own multi-file kernels: no
-include path is needed at run time.
+kernel starts with) and ``pipeline.cuh`` (device helpers the tiled kernels share), then its
+``.cu`` file. The same order as CuPy's own multi-file kernels: no include path is needed at run
+time.
 """
 
 from __future__ import annotations
@@ -22,7 +23,9 @@ import functools
 from pathlib import Path
 
 HERE = Path(__file__).parent
-HEADER = "vbatched.cuh"
+# Headers every kernel compiles behind, in order: the vbatched prologue, then the device helpers
+# the tiled kernels share (async copies, the K pipeline, DMMA).
+HEADERS = ("vbatched.cuh", "pipeline.cuh")
 # Constants the kernels and Python share, written into the preamble.
 TASK_COLS = 6  # a task row: problem and up to five args (vbatched.cuh; cuda.tables())
 CONSTANTS = {"VB_TASK_COLS": TASK_COLS}
@@ -92,7 +95,8 @@ def source_of(name: str) -> str:
 @functools.cache
 def source_text(name: str) -> str:
     """What NVRTC compiles for a kernel in ``name`` (a .cu file): preamble, header, the file."""
-    return preamble() + (HERE / HEADER).read_text() + "\n" + (HERE / name).read_text()
+    heads = "\n".join((HERE / h).read_text() for h in HEADERS)
+    return preamble() + heads + "\n" + (HERE / name).read_text()
 
 
 def instantiation_source(names: list[str] | None = None) -> str:
@@ -107,8 +111,8 @@ def instantiation_source(names: list[str] | None = None) -> str:
         "// Instantiates every kernel the CUDA backend can launch, for an nvcc build (CI's check,",
         "// `python -m vbatch compile --nvcc`); at run time NVRTC compiles them one by one.",
         preamble(),
-        f'#include "{HEADER}"',
     ]
+    head += [f'#include "{h}"' for h in HEADERS]
     head += [f'#include "{s}"' for s in sources()]
     table = ["", "[[maybe_unused]] static void* const vb_all[] = {"]
     table += [f"  (void*)&{name}," for name in names]

@@ -32,19 +32,6 @@ template <typename T> __device__ __forceinline__ T vrsqrt(T x);
 template <> __device__ __forceinline__ double vrsqrt<double>(double x) { return rsqrt(x); }
 template <> __device__ __forceinline__ float vrsqrt<float>(float x) { return rsqrtf(x); }
 
-// ------------------------------------------------------------------ asynchronous copies (sm_80+)
-// One element per copy, zero-filled when `pred` is false (src-size 0 reads nothing).
-template <int BYTES>
-__device__ __forceinline__ void cp_async_zfill(void* smem, const void* gmem, bool pred) {
-  unsigned sa = (unsigned)__cvta_generic_to_shared(smem);
-  int src_size = pred ? BYTES : 0;
-  asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(sa), "l"(gmem), "n"(BYTES),
-               "r"(src_size));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
-
 // ------------------------------------------------------------------ C = X Y^T tile, K-pipelined
 // acc[i][jj] = sum_{k < K} L(rx + ty + 32 i, k) * L(ry + tx * TN + jj, k), for the rows of X below
 // mx and of Y below ny (others read as zero). X and Y are row blocks of the same matrix L (the
@@ -72,27 +59,6 @@ __device__ __forceinline__ void stage_rows(T* s, const T* L, long long ld, int r
     const int r = ROW ? e / KB : e % ROWS, kk = ROW ? e % KB : e / ROWS;
     const bool ok = r < valid && k0 + kk < K;
     cp_async_zfill<sizeof(T)>(s + idx(r, kk), ok ? L + at<ROW>(r0 + r, k0 + kk, ld) : L, ok);
-  }
-}
-
-// The double-buffered K loop of the update GEMMs: chunk kc + 1 is staged (cp.async) while chunk
-// kc is multiplied. stage(buf, k0) issues and commits one chunk; multiply(buf) consumes one.
-// Ends with __syncthreads, so the caller may reuse the staging buffers at once.
-template <int KB, typename Stage, typename Multiply>
-__device__ __forceinline__ void k_pipeline(int K, Stage stage, Multiply multiply) {
-  const int nk = (K + KB - 1) / KB;
-  if (nk == 0) return;
-  stage(0, 0);
-  for (int kc = 0; kc < nk; ++kc) {
-    if (kc + 1 < nk) {
-      stage((kc + 1) & 1, (kc + 1) * KB);
-      cp_async_wait<1>();
-    } else {
-      cp_async_wait<0>();
-    }
-    __syncthreads();
-    multiply(kc & 1);
-    __syncthreads();
   }
 }
 
@@ -398,22 +364,9 @@ update_step(const unsigned long long* tbl, const long long* meta, const int* ime
 }
 
 // update on FP64 tensor cores (float64 only): the same task as update_step, with each warp
-// computing a 32 x NB tile by mma.sync.m8n8k4.f64 (DMMA: twice the FP64 FMA rate on Hopper).
-// The update is 73% of the kernel time at uniform Nmax 512 and ran at 6.9 TFLOP/s with FMA
-// (profile_cuda.py launches, H100, 2026-11-21). Fragments follow the PTX layout for m8n8k4 f64:
-// A (row) a = A[lane / 4][lane % 4], B (col) b = B[lane % 4][lane / 4], C c{0,1} = C[lane / 4]
-// [2 (lane % 4) + {0,1}]. Shared tiles are padded so a fragment load touches each bank pair at
-// most twice (the minimum for 8-byte elements): k-strides of RC + 8 and NB + 8 (column-major
-// staging), row strides of KB + 4 (row-major staging).
-__device__ __forceinline__ void dmma_m8n8k4(double& d0, double& d1, double a, double b) {
-  asm volatile("mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {%0,%1}, {%2}, {%3}, {%0,%1};\n"
-               : "+d"(d0), "+d"(d1)
-               : "d"(a), "d"(b));
-}
-
-template <bool ROW, int RC, int KB>
-__device__ __forceinline__ int sm(int r, int kk) { return ROW ? r * (KB + 4) + kk : kk * (RC + 8) + r; }
-
+// computing a 32 x NB tile by DMMA (pipeline.cuh). The update is 73% of the kernel time at
+// uniform Nmax 512 and ran at 6.9 TFLOP/s with FMA (profile_cuda.py launches, H100,
+// 2026-11-21). Shared tiles are laid out by pipeline.cuh's sm(): row-major L has k contiguous.
 template <int NB, int RC, bool ROW>
 __global__ void __launch_bounds__(RC)
 update_mma(const unsigned long long* tbl, const long long* meta, const int* imeta, const int* tasks,

@@ -23,6 +23,8 @@ class Config(BaseModel):
       profiling single kernels).
     * ``fp64_update``: the float64 panel update on CUDA: ``"fma"`` or ``"mma"`` (FP64 tensor
       cores; measured no faster, docs/notes.md).
+    * ``fp64_gemm``: the float64 GEMM tiles of the BLAS ops (GEMM, SYRK, the joins of TRSM
+      and TRMM) on CUDA: ``"mma"`` (FP64 tensor cores) or ``"fma"``.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -33,5 +35,6 @@ class Config(BaseModel):
     streams: int | None = Field(default=None, ge=1, le=64)
     cuda_graphs: bool = True
     fp64_update: Literal["fma", "mma"] = "fma"
+    fp64_gemm: Literal["fma", "mma"] = "mma"
 
     PLANNER: ClassVar[tuple[str, ...]] = ("nb", "fused_max_rows", "streams")

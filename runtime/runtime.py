@@ -139,8 +139,9 @@ class Runtime:
 
     ``device``: ``"auto"`` (CUDA when a GPU is usable, else the CPU), ``"cpu"`` or ``"cuda"``.
     ``config`` (a :class:`~vbatch.Config`) or keyword options (``nb``, ``policy``,
-    ``fused_max_rows``, ``streams``, ``cuda_graphs``, ``fp64_update``) set how it plans and runs;
-    planner options left unset default to what the backend prefers for the op and dtype.
+    ``fused_max_rows``, ``streams``, ``cuda_graphs``, ``fp64_update``, ``fp64_gemm``) set how it
+    plans and runs; planner options left unset default to what the backend prefers for the op and
+    dtype.
     """
 
     def __init__(self, device: str = "auto", config: Config | None = None, **options: Any):

@@ -155,6 +155,37 @@ def test_gemm_edge_sizes(device, dtype, form, ta, tb):
     _check_gemm(A, B, None, _mats(out2), 2.0, 0.0, ta, tb, dtype, f"{device} {form} no c")
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("kernel", ["mma", "fma"])
+@pytest.mark.parametrize("form", ["packedF", "packedC"])
+@pytest.mark.parametrize("ta,tb", [(False, False), (True, False), (False, True), (True, True)])
+def test_gemm_float64_kernels_and_tiles_on_cuda(kernel, form, ta, tb):
+    """Both float64 GEMM kernels (FP64 tensor cores and FMA) in every orientation of A and B,
+    with tasks large enough for the large DMMA tile (every dimension >= 256) beside small ones
+    and a triangle (SYRK) in the same run."""
+    rng = np.random.default_rng(7)
+    shapes = [(256, 300, 37), (257, 255, 129), (300, 290, 16), (5, 400, 3), (129, 1, 65),
+              (0, 12, 5), (33, 31, 1)]
+    A = [rng.standard_normal((k, m) if ta else (m, k)) for m, n, k in shapes]
+    B = [rng.standard_normal((n, k) if tb else (k, n)) for m, n, k in shapes]
+    C = [rng.standard_normal((m, n)) for m, n, k in shapes]
+    a, b, c = (_form(x, form, "cuda", np.float64) for x in (A, B, C))
+    rt = vbatch.Runtime("cuda", fp64_gemm=kernel)
+    out = _mats(rt.gemm(a, b, c, alpha=0.75, beta=-1.0, trans_a=ta, trans_b=tb).result())
+    _check_gemm(A, B, C, out, 0.75, -1.0, ta, tb, np.float64, f"{kernel} {form}")
+    sq = [rng.standard_normal((n, k)) for n, k in ((300, 40), (256, 257), (7, 3), (0, 4))]
+    cs = [rng.standard_normal((x.shape[0],) * 2) for x in sq]
+    got = _mats(rt.syrk(_form(sq, form, "cuda", np.float64), _form(cs, form, "cuda", np.float64),
+                        alpha=1.0, beta=1.0, lower=not ta).result())
+    for i, (x, c0, o) in enumerate(zip(sq, cs, got)):
+        ref = syrk_reference(x, c0, 1.0, 1.0, trans=False, lower=not ta)
+        assert np.all(np.isfinite(o)) and o.shape == ref.shape
+        err = np.abs(o - ref).max() if o.size else 0.0
+        scale = (np.abs(x) @ np.abs(x).T + np.abs(c0)).max() if o.size else 0.0
+        assert err <= 3 * _gamma(x.shape[1] + 2, _eps(np.float64)) * scale + 1e-300, \
+            f"syrk {kernel} {form} problem {i}: error {err:.3e}"
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_gemm_beta_zero_does_not_read_c_and_overwrite_writes_c(device):
     rng = np.random.default_rng(2)

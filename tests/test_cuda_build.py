@@ -54,6 +54,59 @@ def test_every_selected_kernel_is_in_kernel_names():
     assert kinds == {"fused", "update", "potf2", "trsm", "schur"}
 
 
+def _blas_plans(dtype):
+    """CUDA-option plans of every blas op, on sizes around both DMMA tiles."""
+    from vbatch.ops.errors import validated
+    from vbatch.ops.op import OPS
+    from vbatch.scheduler import make_plan
+
+    rng = np.random.default_rng(3)
+    n = np.array([0, 1, 31, 33, 64, 65, 127, 128, 255, 256, 257, 300])
+    k = rng.integers(0, 300, len(n))
+
+    def mats(m, c):
+        return [np.zeros((a, b), dtype) for a, b in zip(m, c)]
+
+    cases = [("gemm", dict(a=mats(n, k), b=mats(k, n[::-1]))),
+             ("syrk", dict(a=mats(n, k), c=mats(n, n))),
+             ("trsm", dict(a=mats(n, n), b=mats(n, k))),
+             ("trmm", dict(a=mats(n, n), b=mats(k, n), side="right", trans_a=True)),
+             ("posv", dict(a=mats(n, n), b=mats(n, k)))]
+    for name, fields in cases:
+        op = OPS[name]
+        opts = {}
+        for fam in op.families:
+            opts.update(build.launchers()[fam].plan_defaults(dtype))
+        graph = op.graph(validated(op.request, **fields), opts)
+        planner = {x: v for x, v in opts.items() if x != "streams"}
+        yield make_plan(graph, op=name, policy="dsse", streams=opts.get("streams", 1),
+                        buffers=op.names, **planner)
+
+
+def test_every_selected_blas_kernel_is_in_kernel_names():
+    from vbatch.runtime.config import Config
+
+    names = set(build.kernel_names())
+    seen = set()
+    for dtype in blas.DTYPES:
+        for plan in _blas_plans(dtype):
+            for order in ("F", "C"):
+                layouts = {b: order for b in plan.buffers}
+                for gemm in ("mma", "fma"):
+                    for lc in plan.launches:
+                        if lc.family != blas.OP:
+                            continue
+                        s = blas.selection(lc, plan, dtype, layouts, Config(fp64_gemm=gemm))
+                        assert s.name in names, (s.name, plan.op, dtype, order, gemm)
+                        assert s.smem <= 227 * 1024
+                        seen.add(s.name.split("<")[0])
+    assert seen == set(blas.TEMPLATES)
+    # The large DMMA tile is reached (tasks of 256 and up), and only float64 uses DMMA.
+    tiles = {blas.mma_tile(m, n) for m, n in ((300, 300), (300, 64), (64, 64))}
+    assert tiles == set(blas.MMA_TILES)
+    assert not any("mma" in x for x in blas.kernel_names(("float32",)))
+
+
 def test_fused_thread_counts_between_the_powers_of_two_are_compiled():
     names = build.kernel_names()
     for nt in (96, 160, 192, 224):
@@ -69,8 +122,9 @@ def test_kernel_names_is_the_whole_set_once():
     nbs = len(sel.NB_SUPPORTED)
     want = sum(2 * (nbs * per_nb[dt] + 1) + 2 for dt in sel.DTYPES)  # + schur; copy, spd_fill
     # The blas family, per dtype (no order or panel width: its kernels read layouts at run
-    # time): two GEMM tiles, the two diagonal kernels, the copy.
-    want += len(sel.DTYPES) * (len(blas.GEMM_TILES) + 3)
+    # time): two GEMM tiles, the two diagonal kernels, the copy; in float64 also the DMMA GEMM
+    # tiles, one per orientation of A and B.
+    want += len(sel.DTYPES) * (len(blas.GEMM_TILES) + 3) + 4 * len(blas.MMA_TILES)
     assert len(names) == want
     assert set(build.kernel_names(["float32"], [8], ["C"])) <= set(names)
 
@@ -85,7 +139,8 @@ def test_the_generated_unit_includes_every_source_and_names_every_kernel():
     # Every .cu file beside the launchers is compiled by CI's nvcc check, behind the generated
     # preamble and the shared prologue header.
     src = build.instantiation_source()
-    assert src.index("#define VB_TASK_COLS 6") < src.index('#include "vbatched.cuh"')
+    assert src.index("#define VB_TASK_COLS 6") < src.index('#include "vbatched.cuh"') \
+        < src.index('#include "pipeline.cuh"')
     for s in sorted(p.name for p in KERNELS.glob("*.cu")):
         assert f'#include "{s}"' in src
     taken = re.findall(r"\(void\*\)&(\S+),", src)

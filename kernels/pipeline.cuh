@@ -1,0 +1,148 @@
+// vbatch: device helpers the tiled kernels of every family share: asynchronous copies into
+// shared memory, the double-buffered K loop, and the FP64 tensor-core instruction (DMMA).
+//
+// Compiled after vbatched.cuh and before the family's .cu file (kernels/cuda_build.py).
+
+#pragma once
+
+namespace vb {
+
+// ------------------------------------------------------------------ asynchronous copies (sm_80+)
+// One element per copy, zero-filled when `pred` is false (src-size 0 reads nothing).
+template <int BYTES>
+__device__ __forceinline__ void cp_async_zfill(void* smem, const void* gmem, bool pred) {
+  unsigned sa = (unsigned)__cvta_generic_to_shared(smem);
+  int src_size = pred ? BYTES : 0;
+  asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(sa), "l"(gmem), "n"(BYTES),
+               "r"(src_size));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+// The double-buffered K loop of the tiled GEMMs: chunk kc + 1 is staged (cp.async) while chunk
+// kc is multiplied. stage(buf, k0) issues and commits one chunk; multiply(buf) consumes one.
+// Ends with __syncthreads, so the caller may reuse the staging buffers at once.
+template <int KB, typename Stage, typename Multiply>
+__device__ __forceinline__ void k_pipeline(int K, Stage stage, Multiply multiply) {
+  const int nk = (K + KB - 1) / KB;
+  if (nk == 0) return;
+  stage(0, 0);
+  for (int kc = 0; kc < nk; ++kc) {
+    if (kc + 1 < nk) {
+      stage((kc + 1) & 1, (kc + 1) * KB);
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+    multiply(kc & 1);
+    __syncthreads();
+  }
+}
+
+// The same loop with S stages (S >= 2): chunks kc + 1 .. kc + S - 1 are in flight while chunk kc
+// is multiplied, and one barrier per chunk suffices (the slot refilled at chunk kc is the one
+// multiplied at kc - 1, which every thread has left once it passes that chunk's barrier).
+// stage(buf, k0) issues and commits one chunk; every iteration commits one group, empty past
+// the end, so that wait_group counts stay exact.
+template <int KB, int S, typename Stage, typename Multiply>
+__device__ __forceinline__ void k_pipeline_n(int K, Stage stage, Multiply multiply) {
+  const int nk = (K + KB - 1) / KB;
+  if (nk == 0) return;
+#pragma unroll
+  for (int s = 0; s < S - 1; ++s) {
+    if (s < nk) stage(s, s * KB);
+    else cp_async_commit();
+  }
+  for (int kc = 0; kc < nk; ++kc) {
+    cp_async_wait<S - 2>();
+    __syncthreads();
+    const int next = kc + S - 1;
+    if (next < nk) stage(next % S, next * KB);
+    else cp_async_commit();
+    multiply(kc % S);
+  }
+  cp_async_wait<0>();
+  __syncthreads();
+}
+
+// ------------------------------------------------------------------ FP64 tensor cores
+// mma.sync with f64 operands (DMMA) is the only FP64 tensor-core path (wgmma has no f64). On the
+// H200 the m8n8k4 shape peaks at 32.9 TFLOP/s and m16n8k8 at 66.0, the chip's FP64 peak
+// (.dbg-style microbenchmark: 8 independent accumulators per warp, 528 blocks of 8 warps,
+// 2026-11-21), so new code uses m16n8k8. Fragments follow the PTX layouts, with g = lane / 4
+// and t = lane % 4:
+//   m8n8k4:  A a = A[g][t]; B b = B[t][g]; C c{0,1} = C[g][2t + {0,1}].
+//   m16n8k8: A a{0,1,2,3} = A[g, g+8, g, g+8][t, t, t+4, t+4]; B b{0,1} = B[t, t+4][g];
+//            C c{0,1,2,3} = C[g, g, g+8, g+8][2t, 2t+1, 2t, 2t+1].
+__device__ __forceinline__ void dmma_m8n8k4(double& d0, double& d1, double a, double b) {
+  asm volatile("mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {%0,%1}, {%2}, {%3}, {%0,%1};\n"
+               : "+d"(d0), "+d"(d1)
+               : "d"(a), "d"(b));
+}
+
+__device__ __forceinline__ void dmma_m16n8k8(double (&d)[4], const double (&a)[4],
+                                             const double (&b)[2]) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k8.row.col.f64.f64.f64.f64 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+d"(d[0]), "+d"(d[1]), "+d"(d[2]), "+d"(d[3])
+      : "d"(a[0]), "d"(a[1]), "d"(a[2]), "d"(a[3]), "d"(b[0]), "d"(b[1]));
+}
+
+// Where element (o, k) of a staged DMMA operand tile lives in shared memory: O rows (of A, or
+// columns of B) by KB. KCONT: k is the contiguous dimension in global memory, so staging threads
+// run along k and the tile is o-major with rows padded to KB + 4; else k-major, padded to O + 8.
+// Either pad makes a fragment load (8 o by lane / 4, 4 k by lane % 4, for both shapes) touch
+// each bank pair at most twice, the minimum for 8-byte elements.
+template <bool KCONT, int O, int KB>
+__device__ __forceinline__ int sm(int o, int k) { return KCONT ? o * (KB + 4) + k : k * (O + 8) + o; }
+template <bool KCONT, int O, int KB>
+__host__ __device__ constexpr int sm_size() { return KCONT ? O * (KB + 4) : KB * (O + 8); }
+
+// Stages K-chunks of one DMMA operand tile (O x KB, laid out by sm) with 8-byte cp.async:
+// element (o, k) of the operand is at X + (KCONT ? o * ld + k : o + k * ld), and elements with
+// o >= mo or k past the operand's end read as zeros. Thread t takes elements t, t + NT, ... of the
+// chunk in the order the layout is contiguous in global memory, so a warp's copies coalesce; with
+// NT a multiple of KB (KCONT) or O, each thread keeps one k (or one o) and steps the other by a
+// constant, so a copy costs a compare, an address and the copy (the general index arithmetic per
+// element made staging, not DMMA, the limit: 22 TFLOP/s at 512^3, H200, 2026-11-21).
+template <bool KCONT, int O, int KB, int NT>
+struct Stager {
+  static constexpr int E = O * KB / NT, DV = KCONT ? NT / KB : NT / O;
+  static_assert(O * KB % NT == 0 && (KCONT ? NT % KB : NT % O) == 0, "staging shape");
+  const double* base;
+  const double* p;   // this thread's first element, chunk 0
+  long long step;    // between its elements
+  long long chunk;   // between chunks
+  int fixed, first;  // its fixed coordinate (k, or o) and its first varying one
+  __device__ __forceinline__ Stager(const double* X, long long ld, int tid) : base(X) {
+    if (KCONT) {
+      fixed = tid % KB;
+      first = tid / KB;
+      p = X + (long long)first * ld + fixed;
+      step = DV * ld;
+      chunk = KB;
+    } else {
+      fixed = tid % O;
+      first = tid / O;
+      p = X + fixed + (long long)first * ld;
+      step = DV * ld;
+      chunk = KB * ld;
+    }
+  }
+  // Chunk c (columns k0 = c KB ...) into s; mo: rows o that exist; kleft: columns left from k0.
+  __device__ __forceinline__ void stage(double* s, int c, int mo, int kleft) const {
+    const double* q = p + c * chunk;
+#pragma unroll
+    for (int j = 0; j < E; ++j, q += step) {
+      const int o = KCONT ? first + j * DV : fixed;
+      const int k = KCONT ? fixed : first + j * DV;
+      const bool ok = o < mo && k < kleft;
+      cp_async_zfill<8>(s + sm<KCONT, O, KB>(o, k), ok ? q : base, ok);
+    }
+  }
+};
+
+}  // namespace vb
