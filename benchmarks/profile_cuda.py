@@ -4,10 +4,13 @@
     python benchmarks/profile_cuda.py launches --dist uniform --nmax 512 [--fused-max-rows N]
     python benchmarks/profile_cuda.py crossover --nmax 512 1024 --values 0 128 256 512
     python benchmarks/profile_cuda.py listpath
+    python benchmarks/profile_cuda.py ops --cases trsm512 gemm-square512 [--dtype float32]
 
 ``launches`` runs a plan one launch at a time, each between two events with the device idle
 before it, and prints each kernel's time, rate and distance from its own roofline floor (bytes
-it must move at the measured copy bandwidth, flops at the measured DGEMM/SGEMM rate).
+it must move at the measured copy bandwidth, flops at the measured DGEMM/SGEMM rate). ``ops``
+does the same for the BLAS ops on the cases of ``cuda_blas.py`` (same shapes and draw), per
+launch and summed per kernel.
 """
 
 from __future__ import annotations
@@ -155,6 +158,90 @@ def cmd_launches(args):
     print(f"  total kernel time {total:.3f} ms")
 
 
+# H200 (the device notes: about 4.2 TB/s, FP64 about 60 TFLOP/s; DMMA m16n8k8 measured 66).
+H200_BW = 4.2e12
+H200_PEAK = {"float64": 60e12, "float32": 60e12}
+
+
+def _blas_bytes(kind: str, a: np.ndarray, isz: int) -> np.ndarray:
+    """Bytes a blas task must move at least: its operands once (args r0, mm, k0, kk, nn)."""
+    mm, kk, nn = (a[:, i].astype(np.float64) for i in (1, 3, 4))
+    if kind.endswith("gemm"):
+        return (mm * kk + kk * nn + 2 * mm * nn) * isz
+    if kind.endswith(("trsm", "trmm")):
+        return (mm * mm / 2 + 2 * mm * nn) * isz
+    return 2 * mm * nn * isz
+
+
+def cmd_ops(args):
+    import cuda_blas as cb
+
+    from vbatch.kernels import cuda as kc
+
+    for name in args.cases:
+        case = cb.parse_case(name)
+        dtype = np.dtype(args.dtype)
+        d = cb.draw(case, args.seed)
+        ins = cb.make_inputs(case, d, dtype, cupy, args.seed)
+        rt = vbatch.Runtime("cuda", cuda_graphs=False)
+        run = cb.prep_vbatch(cb.Ctx(case=case, d=d, dtype=dtype, ins=ins, xp=cupy, rt=rt))
+        run.call()
+        times: list = []
+        orig = kc._Record.launch
+
+        def timed_launch(self, stream, _orig=orig, times=times):
+            # The events go on the launch's own stream (a plan spreads over several).
+            st = cupy.cuda.ExternalStream(stream)
+            s, e = cupy.cuda.Event(), cupy.cuda.Event()
+            cupy.cuda.Device().synchronize()
+            s.record(st)
+            _orig(self, stream)
+            e.record(st)
+            e.synchronize()
+            times.append((self, cupy.cuda.get_elapsed_time(s, e)))
+
+        kc._Record.launch = timed_launch
+        try:
+            for _ in range(2):  # the second pass is kept
+                times.clear()
+                out = run.submit()
+                out.result()
+        finally:
+            kc._Record.launch = orig
+        fields = {"gemm": dict(beta=1.0), "trsm": {}, "potrs": {}}[case.op]
+        plan = rt.plan_for(case.op, **{k: ins[k] for k in case.operands if k in ins}, **fields)
+        t = plan.tasks
+        isz = dtype.itemsize
+        per: dict = {}
+        print(f"== {name} {dtype.name}: {len(times)} launches")
+        print(f"{'#':>4} {'kind':<11} {'kernel':<44} {'count':>5} {'grid y':>6} {'ms':>8} "
+              f"{'GFLOP/s':>8} {'xfloor':>7}")
+        for rec, ms in times:
+            lc = rec.launch_
+            a = t.args[lc.lo:lc.hi]
+            kd = next(k for k in plan.kinds if k.name == lc.task_kind)
+            flops = float(kd.flops(a, t.rows[lc.lo:lc.hi], t.cols[lc.lo:lc.hi],
+                                   t.width[lc.lo:lc.hi]).sum())
+            byts = float(_blas_bytes(lc.kind, a, isz).sum())
+            floor = max(byts / H200_BW, flops / H200_PEAK[dtype.name]) * 1e3
+            kname = rec.name.replace("vb::", "")[:44]
+            acc = per.setdefault((lc.kind, kname), [0, 0.0, 0.0, 0.0])
+            acc[0] += 1
+            acc[1] += ms
+            acc[2] += flops
+            acc[3] += floor
+            if args.all:
+                print(f"{lc.index:>4} {lc.kind:<11} {kname:<44} {lc.count:>5} {rec.grid[1]:>6} "
+                      f"{ms:8.4f} {flops / ms / 1e6 if ms else 0:8.1f} "
+                      f"{ms / floor if floor else 0:7.1f}")
+        total = sum(v[1] for v in per.values())
+        for (kind, kname), (n, ms, fl, fo) in sorted(per.items(), key=lambda x: -x[1][1]):
+            print(f"  {kind:<11} {kname:<44} {n:4d} launches {ms:8.3f} ms "
+                  f"{fl / ms / 1e6:8.1f} GFLOP/s floor {fo:7.3f} ms ({ms / fo if fo else 0:5.1f}x) "
+                  f"{100 * ms / total:5.1f}%")
+        print(f"  kernel time {total:.3f} ms (each launch alone, the device idle before it)")
+
+
 def cmd_crossover(args):
     for dtype in args.dtype:
         for dist in args.dist:
@@ -208,9 +295,15 @@ def main():
     c.add_argument("--values", type=int, nargs="+", default=[0, 64, 128, 256, 512, -1])
     c.add_argument("--nb", type=int, nargs="+", default=[32])
     sub.add_parser("listpath")
+    o = sub.add_parser("ops")
+    o.add_argument("--cases", nargs="+", default=["gemm-square512", "gemm-panel512", "trsm512",
+                                                  "potrs512-nrhs1", "potrs512-nrhs16"])
+    o.add_argument("--dtype", default="float64")
+    o.add_argument("--seed", type=int, default=0)
+    o.add_argument("--all", action="store_true", help="print every launch, not only the sums")
     args = ap.parse_args()
     {"host": cmd_host, "launches": cmd_launches, "crossover": cmd_crossover,
-     "listpath": cmd_listpath}[args.cmd](args)
+     "listpath": cmd_listpath, "ops": cmd_ops}[args.cmd](args)
 
 
 if __name__ == "__main__":

@@ -101,9 +101,9 @@ struct GemmOut {
   }
 };
 
-// The part of a GEMM task a block takes: its task, its BM x BN tile (blockIdx.y enumerates a
-// task's tiles, row tiles slowest), the output and C views. False when the block has nothing to
-// do: past `hi`, a skipped problem, or a tile past the task's rows.
+// The part of a GEMM task a block takes: its task, its BM x BN tile (row tiles slowest), the
+// output and C views. False when the block has nothing to do: a skipped problem, or a tile past
+// the task's rows.
 template <typename T, int BM, int BN>
 struct GemmTile {
   int q, r0, mm, k0, kk, nn, i0, c0;
@@ -112,13 +112,16 @@ struct GemmTile {
   View<T> O, C;
   __device__ __forceinline__ bool find(const unsigned long long* tbl, const long long* meta,
                                        const int* tasks, int K, int lo, int hi, int extra) {
-    int t[6];
-    if (!blas_task(tasks, lo, hi, t)) return false;
+    // The grid is one dimension, task-major: gridDim.x = (hi - lo) x the launch's most tiles,
+    // so the blocks that run together are mostly tiles of one task and share its A and B in L2.
+    const int ntiles = gridDim.x / (hi - lo);
+    const int row = lo + (int)blockIdx.x / ntiles, tile = (int)blockIdx.x % ntiles;
+    const int* t = tasks + (long long)row * VB_TASK_COLS;
     q = t[0]; r0 = t[1]; mm = t[2]; k0 = t[3]; kk = t[4]; nn = t[5];
     L = blas_launch(tbl, extra);
     if (L.skip && failed(tbl, q)) return false;
     const int tiles_n = (nn + BN - 1) / BN;
-    const int tm = blockIdx.y / tiles_n, tn = blockIdx.y % tiles_n;
+    const int tm = tile / tiles_n, tn = tile % tiles_n;
     if (tm * BM >= mm) return false;
     i0 = tm * BM;
     c0 = tn * BN;
@@ -136,7 +139,7 @@ struct GemmTile {
 
 // O[r0 + i, c] = alpha * sum_l A[r0 + i, k0 + l] B[k0 + l, c] + beta * C[r0 + i, c] for i < mm,
 // c < nn, on views: operands 0 A, 1 B, 2 C (absent: beta taken as 0), 3 O. Block tile BM x BN
-// (blockIdx.y enumerates a task's tiles, row tiles slowest), BK-deep slices through shared
+// (GemmTile: which task and tile), BK-deep slices through shared
 // memory, each thread a TM x TN register tile with rows and columns strided across the block.
 // A triangle restriction writes only O's lower or upper part (absolute row r0 + i against c);
 // the rest of O gets C's values (a copy, out of place) or zeros (no C), so an output is complete.
@@ -278,21 +281,47 @@ blas_gemm_mma(const unsigned long long* tbl, const long long* meta, const int* i
           }
         });
   }
+  // The epilogue goes through shared memory (the pipeline's buffers, free after its last
+  // barrier), one row of warps at a time: each warp parks its accumulators, then the block
+  // reads C and writes O along O's contiguous dimension. Written from the fragments directly,
+  // a warp's stores touched 8 rows x 4 columns at once, and a GEMM with k = 32 (memory-bound:
+  // C in, O out) ran 6.7x its floor (gemm-panel512, H200, 2026-11-21).
+  constexpr int TP = BN + 1;  // odd stride: the column-wise reads are conflict-free
+  static_assert(WTM * TP <= S * STAGE, "a row of warps' tile fits in the staging buffers");
   const GemmOut<double> out(g.L, g.O, g.C, g.has_c);
+  const int rows = min(BM, g.mm - g.i0), cols = min(BN, g.nn - g.c0);
+  const bool orow = g.O.row;
+  static_assert(NT % BN == 0 && NT % WTM == 0, "epilogue mapping");
+  for (int p = 0; p < WM; ++p) {
+    const int prow = p * WTM;
+    if (prow >= rows) break;
+    if (wm == p) {
 #pragma unroll
-  for (int mi = 0; mi < MT; ++mi)
+      for (int mi = 0; mi < MT; ++mi)
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int i = g.i0 + wm * WTM + mi * 16 + gid + 8 * h;
-      if (i >= g.mm) continue;
+        for (int ni = 0; ni < NT8; ++ni)
 #pragma unroll
-      for (int ni = 0; ni < NT8; ++ni)
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int c = g.c0 + wn * 32 + ni * 8 + 2 * tig + e;
-          if (c < g.nn) out.put(g.r0 + i, c, acc[mi][ni][2 * h + e]);
-        }
+          for (int e = 0; e < 4; ++e)
+            sbuf[(mi * 16 + gid + 8 * (e >> 1)) * TP + wn * 32 + ni * 8 + 2 * tig + (e & 1)] =
+                acc[mi][ni][e];
     }
+    __syncthreads();
+    // Threads along O's contiguous dimension, no division by a run-time size, and several
+    // elements per thread in flight (the loop unrolled): C's loads are what a short K waits on.
+    const int pr = min(WTM, rows - prow), R0 = g.r0 + g.i0 + prow;
+    if (orow) {
+      const int c = tid % BN;
+#pragma unroll 4
+      for (int r = tid / BN; r < pr; r += NT / BN)
+        if (c < cols) out.put(R0 + r, g.c0 + c, sbuf[r * TP + c]);
+    } else {
+      const int r = tid % WTM;
+#pragma unroll 4
+      for (int c = tid / WTM; c < cols; c += NT / WTM)
+        if (r < pr) out.put(R0 + r, g.c0 + c, sbuf[r * TP + c]);
+    }
+    __syncthreads();
+  }
 }
 
 // One diagonal block X[o:o+w, :nn] := T[o:o+w, o:o+w]^{-1} X[...] (MUL false) or T X (MUL

@@ -36,6 +36,7 @@ MMA_TILES = ((64, 64, 32, 3), (128, 128, 64, 3))
 MMA_KB = 16
 COPY_TILE = 32
 MAX_GRID_Y = 65535
+MAX_GRID_X = 2**31 - 1
 ABSENT = 7
 NB_SUPPORTED = None  # no panel width: cuda_build.kernel_names passes None through
 
@@ -138,10 +139,13 @@ def _row(layouts: dict, name: str, t: int) -> bool:
     return (layouts.get(name) == "C") != bool(t)
 
 
-def mma_tile(mm: int, nn: int) -> tuple:
-    """The DMMA tile of a launch whose tasks are at most mm x nn: the large one only where every
-    dimension fills it (a 64 x 64 tile wastes less of a small or mid-size task's edge)."""
-    return MMA_TILES[1] if min(mm, nn) >= 2 * MMA_TILES[1][0] else MMA_TILES[0]
+def mma_tile(mm: int, nn: int, kk: int = MMA_TILES[1][0]) -> tuple:
+    """The DMMA tile of a launch whose tasks are at most mm x nn x kk: the large one only where
+    the output fills it twice over each way and K is long enough to pay for its one block per
+    multiprocessor (a 64 x 64 tile wastes less of a mid-size task's edge, and keeps two blocks
+    per multiprocessor for a short K, where C in and O out dominate)."""
+    big = MMA_TILES[1][0]
+    return MMA_TILES[1] if min(mm, nn) >= 2 * big and kk >= big else MMA_TILES[0]
 
 
 def _tiles(a: np.ndarray, tile) -> int:
@@ -163,14 +167,14 @@ def selection(lc, plan, dtype, layouts: dict, config) -> Selection:
                 _row(layouts, p["c"], p["tc"]), _row(layouts, p["o"], p["tc"])]
         extra = encode(slots, rows, tri, p["alpha"], p["beta"], p["skip_failed"])
         if T == "double" and config.fp64_gemm == "mma":
-            tile = mma_tile(mm, nn)
-            sel = Selection(mma_name(tile, rows[0], rows[1]), (lc.count, _tiles(a, tile)),
+            tile = mma_tile(mm, nn, int(a[:, 3].max()))
+            sel = Selection(mma_name(tile, rows[0], rows[1]), (lc.count * _tiles(a, tile),),
                             ((tile[0] // tile[2]) * (tile[1] // 32) * 32,),
                             mma_smem(tile, rows[0], rows[1]), extra)
         else:
             tile = GEMM_TILES[0] if mm <= GEMM_TILES[0][0] and nn <= GEMM_TILES[0][1] \
                 else GEMM_TILES[1]
-            sel = Selection(gemm_name(T, tile), (lc.count, _tiles(a, tile)),
+            sel = Selection(gemm_name(T, tile), (lc.count * _tiles(a, tile),),
                             ((tile[0] // tile[3]) * (tile[1] // tile[4]),), 0, extra)
     elif lc.kind in (TRSM, TRMM):
         tri = int(p["lower"]) | (int(p["unit"]) << 1)
@@ -188,21 +192,22 @@ def selection(lc, plan, dtype, layouts: dict, config) -> Selection:
         sel = Selection(copy_name(T), (lc.count, tiles), (256,), 0, extra)
     else:
         raise ValueError(f"cuda backend: the blas family has no launch kind {lc.kind!r}")
-    if sel.grid[1] > MAX_GRID_Y:
+    if len(sel.grid) > 1 and sel.grid[1] > MAX_GRID_Y or sel.grid[0] > MAX_GRID_X:
         raise InputError([(None, f"launch {lc.index} ({lc.kind}) needs {sel.grid[1]} tiles, "
                                  f"more than the grid allows ({MAX_GRID_Y})")])
     return sel
 
 
 def check_plan(plan) -> None:
-    """A task whose tiles exceed the grid's second dimension is named at submit."""
+    """A task whose tiles exceed the grid's second dimension is named at submit (the copy
+    kernel's 32 x 32 tiles, the most any task of the family can need; GEMM grids are
+    one-dimensional)."""
     t = plan.tasks
     codes = [i for i, k in enumerate(plan.kinds) if k.op == OP]
     if not codes:
         return
     mine = np.isin(t.kind, codes)
-    big = GEMM_TILES[1]
-    tiles = (-(-t.args[:, 1] // big[0])) * (-(-t.args[:, 4] // big[1]))
+    tiles = (-(-t.args[:, 1] // COPY_TILE)) * (-(-t.args[:, 4] // COPY_TILE))
     bad = np.flatnonzero(mine & (tiles > MAX_GRID_Y))
     if len(bad):
         raise InputError([(int(t.problem[i]), f"a {int(t.args[i, 1])} x {int(t.args[i, 4])} "

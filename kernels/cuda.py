@@ -110,6 +110,7 @@ class _Record:
     launch_: Launch
     scalars: object = None
     params: object = None
+    name: str = ""  # the kernel's template instantiation (for profiles)
 
     def bind(self, ptrs: _Params, scalars: tuple) -> None:
         if len(scalars) != SCALARS:
@@ -437,7 +438,7 @@ class CudaBackend(Backend):
                 kern.max_dynamic_shared_size_bytes = sel.smem
             grid3 = sel.grid + (1,) * (3 - len(sel.grid))
             block3 = sel.block + (1,) * (3 - len(sel.block))
-            rec = _Record(kern, kern.kernel.ptr, grid3, block3, sel.smem, lc)
+            rec = _Record(kern, kern.kernel.ptr, grid3, block3, sel.smem, lc, name=sel.name)
             rec.bind(prep.ptrs[lc.family], (plan.k, lc.lo, lc.hi, sel.extra))
             prep.records.append(rec)
         if prep.records:
