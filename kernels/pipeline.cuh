@@ -84,11 +84,20 @@ __device__ __forceinline__ void dmma_m8n8k4(double& d0, double& d1, double a, do
 
 __device__ __forceinline__ void dmma_m16n8k8(double (&d)[4], const double (&a)[4],
                                              const double (&b)[2]) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+  // Ampere has no f64 m16n8k8 (ptxas: "requires .target sm_90 or higher"). Its fragments are four
+  // m8n8k4 fragments in the layouts above: rows g (c0, c1) and g + 8 (c2, c3), k in t and t + 4.
+  dmma_m8n8k4(d[0], d[1], a[0], b[0]);
+  dmma_m8n8k4(d[0], d[1], a[2], b[1]);
+  dmma_m8n8k4(d[2], d[3], a[1], b[0]);
+  dmma_m8n8k4(d[2], d[3], a[3], b[1]);
+#else
   asm volatile(
       "mma.sync.aligned.m16n8k8.row.col.f64.f64.f64.f64 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
       "{%0,%1,%2,%3};\n"
       : "+d"(d[0]), "+d"(d[1]), "+d"(d[2]), "+d"(d[3])
       : "d"(a[0]), "d"(a[1]), "d"(a[2]), "d"(a[3]), "d"(b[0]), "d"(b[1]));
+#endif
 }
 
 // Where element (o, k) of a staged DMMA operand tile lives in shared memory: O rows (of A, or
