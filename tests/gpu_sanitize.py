@@ -82,19 +82,29 @@ def blas(rng, dtype) -> int:
     eps = float(np.finfo(dtype).eps)
     bad = 0
     rt = vbatch.Runtime("cuda")
-    shapes = [(0, 3, 2), (1, 1, 1), (31, 33, 32), (65, 64, 63), (100, 7, 129), (5, 70, 0)]
+    # The last two reach the large DMMA tile (every dimension >= 256, K >= 128) in float64.
+    shapes = [(0, 3, 2), (1, 1, 1), (31, 33, 32), (65, 64, 63), (100, 7, 129), (5, 70, 0),
+              (257, 256, 130), (300, 260, 131)]
     for order in ("F", "C"):
         A = [rng.standard_normal((m, k)).astype(dtype) for m, n, k in shapes]
         B = [rng.standard_normal((k, n)).astype(dtype) for m, n, k in shapes]
         C = [rng.standard_normal((m, n)).astype(dtype) for m, n, k in shapes]
         a, b, c = (dev(x, order) for x in (A, B, C))
-        out = rt.gemm(a, b, c, alpha=2.0, beta=-1.0).result()
-        for i, (x, y, z) in enumerate(zip(A, B, C)):
-            ref = 2.0 * x.astype(np.float64) @ y + -1.0 * z
-            got = out.matrix(i).get()
-            if not np.allclose(got, ref, rtol=100 * eps, atol=100 * eps * (1 + x.shape[1])):
-                print(f"gemm {order} problem {i}")
-                bad += 1
+        # float64 GEMM on both kernels (FP64 tensor cores by default, and FMA), every
+        # orientation of A and B (transposed views of the same buffers).
+        runs = [(rt, False, False)]
+        if dtype == np.float64:
+            runs += [(rt, True, True), (vbatch.Runtime("cuda", fp64_gemm="fma"), False, False)]
+        for r_, ta, tb in runs:
+            aa = dev([x.T for x in A], order) if ta else a
+            bb = dev([y.T for y in B], order) if tb else b
+            out = r_.gemm(aa, bb, c, alpha=2.0, beta=-1.0, trans_a=ta, trans_b=tb).result()
+            for i, (x, y, z) in enumerate(zip(A, B, C)):
+                ref = 2.0 * x.astype(np.float64) @ y + -1.0 * z
+                got = out.matrix(i).get()
+                if not np.allclose(got, ref, rtol=100 * eps, atol=100 * eps * (1 + x.shape[1])):
+                    print(f"gemm {order} ta={ta} tb={tb} {r_.config.fp64_gemm} problem {i}")
+                    bad += 1
         sy = rt.syrk(a, alpha=1.0).result()
         for i, x in enumerate(A):
             ref = np.tril(x.astype(np.float64) @ x.T)
