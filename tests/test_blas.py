@@ -454,3 +454,57 @@ def test_plan_for_shows_the_plan_of_any_op():
     assert plan.counts().get("blas.copy") == 1  # problem 1 has no right-hand side: no tasks
     with pytest.raises(InputError, match="unknown operation"):
         rt.plan_for("getrf", a=[np.eye(2)])
+
+
+# ----------------------------------------------------------------------------- repeated calls
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_repeated_packed_call_validates_and_plans_nothing_again(device, monkeypatch):
+    """The known-call path: the same packed batches again skip validation and planning, but a
+    different scalar or flag, another batch of the same sizes, a buffer made read-only, or a
+    value the request refuses is still seen to; no entry keeps a batch alive."""
+    import gc
+    import weakref
+
+    import vbatch.runtime.runtime as rtmod
+
+    rng = np.random.default_rng(12)
+    shapes = [(0, 3, 2), (1, 1, 1), (33, 31, 32), (64, 65, 63)]
+    A = [rng.standard_normal((m, k)) for m, n, k in shapes]
+    B = [rng.standard_normal((k, n)) for m, n, k in shapes]
+    C = [rng.standard_normal((m, n)) for m, n, k in shapes]
+    a, b, c = (_form(x, "packedF", device, np.float64) for x in (A, B, C))
+    rt = vbatch.Runtime(device)
+    counts = {"validate": 0, "plan": 0}
+    real_validated, real_plan = rtmod.validated, rt._plan
+
+    def counting_validated(*args, **kw):
+        counts["validate"] += 1
+        return real_validated(*args, **kw)
+
+    def counting_plan(*args, **kw):
+        counts["plan"] += 1
+        return real_plan(*args, **kw)
+
+    monkeypatch.setattr(rtmod, "validated", counting_validated)
+    monkeypatch.setattr(rt, "_plan", counting_plan)
+    for alpha, beta in ((2.0, -1.0), (2.0, -1.0), (0.5, 3.0), (2.0, -1.0)):
+        out = rt.gemm(a, b, c, alpha=alpha, beta=beta).result()
+        _check_gemm(A, B, C, _mats(out), alpha, beta, False, False, np.float64, f"{alpha}")
+    assert counts == {"validate": 2, "plan": 2}  # one per distinct (alpha, beta)
+    a2 = _form(A, "packedF", device, np.float64)  # same sizes, another batch: validated
+    rt.gemm(a2, b, c, alpha=2.0, beta=-1.0).result()
+    assert counts["validate"] == 3
+    with pytest.raises(InputError, match="alpha must be a real number"):
+        rt.gemm(a, b, c, alpha=True, beta=-1.0)  # True == 1, but it is not a number here
+    rt.gemm(a, b, c, alpha=1, beta=-1.0).result()
+    with pytest.raises(InputError, match="alpha must be a real number"):
+        rt.gemm(a, b, c, alpha=True, beta=-1.0)
+    rt.gemm(a, b, c, overwrite=True, beta=1.0).result()
+    if device == "cpu":
+        c.data.flags.writeable = False
+        with pytest.raises(InputError, match="read-only"):
+            rt.gemm(a, b, c, overwrite=True, beta=1.0)
+    ref = weakref.ref(a2)
+    del a2
+    gc.collect()
+    assert ref() is None, "the known-call path kept a batch alive"
