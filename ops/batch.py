@@ -20,12 +20,14 @@ this module checks what every operand must be. Zero-size matrices are valid.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, field_validator, model_validator
 
 from vbatch.ops.errors import InputError, validated
+from vbatch.ops.frontends import adopt, frontend_of, give, give_all
 
 SUPPORTED_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
@@ -106,7 +108,23 @@ class PackedBatch(BaseModel):
     ld: Any
     order: Literal["F", "C"] = "F"
     m: Any = None  # rows; None: m = n (square)
+    # The framework the caller's buffer came from ("torch", "jax"; None for numpy and cupy):
+    # ``data`` is then a numpy or cupy view of that buffer (DLPack, no copy), and the
+    # matrices (matrix, unpack) and ``buffer`` are given back as that framework's arrays.
+    frontend: str | None = None
 
+    @model_validator(mode="before")
+    @classmethod
+    def _adopt(cls, values: Any) -> Any:
+        if isinstance(values, dict) and array_kind(values.get("data")) is None:
+            fe = frontend_of(values.get("data"))
+            if fe is not None:
+                try:
+                    arr, fe = adopt(values["data"])
+                except ValueError as exc:
+                    raise InputError([(None, f"data: {exc}")]) from None
+                values = {**values, "data": arr, "frontend": fe}
+        return values
 
     @field_validator("data")
     @classmethod
@@ -207,11 +225,17 @@ class PackedBatch(BaseModel):
         ld_arr = _index_array(ld, "ld")
         if offset is None and len(ld_arr) == len(n_arr) == len(m_arr):
             offset = tight_offsets(ld_arr * (m_arr if order == "C" else n_arr))
+        frontend = None
+        if array_kind(data) is None and frontend_of(data) is not None:
+            try:
+                data, frontend = adopt(data)
+            except ValueError as exc:
+                raise InputError([(None, f"data: {exc}")], "packed batch") from None
         if array_kind(data) is not None and data.ndim > 1 and data.flags.c_contiguous:
             data = data.reshape(-1)
         return validated(
             cls, "packed batch", data=data, n=n_arr, offset=offset, ld=ld_arr, order=order,
-            m=None if m is None else m_arr,
+            m=None if m is None else m_arr, frontend=frontend,
         )
 
     def cache(self) -> dict:
@@ -242,7 +266,21 @@ class PackedBatch(BaseModel):
         object.__setattr__(new, "__pydantic_private__", None)
         return new
 
+    def with_frontend(self, frontend: str | None) -> "PackedBatch":
+        """The same batch, given back to ``frontend`` (its matrices and ``buffer``)."""
+        if frontend == self.frontend:
+            return self
+        new = self.with_data(self.data)
+        new.__dict__["frontend"] = frontend
+        return new
+
     # ---------------------------------------------------------------- views
+    @property
+    def buffer(self) -> Any:
+        """The whole buffer as the caller's kind of array: ``data`` itself for numpy and cupy,
+        a torch tensor or JAX array over the same memory for a batch that came from one."""
+        return give(self.data, self.frontend)
+
     @property
     def k(self) -> int:
         return len(self.n)
@@ -268,7 +306,19 @@ class PackedBatch(BaseModel):
         return (1, int(self.ld[i])) if self.order == "F" else (int(self.ld[i]), 1)
 
     def matrix(self, i: int):
-        """Matrix ``i`` as a 2-D view into the buffer (writes go to the buffer)."""
+        """Matrix ``i`` as a 2-D view into the buffer (writes go to the buffer), as the
+        caller's kind of array (``frontend``)."""
+        v = self._view(i)
+        return v if self.frontend is None else give(v, self.frontend)
+
+    def unpack(self) -> list:
+        """All matrices as 2-D views into the buffer, in problem order, as the caller's kind
+        of array (``frontend``)."""
+        views = self._views()
+        return views if self.frontend is None else give_all(views, self.frontend)
+
+    def _view(self, i: int):
+        """Matrix ``i`` as a numpy or cupy view (what kernels and backends use)."""
         m, n, off = int(self.m[i]), int(self.n[i]), int(self.offset[i])
         if m == 0 or n == 0:
             return self.data[:0].reshape(m, n)
@@ -285,8 +335,8 @@ class PackedBatch(BaseModel):
 
         return cupy.ndarray((m, n), self.dtype, memptr=self.data.data + off * isz, strides=strides)
 
-    def unpack(self) -> list:
-        """All matrices as 2-D views into the buffer, in problem order.
+    def _views(self) -> list:
+        """All matrices as numpy or cupy views, in problem order.
 
         One constructor call per matrix with everything else computed once (vectorized): the
         per-matrix ``matrix(i)`` took 3.5 us each, a list of 2,000 factors 7 ms (2-core VM,
@@ -309,12 +359,71 @@ class PackedBatch(BaseModel):
                 for m, n, o, s in zip(ms, ns, offs, lds)]
 
     def __repr__(self) -> str:
+        fe = "" if self.frontend is None else f", frontend={self.frontend!r}"
         return (
-            f"PackedBatch(k={self.k}, dtype={self.dtype}, kind={self.kind}, order={self.order!r}, "
-            f"elements={self.data.size})"
+            f"PackedBatch(k={self.k}, dtype={self.dtype}, kind={self.kind}{fe}, "
+            f"order={self.order!r}, elements={self.data.size})"
         )
 
     __str__ = __repr__
+
+
+class Views(Sequence):
+    """The matrices of a packed batch as a read-only sequence, each view made when it is first
+    touched: what a call on a list returns, so that 20,000 results cost no Python object each
+    until the caller reads them. Indexing, slicing, ``len``, iteration (all views at once,
+    through the vectorized :meth:`PackedBatch.unpack`) and ``list(views)`` work as on a list;
+    ``views.batch`` is the packed batch behind them. The views are of the caller's kind of
+    array (numpy, cupy, torch, JAX)."""
+
+    __slots__ = ("batch", "_all")
+
+    def __init__(self, batch: PackedBatch):
+        # The batch is this sequence's own (an output buffer): marked as a list's, so that a
+        # call given these views returns its outputs as a list too.
+        batch.__dict__["_vb_views"] = True
+        self.batch = batch
+        self._all: list | None = None
+
+    def __len__(self) -> int:
+        return self.batch.k
+
+    def __getitem__(self, i):
+        if self._all is not None:
+            return self._all[i]
+        if isinstance(i, slice):
+            return [self.batch.matrix(j) for j in range(*i.indices(self.batch.k))]
+        k = self.batch.k
+        j = int(i)  # (an index type numpy or torch gives is fine; a float is not)
+        if j != i or isinstance(i, (bool, float)):
+            raise TypeError(f"indices must be integers or slices, not {type(i).__name__}")
+        if j < 0:
+            j += k
+        if not 0 <= j < k:
+            raise IndexError(f"index {i} out of range for {k} matrices")
+        return self.batch.matrix(j)
+
+    def __iter__(self):
+        if self._all is None:
+            self._all = self.batch.unpack()
+        return iter(self._all)
+
+    def __eq__(self, other):
+        """As a list's: ``views == []`` for an empty batch."""
+        if isinstance(other, Views):
+            other = list(other)
+        return list(self) == other if isinstance(other, list) else NotImplemented
+
+    __hash__ = None  # mutable memory, as a list's
+
+    def __add__(self, other):
+        return list(self) + list(other)
+
+    def __radd__(self, other):
+        return list(other) + list(self)
+
+    def __repr__(self) -> str:
+        return f"Views({len(self)} matrices of {self.batch!r})"
 
 
 def tight_offsets(sizes: np.ndarray, ld: np.ndarray | None = None) -> np.ndarray:
@@ -351,11 +460,13 @@ class MatrixList(BaseModel):
 
     model_config = ConfigDict(arbitrary_types_allowed=True, frozen=True)
 
-    mats: list
+    mats: list  # numpy or cupy arrays (a foreign array's DLPack view)
     kind: str
     dtype: Any
     m: Any
     n: Any
+    frontend: str | None = None  # the framework of the caller's arrays (frontends.py)
+    source: Any = None  # the caller's own arrays, when they were adopted (else mats)
 
     @model_validator(mode="before")
     @classmethod
@@ -365,23 +476,37 @@ class MatrixList(BaseModel):
         if not isinstance(mats, (list, tuple)):
             got = type(mats).__name__
             raise InputError([(None, f"expected a list of 2-D arrays, got {got}")])
+        source = mats
         mats = list(mats)
         problems: list[tuple[int | None, str]] = []
         m = np.zeros(len(mats), dtype=np.int64)
         n = np.zeros(len(mats), dtype=np.int64)
-        kind0 = dtype0 = None
+        kind0 = dtype0 = label0 = fe0 = None
         first_dtype_at = first_kind_at = 0
+        adopted = False
         for i, a in enumerate(mats):
             kind = array_kind(a)
+            fe = None
+            if kind is None and frontend_of(a) is not None:
+                try:
+                    a, fe = adopt(a)
+                except ValueError as exc:
+                    problems.append((i, str(exc)))
+                    continue
+                mats[i] = a
+                adopted = True
+                kind = array_kind(a)
             if kind is None:
-                problems.append((i, f"expected a numpy or cupy array, got {type(a).__name__}"))
+                problems.append((i, f"expected a numpy, cupy, torch or JAX array (or one that "
+                                    f"speaks DLPack), got {type(a).__name__}"))
                 continue
-            if kind != kind0:
-                if kind0 is None:
-                    kind0, first_kind_at = kind, i
+            label = fe or kind
+            if label != label0:
+                if label0 is None:
+                    kind0, label0, fe0, first_kind_at = kind, label, fe, i
                 else:
                     problems.append(
-                        (i, f"is a {kind} array but problem {first_kind_at} is {kind0} "
+                        (i, f"is a {label} array but problem {first_kind_at} is {label0} "
                             "(one batch, one kind)")
                     )
             dt = a.dtype
@@ -416,6 +541,8 @@ class MatrixList(BaseModel):
             "dtype": dtype0 or np.dtype(np.float64),
             "m": m,
             "n": n,
+            "frontend": fe0,
+            "source": list(source) if adopted else mats,
         }
 
     @property

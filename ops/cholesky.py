@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from vbatch.ops.batch import MatrixList, PackedBatch
+from vbatch.ops.batch import MatrixList, PackedBatch, Views
 from vbatch.ops.errors import InputError
 from vbatch.ops.kinds import Group, TaskKind, by_rows, register, single
 from vbatch.ops.op import Buffer, Op
@@ -140,14 +140,10 @@ def _npiv_array(v: Any, k: int) -> np.ndarray:
 
 
 def read_only(batch: Any) -> list[tuple[int | None, str]]:
-    """The problems of ``batch`` that ``overwrite=True`` could not write (numpy arrays or a
-    packed buffer marked read-only; device arrays are always writable)."""
-    if isinstance(batch, PackedBatch):
-        if not getattr(batch.data.flags, "writeable", True):
-            return [(None, "overwrite=True, but the packed buffer is read-only")]
-        return []
-    return [(i, "overwrite=True, but this array is read-only")
-            for i, a in enumerate(batch.mats) if not getattr(a.flags, "writeable", True)]
+    """The problems of ``batch`` that ``overwrite=True`` could not write (operands.writable)."""
+    from vbatch.ops.operands import writable
+
+    return writable(batch)
 
 
 def npiv_steps(npiv: np.ndarray, nb: int) -> np.ndarray:
@@ -174,6 +170,8 @@ class CholeskyRequest(BaseModel):
     @field_validator("batch", mode="before")
     @classmethod
     def _batch(cls, v: Any) -> PackedBatch | MatrixList:
+        if isinstance(v, Views):  # a list an earlier call gave back: its packed batch
+            v = v.batch
         if isinstance(v, PackedBatch):
             if not v.square:
                 bad = np.flatnonzero(v.m != v.n)

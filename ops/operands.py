@@ -14,12 +14,17 @@ from typing import Any
 
 import numpy as np
 
-from vbatch.ops.batch import MatrixList, PackedBatch
+from vbatch.ops.batch import MatrixList, PackedBatch, Views
 from vbatch.ops.errors import InputError, validated
+from vbatch.ops.frontends import IMMUTABLE
 
 
 def operand(v: Any, name: str, square: bool = False) -> PackedBatch | MatrixList:
-    """``v`` as a validated batch; errors name ``name``."""
+    """``v`` as a validated batch; errors name ``name``. The views an earlier call gave back
+    for a list (:class:`~vbatch.ops.batch.Views`) are read as the packed batch behind them:
+    no validation per matrix, and no copy."""
+    if isinstance(v, Views):
+        v = v.batch
     if isinstance(v, PackedBatch):
         if square and not v.square:
             bad = np.flatnonzero(v.m != v.n)
@@ -50,9 +55,9 @@ def together(**batches: Any) -> None:
         if b.dtype != b0.dtype:
             problems.append((None, f"{n} is {b.dtype} but {n0} is {b0.dtype} (one call, one "
                                    "dtype)"))
-        if b.kind != b0.kind:
-            problems.append((None, f"{n} holds {b.kind} arrays but {n0} holds {b0.kind} (one "
-                                   "call, one array kind)"))
+        if (b.kind, b.frontend) != (b0.kind, b0.frontend):
+            problems.append((None, f"{n} holds {label(b)} arrays but {n0} holds {label(b0)} arrays "
+                                   "(one call, one array kind)"))
     if problems:
         raise InputError(problems)
 
@@ -92,11 +97,21 @@ def choice(v: Any, name: str, allowed: tuple[str, ...]) -> str:
     return v.lower()
 
 
-def writable(batch: Any, name: str) -> list[tuple[int | None, str]]:
-    """The problems of ``batch`` that ``overwrite=True`` could not write."""
+def label(batch: Any) -> str:
+    """What kind of arrays a batch holds, as the caller sees it: numpy, cupy, torch, jax."""
+    return batch.frontend or batch.kind
+
+
+def writable(batch: Any, name: str | None = None) -> list[tuple[int | None, str]]:
+    """The problems of ``batch`` that ``overwrite=True`` could not write: read-only numpy
+    arrays or buffers, and arrays of an immutable framework (JAX). Device arrays are always
+    writable."""
+    what = "" if name is None else f"{name}: "
+    if batch.frontend in IMMUTABLE:
+        return [(None, f"overwrite=True, but {what}{batch.frontend} arrays are immutable")]
     if isinstance(batch, PackedBatch):
         if not getattr(batch.data.flags, "writeable", True):
-            return [(None, f"overwrite=True, but {name}'s packed buffer is read-only")]
+            return [(None, f"overwrite=True, but {what}the packed buffer is read-only")]
         return []
-    return [(i, f"overwrite=True, but {name} is read-only")
+    return [(i, f"overwrite=True, but {what}this array is read-only")
             for i, a in enumerate(batch.mats) if not getattr(a.flags, "writeable", True)]

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from vbatch.kernels import Completion, get_backend
-from vbatch.ops.batch import MatrixList, PackedBatch
+from vbatch.ops.batch import MatrixList, PackedBatch, Views
 from vbatch.ops.cholesky import POTRF, CholeskyResult, read_only  # noqa: F401 - re-exported
 from vbatch.ops.posv import PosvResult  # noqa: F401 - re-exported
 from vbatch.ops.errors import InputError, validated
@@ -350,6 +350,8 @@ class Runtime:
         batches = []
         for name, v in fields.items():
             t = type(v)
+            if t is Views:  # a list an earlier call gave: its packed batch (operands.py)
+                v, t = v.batch, PackedBatch
             if t is PackedBatch:
                 key += (name, id(v))
                 batches.append(v)
@@ -373,6 +375,8 @@ class Runtime:
         values = dict(req.__dict__)
         refs = []
         for name, v in fields.items():
+            if type(v) is Views:
+                v = v.batch
             if type(v) is PackedBatch:
                 if values.get(name) is not v:
                     return  # the request made something else of it: not rebuildable
@@ -507,26 +511,31 @@ class Runtime:
 
         def finish(info: np.ndarray):
             out = {}
+            # Outputs in the caller's form: a list's as views of the output buffer made when
+            # touched (Views), a packed batch's as a packed batch; either given back to the
+            # caller's framework (torch, JAX) when the input came from one.
             for name, operand, _, buf in op._outs:
                 given = getattr(req, operand)
                 work = b.batch_of(staged[name])
                 if given is None:
                     form = getattr(req, buf.form)
-                    exported = b.export(work, form.kind)
-                    out[name] = exported.unpack() if type(form) is MatrixList else exported
+                    exported = b.export(work, form.kind).with_frontend(form.frontend)
+                    out[name] = Views(exported) if _listed(form) else exported
                 elif type(given) is MatrixList:
                     if overwrite:
                         if not device_writeback:
                             b.scatter(work, given.mats)
-                        out[name] = given.mats
+                        out[name] = given.source
                     else:
-                        out[name] = b.export(work, given.kind).unpack()
+                        out[name] = Views(b.export(work, given.kind).with_frontend(
+                            given.frontend))
                 elif not overwrite:
-                    out[name] = b.export(work, given.kind)
+                    exported = b.export(work, given.kind).with_frontend(given.frontend)
+                    out[name] = Views(exported) if _listed(given) else exported
                 else:
                     if work.data is not given.data:
                         b.scatter(work, given)  # e.g. a host batch factored on the device
-                    out[name] = given
+                    out[name] = Views(given) if _listed(given) else given
             return result(out, info, plan)
 
         return completion, finish
@@ -575,6 +584,12 @@ class Runtime:
             self._tails[completion.queue] = completion
 
 
+def _listed(form) -> bool:
+    """Whether an operand came as a list (or as the Views an earlier call gave for one): its
+    outputs go back as a list too."""
+    return type(form) is MatrixList or "_vb_views" in form.__dict__
+
+
 _PLAIN = frozenset({bool, int, float, str, np.float64, np.float32, np.int64, np.int32,
                     np.bool_})
 
@@ -585,6 +600,8 @@ def _rebuild(cls, template: tuple, fields: dict):
     values, fields_set = template
     values = dict(values)
     for name, v in fields.items():
+        if type(v) is Views:
+            v = v.batch
         if type(v) is PackedBatch:
             values[name] = v
     new = cls.__new__(cls)

@@ -9,6 +9,9 @@ from hypothesis import HealthCheck, settings
 
 from vbatch.runtime.device import cuda_status
 
+# JAX (tests/test_frontends.py) would otherwise take 75% of the GPU's memory when it starts.
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+
 # CI has 2 cores and a 15-minute budget for the whole suite; locally VBATCH_HYPOTHESIS=dev
 # explores more.
 settings.register_profile(

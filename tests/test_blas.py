@@ -23,6 +23,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import vbatch
+from vbatch.ops.batch import Views
 from vbatch.ops import (
     InputError,
     gemm_reference,
@@ -151,7 +152,8 @@ def test_gemm_edge_sizes(device, dtype, form, ta, tb):
     assert all(_same(s, _snapshot(x)) for s, x in zip(before, (a, b, c))), "an input changed"
     # Without c: a new output in the form of a.
     out2 = rt.gemm(a, b, alpha=2.0, trans_a=ta, trans_b=tb).result()
-    assert isinstance(out2, list) == (form == "list")
+    assert isinstance(out2, Views) == (form == "list")  # a list's outputs: list-like views
+    assert isinstance(out2, vbatch.PackedBatch) == (form != "list")
     _check_gemm(A, B, None, _mats(out2), 2.0, 0.0, ta, tb, dtype, f"{device} {form} no c")
 
 

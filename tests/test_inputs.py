@@ -27,7 +27,7 @@ BAD_LISTS = [
      r"problem 0: unsupported dtype int64 \(supported: float32, float64\)"),
     ([good(), np.eye(2, dtype=np.complex128)], r"problem 1: unsupported dtype complex128"),
     ([np.eye(2, dtype=np.float16)], r"problem 0: unsupported dtype float16"),
-    ([good(), [[1.0]]], r"problem 1: expected a numpy or cupy array, got list"),
+    ([good(), [[1.0]]], r"problem 1: expected a numpy, cupy, torch or JAX array .*got list"),
     (np.eye(3), r"expected a list of 2-D arrays or a vbatch.PackedBatch, got ndarray"),
     ({"a": good()}, r"expected a list of 2-D arrays or a vbatch.PackedBatch, got dict"),
 ]
