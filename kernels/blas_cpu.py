@@ -61,7 +61,7 @@ def finish(backend, ex) -> np.ndarray:
 def _matrix(view, q: int) -> np.ndarray:
     """Problem ``q`` of a staged buffer as a numpy array (the buffer's own orientation)."""
     if view.batch is not None:
-        return view.batch.matrix(q)
+        return view.batch._view(q)
     return np.asarray(view.keep[0][q])
 
 

@@ -238,7 +238,7 @@ class CpuBackend(Backend):
             return
         for i, m in enumerate(target):
             if m.size:
-                m[...] = array_module(array_kind(m)).asarray(work.matrix(i))
+                m[...] = array_module(array_kind(m)).asarray(work._view(i))
 
     def export(self, work: PackedBatch, kind: str) -> PackedBatch:
         if kind == "numpy":

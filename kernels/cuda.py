@@ -379,7 +379,7 @@ class CudaBackend(Backend):
         host = work.with_data(work.data.get())
         for i, a in enumerate(target):
             if a.size:
-                a[...] = host.matrix(i)
+                a[...] = host._view(i)
 
     def export(self, work: PackedBatch, kind: str) -> PackedBatch:
         return work if kind == "cupy" else work.with_data(work.data.get())
