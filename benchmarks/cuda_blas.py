@@ -827,6 +827,10 @@ def load_sibling(name: str):
 
 
 def git_commit() -> str | None:
+    """The commit measured: $VBATCH_COMMIT when set (the device machine gets a copy of the
+    working tree whose .git may lag behind it), else git's HEAD."""
+    if os.environ.get("VBATCH_COMMIT"):
+        return os.environ["VBATCH_COMMIT"]
     try:
         p = subprocess.run(["git", "rev-parse", "HEAD"], cwd=HERE, capture_output=True,
                            text=True, timeout=10)
