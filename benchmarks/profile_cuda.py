@@ -91,14 +91,35 @@ def cmd_host(args):
     out["  begin+launch+end"] = per_call_us(stages, 500)
     for name, us in out.items():
         print(f"  {name:<32} {us:8.2f} us")
+    _profile(lambda: rt.cholesky(g).result(), "cholesky uniform 32")
+    # The BLAS ops on the harness's small cases (same draw as cuda_blas.py), packed operands
+    # on the device: per call, submit alone, and where a call's host time goes.
+    import cuda_blas as cb
+
+    for name in ("gemm-square32", "potrs32-nrhs1"):
+        case = cb.parse_case(name)
+        d = cb.draw(case, 12345)
+        ins = cb.make_inputs(case, d, np.dtype(np.float64), cupy, 12345)
+        fields = {"gemm": dict(beta=1.0), "potrs": {}}[case.op]
+        args_ = {k: ins[k] for k in case.operands if k in ins}
+        call = (lambda op=case.op, a=args_, f=fields:
+                getattr(rt, op)(**a, **f).result())
+        print(f"  {name} call            {per_call_us(call, 500):8.2f} us")
+        print(f"  {name} submit only     "
+              f"{per_call_us(lambda op=case.op, a=args_, f=fields: getattr(rt, op)(**a, **f), 500):8.2f} us")
+        _profile(call, name)
+
+
+def _profile(fn, what: str, reps: int = 300) -> None:
     pr = cProfile.Profile()
     pr.enable()
-    for _ in range(300):
-        rt.cholesky(g).result()
+    for _ in range(reps):
+        fn()
     pr.disable()
     s = io.StringIO()
-    pstats.Stats(pr, stream=s).sort_stats("tottime").print_stats(30)
-    print(s.getvalue()[:7000])
+    pstats.Stats(pr, stream=s).sort_stats("tottime").print_stats(25)
+    print(f"-- cProfile, {reps} calls of {what}")
+    print(s.getvalue()[:6000])
 
 
 def cmd_launches(args):
@@ -272,8 +293,8 @@ def cmd_listpath(args):
     print(f"  validate list      {per_call_us(lambda: MatrixList(mats=views), 20) / 1e3:8.3f} ms")
     ml = MatrixList(mats=views)
     be = rt.backend
-    print(f"  pack (gather)      {per_call_us(lambda: be.stage_list(ml, False), 20) / 1e3:8.3f} ms")
-    w = be.stage_list(ml, False)[1]
+    print(f"  pack (gather)      {per_call_us(lambda: be.stage_input(ml, False), 20) / 1e3:8.3f} ms")
+    w = be.stage_input(ml, False)
     print(f"  unpack views       {per_call_us(lambda: w.unpack(), 20) / 1e3:8.3f} ms")
     whole = per_call_us(lambda: rt.cholesky(views).result(), 10) / 1e3
     print(f"  whole list call    {whole:8.3f} ms")
