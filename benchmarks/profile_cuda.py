@@ -263,6 +263,66 @@ def cmd_ops(args):
         print(f"  kernel time {total:.3f} ms (each launch alone, the device idle before it)")
 
 
+def cmd_tiles(args):
+    """The float64 DMMA GEMM tile, tried per candidate on the harness's cases: each candidate
+    (BM, BN, WTM, stages) takes every launch whose tasks reach 128 each way (smaller launches
+    keep the 64 x 64 tile), a fresh runtime per candidate, the call timed end to end (events,
+    median of 7), the output checked on a sample against cupy's product, and the kernel's
+    registers and local memory read off the compiled function."""
+    import cuda_blas as cb
+
+    from vbatch.kernels import blas_cuda as bc
+    from vbatch.kernels import cuda as kc
+
+    cands = [tuple(int(x) for x in c.split(",")) for c in args.tiles]
+    real = bc.mma_tile
+    small = bc.MMA_TILES[0]
+    for name in args.cases:
+        case = cb.parse_case(name)
+        d = cb.draw(case, 12345)
+        ins = cb.make_inputs(case, d, np.dtype(np.float64), cupy, 12345)
+        fields = {"gemm": dict(beta=1.0)}.get(case.op, {})
+        args_ = {k: ins[k] for k in case.operands if k in ins}
+        sample = [0, 1, int(np.argmax(d.get("m", d.get("n")))), 7, 100]
+        print(f"== {name}")
+        for cand in [None] + cands:
+            bc.mma_tile = real if cand is None else (
+                lambda mm, nn, kk=0, c=cand: c if min(mm, nn) >= 128 else small)
+            try:
+                rt = vbatch.Runtime("cuda")
+                run = lambda: getattr(rt, case.op)(**args_, **fields)  # noqa: E731
+                out = run().result()
+                ts = []
+                for _ in range(7):
+                    s, e = cupy.cuda.Event(), cupy.cuda.Event()
+                    s.record()
+                    res = run()
+                    e.record()
+                    res.result()
+                    ts.append(cupy.cuda.get_elapsed_time(s, e))
+                err = 0.0
+                if case.op == "gemm":
+                    for i in sample:
+                        a, b, c = (ins[x].matrix(i) for x in "abc")
+                        ref = a @ b + c
+                        got = out.matrix(i)
+                        den = float(cupy.linalg.norm(ref)) or 1.0
+                        err = max(err, float(cupy.linalg.norm(got - ref)) / den)
+                regs = ""
+                if cand is not None:
+                    nm = bc.mma_name(cand, False, False)
+                    k = kc._kernel(nm, "blas.cu")
+                    at = k.attributes
+                    regs = f"regs {at['num_regs']} local {at['local_size_bytes']}"
+                label = "default" if cand is None else str(cand)
+                print(f"  {label:<22} {np.median(ts):8.3f} ms  err {err:.1e}  {regs}",
+                      flush=True)
+            except Exception as exc:  # noqa: BLE001 - a candidate that fails is reported
+                print(f"  {cand}: {type(exc).__name__}: {str(exc)[:200]}", flush=True)
+            finally:
+                bc.mma_tile = real
+
+
 def cmd_crossover(args):
     for dtype in args.dtype:
         for dist in args.dist:
@@ -316,6 +376,12 @@ def main():
     c.add_argument("--values", type=int, nargs="+", default=[0, 64, 128, 256, 512, -1])
     c.add_argument("--nb", type=int, nargs="+", default=[32])
     sub.add_parser("listpath")
+    tl = sub.add_parser("tiles")
+    tl.add_argument("--cases", nargs="+", default=["gemm-square512", "gemm-square1024",
+                                                    "gemm-panel512", "trsm512"])
+    tl.add_argument("--tiles", nargs="+", default=["128,128,64,3", "128,128,64,4",
+                                                    "128,64,32,3", "64,128,32,3", "128,64,64,3",
+                                                    "128,128,32,3", "64,64,32,4"])
     o = sub.add_parser("ops")
     o.add_argument("--cases", nargs="+", default=["gemm-square512", "gemm-panel512", "trsm512",
                                                   "potrs512-nrhs1", "potrs512-nrhs16"])
@@ -324,7 +390,7 @@ def main():
     o.add_argument("--all", action="store_true", help="print every launch, not only the sums")
     args = ap.parse_args()
     {"host": cmd_host, "launches": cmd_launches, "crossover": cmd_crossover,
-     "listpath": cmd_listpath, "ops": cmd_ops}[args.cmd](args)
+     "listpath": cmd_listpath, "ops": cmd_ops, "tiles": cmd_tiles}[args.cmd](args)
 
 
 if __name__ == "__main__":

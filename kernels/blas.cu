@@ -324,6 +324,26 @@ blas_gemm_mma(const unsigned long long* tbl, const long long* meta, const int* i
   }
 }
 
+// The diagonal-block solve of one small triangle (blas_diag's), shared by blas_diag and
+// blas_trsv: rows [0, w) of sX, columns one per thread (c < ncol), sT the triangle.
+template <typename T, int LD_T, int LD_X>
+__device__ __forceinline__ void solve_block(const T (*sT)[LD_T], T (*sX)[LD_X], int w, int c,
+                                            bool lower, bool unit) {
+  if (lower) {
+    for (int i = 0; i < w; ++i) {
+      T s = sX[i][c];
+      for (int j = 0; j < i; ++j) s -= sT[i][j] * sX[j][c];
+      sX[i][c] = unit ? s : s / sT[i][i];
+    }
+  } else {
+    for (int i = w - 1; i >= 0; --i) {
+      T s = sX[i][c];
+      for (int j = i + 1; j < w; ++j) s -= sT[i][j] * sX[j][c];
+      sX[i][c] = unit ? s : s / sT[i][i];
+    }
+  }
+}
+
 // One diagonal block X[o:o+w, :nn] := T[o:o+w, o:o+w]^{-1} X[...] (MUL false) or T X (MUL
 // true), w <= NB, on views: operand 0 the triangle (its lower or upper part, per bit 16; bit 17:
 // unit diagonal, not read), operand 1 the right-hand sides. The block holds the triangle and NC
@@ -362,19 +382,7 @@ blas_diag(const unsigned long long* tbl, const long long* meta, const int* imeta
   if (tid < ncol) {
     const int c = tid;
     if (!MUL) {
-      if (lower) {
-        for (int i = 0; i < w; ++i) {
-          T s = sX[i][c];
-          for (int j = 0; j < i; ++j) s -= sT[i][j] * sX[j][c];
-          sX[i][c] = unit ? s : s / sT[i][i];
-        }
-      } else {
-        for (int i = w - 1; i >= 0; --i) {
-          T s = sX[i][c];
-          for (int j = i + 1; j < w; ++j) s -= sT[i][j] * sX[j][c];
-          sX[i][c] = unit ? s : s / sT[i][i];
-        }
-      }
+      solve_block<T, NB + 1, NC + 1>(sT, sX, w, c, lower, unit);
     } else {
       // In place: lower rows from the bottom up (row i reads rows <= i, not yet overwritten),
       // upper from the top down.
@@ -398,6 +406,104 @@ blas_diag(const unsigned long long* tbl, const long long* meta, const int* imeta
     int i, c;
     if (X.row) { c = e % NC; i = e / NC; } else { i = e % NB; c = e / NB; }
     if (i < w && c < ncol) X(o + i, c0 + c) = sX[i][c];
+  }
+}
+
+// A whole triangular solve X[o:o+w, c0:c0+NCOL] := T[o:o+w, o:o+w]^{-1} X[...] in one block, for
+// few right-hand sides (views, triangle bits and skip as blas_diag; blockIdx.y: which NCOL
+// columns). With few columns a solve is memory-bound: it should read the triangle once, which
+// the recursion into GEMM joins does too, but in a chain of ~2 w / 32 launches per solve (418
+// launches for a POTRS of Nmax 512 with one right-hand side, 2.6 ms against a 0.17 ms floor,
+// H200, 2026-11-23). Here the chain is a loop inside one block: 32-row blocks of X in the
+// order of the solve, each brought up to date from the rows already solved, then solved
+// against its diagonal block in shared memory. The update reads the triangle along its
+// contiguous dimension: a triangle with contiguous rows is read row by row (left-looking: the
+// block's rows dotted with the solved part of X, a warp per row), one with contiguous columns
+// column by column (right-looking: after solving a block, every row not yet solved subtracts
+// the block's columns times it, a thread per row).
+template <typename T, int NCOL>
+__global__ void __launch_bounds__(256)
+blas_trsv(const unsigned long long* tbl, const long long* meta, const int* imeta,
+          const int* tasks, int K, int lo, int hi, int extra) {
+  constexpr int BS = 32, NT = 256, NW = NT / 32;
+  __shared__ T sT[BS][BS + 1];
+  __shared__ T sX[BS][NCOL + 1];
+  int t[6];
+  if (!blas_task(tasks, lo, hi, t)) return;
+  const int q = t[0], o = t[1], w = t[2], nn = t[5];
+  const BlasLaunch L = blas_launch(tbl, extra);
+  if (L.skip && failed(tbl, q)) return;
+  const int c0 = blockIdx.y * NCOL;
+  if (c0 >= nn) return;
+  const int ncol = min(NCOL, nn - c0);
+  const bool lower = (extra >> 16) & 1, unit = (extra >> 17) & 1;
+  const View<T> Tv = view_of<T>(tbl, meta, K, q, L.slot[0], L.row[0]);
+  const View<T> X = view_of<T>(tbl, meta, K, q, L.slot[1], L.row[1]);
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int nblk = (w + BS - 1) / BS;
+  for (int s = 0; s < nblk; ++s) {
+    const int b0 = (lower ? s : nblk - 1 - s) * BS, bw = min(BS, w - b0);
+    for (int e = tid; e < BS * BS; e += NT) {
+      int i, j;
+      if (Tv.row) { j = e % BS; i = e / BS; } else { i = e % BS; j = e / BS; }
+      const bool in = i < bw && j < bw && (lower ? j <= i : j >= i) && !(unit && i == j);
+      sT[i][j] = in ? Tv(o + b0 + i, o + b0 + j) : T(0);
+    }
+    for (int e = tid; e < BS * NCOL; e += NT) {
+      int i, c;
+      if (X.row) { c = e % NCOL; i = e / NCOL; } else { i = e % BS; c = e / BS; }
+      // (zeros past the block's rows and columns: the update below reads every column)
+      sX[i][c] = (i < bw && c < ncol) ? X(o + b0 + i, c0 + c) : T(0);
+    }
+    __syncthreads();
+    if (Tv.row) {
+      // Left-looking: the solved rows are those before the block (lower) or after it.
+      const int s0 = lower ? 0 : b0 + bw, s1 = lower ? b0 : w;
+      for (int i = warp; i < bw; i += NW) {
+        T acc[NCOL];
+#pragma unroll
+        for (int c = 0; c < NCOL; ++c) acc[c] = T(0);
+        for (int j = s0 + lane; j < s1; j += 32) {
+          const T tij = Tv(o + b0 + i, o + j);
+#pragma unroll
+          for (int c = 0; c < NCOL; ++c)
+            if (c < ncol) acc[c] += tij * X(o + j, c0 + c);
+        }
+#pragma unroll
+        for (int c = 0; c < NCOL; ++c) {
+          T v = acc[c];
+#pragma unroll
+          for (int d = 16; d > 0; d >>= 1) v += __shfl_xor_sync(0xffffffffu, v, d);
+          if (lane == 0 && c < ncol) sX[i][c] -= v;
+        }
+      }
+      __syncthreads();
+    }
+    if (tid < ncol) solve_block<T, BS + 1, NCOL + 1>(sT, sX, bw, tid, lower, unit);
+    __syncthreads();
+    for (int e = tid; e < BS * NCOL; e += NT) {
+      int i, c;
+      if (X.row) { c = e % NCOL; i = e / NCOL; } else { i = e % BS; c = e / BS; }
+      if (i < bw && c < ncol) X(o + b0 + i, c0 + c) = sX[i][c];
+    }
+    if (!Tv.row) {
+      // Right-looking: the rows not solved yet are those after the block (lower) or before.
+      const int r0 = lower ? b0 + bw : 0, r1 = lower ? w : b0;
+      for (int r = r0 + tid; r < r1; r += NT) {
+        T acc[NCOL];
+#pragma unroll
+        for (int c = 0; c < NCOL; ++c) acc[c] = T(0);
+        for (int jj = 0; jj < bw; ++jj) {
+          const T trj = Tv(o + r, o + b0 + jj);
+#pragma unroll
+          for (int c = 0; c < NCOL; ++c) acc[c] += trj * sX[jj][c];
+        }
+#pragma unroll
+        for (int c = 0; c < NCOL; ++c)
+          if (c < ncol) X(o + r, c0 + c) -= acc[c];
+      }
+    }
+    __syncthreads();
   }
 }
 

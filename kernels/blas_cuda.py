@@ -20,7 +20,8 @@ from vbatch.ops.errors import InputError
 
 OP = "blas"
 SOURCE = "blas.cu"
-TEMPLATES = ("vb::blas_gemm", "vb::blas_gemm_mma", "vb::blas_diag", "vb::blas_copy")
+TEMPLATES = ("vb::blas_gemm", "vb::blas_gemm_mma", "vb::blas_diag", "vb::blas_trsv",
+             "vb::blas_copy")
 DTYPES = ("float64", "float32")
 # Recursion base of triangular ops: the diagonal kernel holds a block of NB x NB (and NB rows of
 # NC right-hand-side columns) in shared memory: 41.5 KB in float64 at 32 x 128, under the
@@ -34,6 +35,11 @@ GEMM_TILES = ((32, 32, 16, 2, 2), (64, 64, 16, 4, 4))
 # from L2 at twice the rate of a 128 x 128 one: ~8 TB/s at the FP64 peak, more than L2 gives.
 MMA_TILES = ((64, 64, 32, 3), (128, 128, 64, 3))
 MMA_KB = 16
+# Whole-triangle solves (blas_trsv): a problem with at most WHOLE_RHS right-hand sides is solved
+# in one task (one block reads its triangle once) instead of the recursion's chain; the column
+# counts a block takes at once, the smallest that covers a launch's widest task.
+WHOLE_RHS = 16
+TRSV_COLS = (1, 4, 16)
 COPY_TILE = 32
 MAX_GRID_Y = 65535
 MAX_GRID_X = 2**31 - 1
@@ -51,7 +57,7 @@ def section(names: tuple[str, ...]) -> list[str]:
 
 
 def plan_defaults(dtype) -> dict:
-    return {"blas_nb": DIAG_NB, "streams": 4}
+    return {"blas_nb": DIAG_NB, "streams": 4, "blas_whole_rhs": WHOLE_RHS}
 
 
 def check_options(dtype, options: dict) -> None:
@@ -90,6 +96,10 @@ def diag_name(T: str, mul: bool) -> str:
     return f"vb::blas_diag<{T},{DIAG_NB},{DIAG_NC},{'true' if mul else 'false'}>"
 
 
+def trsv_name(T: str, ncol: int) -> str:
+    return f"vb::blas_trsv<{T},{ncol}>"
+
+
 def copy_name(T: str) -> str:
     return f"vb::blas_copy<{T}>"
 
@@ -103,6 +113,7 @@ def kernel_names(dtypes=DTYPES, nbs=None, orders=None) -> list[str]:
             out += [mma_name(tile, ar, br) for tile in MMA_TILES
                     for ar in (False, True) for br in (False, True)]
         out += [diag_name(T, False), diag_name(T, True), copy_name(T)]
+        out += [trsv_name(T, c) for c in TRSV_COLS]
     return out
 
 
@@ -181,8 +192,16 @@ def selection(lc, plan, dtype, layouts: dict, config) -> Selection:
         extra = encode([_slot(plan, p["t"]), _slot(plan, p["x"])],
                        [_row(layouts, p["t"], p["tt"]), _row(layouts, p["x"], p["tx"])],
                        tri, "one", "one", p["skip_failed"])
-        sel = Selection(diag_name(T, lc.kind == TRMM), (lc.count, math.ceil(nn / DIAG_NC)),
-                        (DIAG_NC,), 0, extra)
+        if mm > DIAG_NB:  # whole triangles (a solve: products recurse)
+            if lc.kind == TRMM:
+                raise ValueError(f"cuda backend: a triangular product block of "
+                                 f"{mm} rows (at most {DIAG_NB})")
+            ncol = next((c for c in TRSV_COLS if c >= nn), TRSV_COLS[-1])
+            sel = Selection(trsv_name(T, ncol), (lc.count, math.ceil(nn / ncol)), (256,), 0,
+                            extra)
+        else:
+            sel = Selection(diag_name(T, lc.kind == TRMM),
+                            (lc.count, math.ceil(nn / DIAG_NC)), (DIAG_NC,), 0, extra)
     elif lc.kind == COPY:
         tiles = int((((a[:, 1] + COPY_TILE - 1) // COPY_TILE)
                      * ((a[:, 4] + COPY_TILE - 1) // COPY_TILE)).max())

@@ -146,10 +146,13 @@ def _recursion(m: int, nb: int, forward: bool, solve: bool) -> tuple:
 
 
 def chain_graph(m: np.ndarray, n: np.ndarray, phases: list[tuple], copy: TaskKind | None,
-                nb: int) -> TaskGraph:
+                nb: int, whole_rhs: int = 0) -> TaskGraph:
     """Per problem (``m`` the triangle's order, ``n`` the right-hand sides; nothing for an empty
     problem): the copy, then each phase's recursion, as one chain. A phase is ``(diag kind,
-    gemm kind, forward, solve)``."""
+    gemm kind, forward, solve)``. Where every phase is a solve, a problem with at most
+    ``whole_rhs`` right-hand sides takes each phase as one diagonal task over its whole
+    triangle (a backend's kernel for few right-hand sides: memory-bound, better done in one
+    pass than in a chain of small launches)."""
     m = np.asarray(m, dtype=np.int64)
     n = np.asarray(n, dtype=np.int64)
     k = len(m)
@@ -157,16 +160,20 @@ def chain_graph(m: np.ndarray, n: np.ndarray, phases: list[tuple], copy: TaskKin
     for d, g, _, _ in phases:
         kinds += [d, g]
     live = (m > 0) & (n > 0)
+    whole = live & (n <= whole_rhs) if all(p[3] for p in phases) else np.zeros(k, bool)
+    # Problems with the same chain: the same order, and whole or recursive.
+    key = m * 2 + whole
     parts_p, parts_k, parts_a = [], [], []
-    for mv in np.unique(m[live]).tolist():
-        probs = np.flatnonzero(live & (m == mv))
+    for kv in np.unique(key[live]).tolist():
+        mv, w = kv // 2, bool(kv % 2)
+        probs = np.flatnonzero(live & (key == kv))
         codes, rows = [], []
         if copy is not None:
             codes.append(0)
             rows.append((0, mv, 0, 0))
         for ph, (_, _, fwd, solve) in enumerate(phases):
             base = (0 if copy is None else 1) + 2 * ph
-            for st in _recursion(mv, nb, fwd, solve):
+            for st in _recursion(mv, max(mv, nb) if w else nb, fwd, solve):
                 codes.append(base + st[0])
                 rows.append(st[1:])
         L = len(codes)
@@ -403,7 +410,7 @@ def triangular_graph(req: TriangularRequest, opts: dict, solve: bool) -> TaskGra
     g = gemm_kind("a", "x", "x", "x", tt, tx, tx, "minus" if solve else "one", "one",
                   skip_failed=1)
     return chain_graph(m, n, [(d, g, bool(lower), solve)], copy_kind("b", "x", tx, "alpha"),
-                       int(opts["blas_nb"]))
+                       int(opts["blas_nb"]), int(opts.get("blas_whole_rhs", 0)))
 
 
 def potrs_phases(t: str, x: str) -> list[tuple]:
@@ -418,7 +425,7 @@ def potrs_phases(t: str, x: str) -> list[tuple]:
 
 def potrs_graph(req: PotrsRequest, opts: dict) -> TaskGraph:
     return chain_graph(req.b.m, req.b.n, potrs_phases("l", "x"), copy_kind("b", "x", 0, "one"),
-                       int(opts["blas_nb"]))
+                       int(opts["blas_nb"]), int(opts.get("blas_whole_rhs", 0)))
 
 
 # ----------------------------------------------------------------------------- references

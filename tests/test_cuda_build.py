@@ -71,7 +71,10 @@ def _blas_plans(dtype):
              ("syrk", dict(a=mats(n, k), c=mats(n, n))),
              ("trsm", dict(a=mats(n, n), b=mats(n, k))),
              ("trmm", dict(a=mats(n, n), b=mats(k, n), side="right", trans_a=True)),
-             ("posv", dict(a=mats(n, n), b=mats(n, k)))]
+             ("posv", dict(a=mats(n, n), b=mats(n, k))),
+             # few right-hand sides: whole-triangle solves, every column count
+             ("potrs", dict(l=mats(n, n), b=mats(n, rng.integers(0, 17, len(n))))),
+             ("trsm", dict(a=mats(n, n), b=mats(n, np.minimum(n, 3)), trans_a=True))]
     for name, fields in cases:
         op = OPS[name]
         opts = {}
@@ -122,9 +125,10 @@ def test_kernel_names_is_the_whole_set_once():
     nbs = len(sel.NB_SUPPORTED)
     want = sum(2 * (nbs * per_nb[dt] + 1) + 2 for dt in sel.DTYPES)  # + schur; copy, spd_fill
     # The blas family, per dtype (no order or panel width: its kernels read layouts at run
-    # time): two GEMM tiles, the two diagonal kernels, the copy; in float64 also the DMMA GEMM
-    # tiles, one per orientation of A and B.
-    want += len(sel.DTYPES) * (len(blas.GEMM_TILES) + 3) + 4 * len(blas.MMA_TILES)
+    # time): two GEMM tiles, the two diagonal kernels, the copy, the whole-triangle solve per
+    # column count; in float64 also the DMMA GEMM tiles, one per orientation of A and B.
+    want += len(sel.DTYPES) * (len(blas.GEMM_TILES) + 3 + len(blas.TRSV_COLS)) \
+        + 4 * len(blas.MMA_TILES)
     assert len(names) == want
     assert set(build.kernel_names(["float32"], [8], ["C"])) <= set(names)
 
