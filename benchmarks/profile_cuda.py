@@ -323,6 +323,39 @@ def cmd_tiles(args):
                 bc.mma_tile = real
 
 
+def cmd_whole(args):
+    """POTRS with few right-hand sides: the whole-triangle solve (blas_trsv) against the
+    recursion into GEMM joins, per right-hand-side count (``blas_whole_rhs``, the largest
+    count planned whole), on the harness's potrs draw; end-to-end call, events, median of 7."""
+    import cuda_blas as cb
+
+    from vbatch.kernels import blas_cuda as bc
+
+    real = bc.WHOLE_RHS
+    for nrhs in args.nrhs:
+        case = cb.parse_case(f"potrs{args.nmax}-nrhs{nrhs}")
+        d = cb.draw(case, 12345)
+        ins = cb.make_inputs(case, d, np.dtype(np.float64), cupy, 12345)
+        line = f"  potrs{args.nmax} nrhs {nrhs:3d}:"
+        for whole in (0, 1 << 20):
+            bc.WHOLE_RHS = whole
+            try:
+                rt = vbatch.Runtime("cuda")
+                rt.potrs(ins["l"], ins["b"]).result()
+                ts = []
+                for _ in range(7):
+                    s, e = cupy.cuda.Event(), cupy.cuda.Event()
+                    s.record()
+                    r = rt.potrs(ins["l"], ins["b"])
+                    e.record()
+                    r.result()
+                    ts.append(cupy.cuda.get_elapsed_time(s, e))
+                line += f"  {'whole' if whole else 'recursive'} {np.median(ts):8.3f} ms"
+            finally:
+                bc.WHOLE_RHS = real
+        print(line, flush=True)
+
+
 def cmd_crossover(args):
     for dtype in args.dtype:
         for dist in args.dist:
@@ -382,6 +415,9 @@ def main():
     tl.add_argument("--tiles", nargs="+", default=["128,128,64,3", "128,128,64,4",
                                                     "128,64,32,3", "64,128,32,3", "128,64,64,3",
                                                     "128,128,32,3", "64,64,32,4"])
+    wh = sub.add_parser("whole")
+    wh.add_argument("--nmax", type=int, default=512)
+    wh.add_argument("--nrhs", type=int, nargs="+", default=[1, 2, 4, 8, 16, 32])
     o = sub.add_parser("ops")
     o.add_argument("--cases", nargs="+", default=["gemm-square512", "gemm-panel512", "trsm512",
                                                   "potrs512-nrhs1", "potrs512-nrhs16"])
@@ -390,7 +426,8 @@ def main():
     o.add_argument("--all", action="store_true", help="print every launch, not only the sums")
     args = ap.parse_args()
     {"host": cmd_host, "launches": cmd_launches, "crossover": cmd_crossover,
-     "listpath": cmd_listpath, "ops": cmd_ops, "tiles": cmd_tiles}[args.cmd](args)
+     "listpath": cmd_listpath, "ops": cmd_ops, "tiles": cmd_tiles,
+     "whole": cmd_whole}[args.cmd](args)
 
 
 if __name__ == "__main__":

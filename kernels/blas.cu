@@ -479,7 +479,22 @@ blas_trsv(const unsigned long long* tbl, const long long* meta, const int* imeta
       }
       __syncthreads();
     }
-    if (tid < ncol) solve_block<T, BS + 1, NCOL + 1>(sT, sX, bw, tid, lower, unit);
+    // The diagonal block, a warp per column, a lane per row (column sweep): step j finishes
+    // x_j (times the diagonal's reciprocal) and every row after it (lower) or before it
+    // subtracts T(i, j) x_j. A thread per column, as blas_diag does, is a chain of w^2 / 2
+    // dependent shared-memory reads: with one right-hand side it made this kernel 8x its
+    // floor (potrs512-nrhs1, H200, 2026-11-23).
+    for (int c = warp; c < ncol; c += NW) {
+      T x = sX[lane][c];
+      const T dinv = (unit || lane >= bw) ? T(1) : T(1) / sT[lane][lane];
+      for (int jj = 0; jj < bw; ++jj) {
+        const int j = lower ? jj : bw - 1 - jj;
+        if (lane == j) x *= dinv;
+        const T xj = __shfl_sync(0xffffffffu, x, j);
+        if (lower ? lane > j : lane < j) x -= sT[lane][j] * xj;
+      }
+      sX[lane][c] = x;
+    }
     __syncthreads();
     for (int e = tid; e < BS * NCOL; e += NT) {
       int i, c;

@@ -31,9 +31,14 @@ DIAG_NB, DIAG_NC = 32, 128
 # threads each; the small one for tasks that fit in it.
 GEMM_TILES = ((32, 32, 16, 2, 2), (64, 64, 16, 4, 4))
 # float64 GEMM tiles on FP64 tensor cores: (BM, BN, WTM, stages), warps of WTM x 32, K chunks of 16
-# through `stages` shared-memory buffers of A and B (mma_smem). A 64 x 64 tile re-reads A and B
-# from L2 at twice the rate of a 128 x 128 one: ~8 TB/s at the FP64 peak, more than L2 gives.
-MMA_TILES = ((64, 64, 32, 3), (128, 128, 64, 3))
+# through `stages` shared-memory buffers of A and B (mma_smem). The large tile is 128 x 64 in 4
+# warps of 64 x 32: with 254 registers a thread, two blocks fit a multiprocessor, where the
+# 128 x 128 tile (8 warps) fitted one and sat latency-bound (ncu: 2 warps per scheduler, 13 cycles
+# per issued instruction, DP tensor pipe 38% busy). Of seven tiles tried on the harness's cases
+# (`profile_cuda.py tiles`, H200, 2026-11-23), it was the fastest on square GEMMs: 6.24 against
+# 7.60 ms at Nmax 512, 8.67 against 10.52 at 1024; on a K of 32 (the panel case) every large
+# tile lost to the 64 x 64 one, hence the K rule in mma_tile.
+MMA_TILES = ((64, 64, 32, 3), (128, 64, 64, 3))
 MMA_KB = 16
 # Whole-triangle solves (blas_trsv): a problem with at most WHOLE_RHS right-hand sides is solved
 # in one task (one block reads its triangle once) instead of the recursion's chain; the column
@@ -151,12 +156,11 @@ def _row(layouts: dict, name: str, t: int) -> bool:
 
 
 def mma_tile(mm: int, nn: int, kk: int = MMA_TILES[1][0]) -> tuple:
-    """The DMMA tile of a launch whose tasks are at most mm x nn x kk: the large one only where
-    the output fills it twice over each way and K is long enough to pay for its one block per
-    multiprocessor (a 64 x 64 tile wastes less of a mid-size task's edge, and keeps two blocks
-    per multiprocessor for a short K, where C in and O out dominate)."""
+    """The DMMA tile of a launch whose tasks are at most mm x nn x kk: the large one where the
+    output reaches 128 each way and K is at least 128 (measured: module constants); a short K,
+    where C in and O out dominate, keeps the 64 x 64 tile and more blocks per multiprocessor."""
     big = MMA_TILES[1][0]
-    return MMA_TILES[1] if min(mm, nn) >= 2 * big and kk >= big else MMA_TILES[0]
+    return MMA_TILES[1] if min(mm, nn) >= big and kk >= big else MMA_TILES[0]
 
 
 def _tiles(a: np.ndarray, tile) -> int:

@@ -82,7 +82,7 @@ def blas(rng, dtype) -> int:
     eps = float(np.finfo(dtype).eps)
     bad = 0
     rt = vbatch.Runtime("cuda")
-    # The last two reach the large DMMA tile (every dimension >= 256, K >= 128) in float64.
+    # The last two reach the large DMMA tile (every dimension >= 128, K >= 128) in float64.
     shapes = [(0, 3, 2), (1, 1, 1), (31, 33, 32), (65, 64, 63), (100, 7, 129), (5, 70, 0),
               (257, 256, 130), (300, 260, 131)]
     for order in ("F", "C"):
