@@ -42,9 +42,11 @@ MMA_TILES = ((64, 64, 32, 3), (128, 64, 64, 3))
 MMA_KB = 16
 # Whole-triangle solves (blas_trsv): a problem with at most WHOLE_RHS right-hand sides is solved
 # in one task (one block reads its triangle once) instead of the recursion's chain; the column
-# counts a block takes at once, the smallest that covers a launch's widest task.
-WHOLE_RHS = 16
-TRSV_COLS = (1, 4, 16)
+# counts a block takes at once, the smallest that covers a launch's widest task. The crossover,
+# POTRS at Nmax 512 (`profile_cuda.py whole`, H200, 2026-11-23), whole against recursive, ms:
+# 1 rhs 0.88 / 2.52, 2: 1.15 / 2.53, 4: 1.24 / 2.56, 8: 3.01 / 2.71, 16: 4.04 / 2.98.
+WHOLE_RHS = 4
+TRSV_COLS = (1, 4)  # the last covers WHOLE_RHS (more columns: more blocks, each reading T)
 COPY_TILE = 32
 MAX_GRID_Y = 65535
 MAX_GRID_X = 2**31 - 1
