@@ -160,6 +160,12 @@ class Backend(ABC):
     @abstractmethod
     def launch(self, ex: Any, launch: Launch) -> None: ...
 
+    def launch_all(self, ex: Any, launches) -> None:
+        """Every launch of a plan, in order (a backend that runs a whole plan at once, as a
+        CUDA graph, need not visit them one by one)."""
+        for lc in launches:
+            self.launch(ex, lc)
+
     def flush(self, ex: Any, then=None) -> None:
         """Issue whatever ``launch`` deferred, then call ``then()`` (a write-back into the
         caller's arrays), which is ordered after the work and before the completion."""

@@ -491,8 +491,7 @@ class Runtime:
                     lists[name] = given
         scalars = op.scalars(req) if op.scalars is not None else None
         ex = b.begin(plan, staged, after, self.config, scalars)
-        for lc in plan.launches:
-            b.launch(ex, lc)
+        b.launch_all(ex, plan.launches)
         # Writing back into the caller's device arrays is enqueued right after the plan's
         # launches (flush runs it), before the completion, so that work ordered after this
         # submission sees it. Host arrays are written when the result is built (it needs the
