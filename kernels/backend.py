@@ -60,6 +60,18 @@ class Completion(ABC):
         self.wait()
 
 
+class TraceRecord:
+    """One traced launch: the plan's launch, its stream, the kernel it ran (a device's), host
+    times (perf_counter seconds) around issuing it, and on an asynchronous backend the events
+    around it on its stream and the event every time of the call counts from."""
+
+    __slots__ = ("launch", "stream", "kernel", "host", "events", "base")
+
+    def __init__(self, launch, stream=0, kernel="", host=(0.0, 0.0), events=None, base=None):
+        self.launch, self.stream, self.kernel = launch, stream, kernel
+        self.host, self.events, self.base = host, events, base
+
+
 def kernel_modules(suffix: str) -> dict:
     """``{op name: module}`` for every ``kernels/<op><suffix>.py`` (each names its ``OP``): how
     a backend finds the kernels of every operation without a list to edit."""
@@ -81,6 +93,9 @@ class Backend(ABC):
     kind: str = "numpy"  # the array kind of this backend's buffers
     asynchronous: bool = False
     memory_name: str = "host"
+    # While a list (vbatch.runtime.trace), every launch appends a TraceRecord to it: the launch
+    # run launch by launch, with its host times and, on a device, its events.
+    tracer: list | None = None
     # {op name: its kernel module for this backend}; each backend fills it.
     kernels: dict = {}
 

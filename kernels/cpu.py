@@ -30,11 +30,12 @@ from __future__ import annotations
 import concurrent.futures as cf
 import os
 import threading
+import time
 from dataclasses import dataclass
 
 import numpy as np
 
-from vbatch.kernels.backend import Backend, Completion, kernel_modules
+from vbatch.kernels.backend import Backend, Completion, TraceRecord, kernel_modules
 from vbatch.kernels.lapack import BlasThreads, Calls
 from vbatch.ops.batch import MatrixList, PackedBatch, array_kind, array_module, pack, tight_layout
 from vbatch.scheduler.plan import Launch, Plan
@@ -280,6 +281,14 @@ class CpuBackend(Backend):
         return b
 
     def launch(self, ex: Execution, lc: Launch) -> None:
+        if self.tracer is not None:
+            h0 = time.perf_counter()
+            self._launch(ex, lc)
+            self.tracer.append(TraceRecord(lc, 0, lc.kind, (h0, time.perf_counter())))
+            return
+        self._launch(ex, lc)
+
+    def _launch(self, ex: Execution, lc: Launch) -> None:
         mod = ex.modules[lc.family]
         work = ex.states[lc.family].work[lc.index]
         with self._run_lock:

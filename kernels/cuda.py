@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import ctypes
 import threading
+import time
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -33,7 +34,7 @@ import cupy
 import numpy as np
 from cupy_backends.cuda.api import driver
 
-from vbatch.kernels.backend import Backend, Completion
+from vbatch.kernels.backend import Backend, Completion, TraceRecord
 from vbatch.kernels.cuda_build import (
     copy_name,
     kernel_names,  # noqa: F401 - callers import it from here
@@ -127,11 +128,14 @@ class _Record:
                             ctypes.addressof(self.params), 0)
 
 
-def _issue(records: list, main, sides: list) -> None:
+def _issue(records: list, main, sides: list, tracer: list | None = None) -> None:
     """Launch ``records`` in plan order on ``main`` and the side streams: launch i goes on
     stream ``launch.stream`` after the launches it waits for (events), and every side stream
-    forks from ``main`` first and joins it last. Used by graph capture and direct launches."""
+    forks from ``main`` first and joins it last. Used by graph capture and direct launches.
+    ``tracer``: a list that gets a TraceRecord per launch, with events around it on its stream
+    (direct launches only)."""
     streams = [main] + sides
+    base = main.record() if tracer is not None else None
     if sides:
         fork = main.record()
         for s in sides:
@@ -143,7 +147,15 @@ def _issue(records: list, main, sides: list) -> None:
         s = streams[lc.stream]
         for w in lc.waits:
             s.wait_event(done[w])
-        rec.launch(s.ptr)
+        if tracer is not None:
+            h0 = time.perf_counter()
+            e0 = s.record()
+            rec.launch(s.ptr)
+            e1 = s.record()
+            tracer.append(TraceRecord(lc, lc.stream, rec.name, (h0, time.perf_counter()),
+                                      (e0, e1), base))
+        else:
+            rec.launch(s.ptr)
         if lc.index in waited:
             done[lc.index] = s.record()
     for s in sides:
@@ -529,7 +541,7 @@ class CudaBackend(Backend):
                 ex.graph.launch(main)
             elif ex.direct:
                 _issue(ex.direct, main, self._streams_for(prep.plan.nstreams - 1)
-                       if prep.plan.nstreams > 1 else [])
+                       if prep.plan.nstreams > 1 else [], self.tracer)
             if then is not None:
                 then()
             ex.slot.event.record(main)

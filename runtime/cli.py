@@ -1,5 +1,7 @@
 """The ``vbatch`` command (also ``python -m vbatch``): ``demo`` factors a generated batch and
-checks it, ``plan`` prints its launch plan, ``compile`` builds the CUDA kernels ahead of use.
+checks it, ``plan`` prints its launch plan, ``trace`` times every launch of one call (a Chrome
+trace and a Gantt chart, :mod:`vbatch.runtime.trace`), ``compile`` builds the CUDA kernels ahead
+of use.
 
 ``demo`` exits 0 when every factor is within tolerance, 1 when any matrix failed (non-zero
 ``info``, a residual over tolerance, or NaN). Every command exits 2, with one line on stderr, on
@@ -27,6 +29,7 @@ import numpy as np
 # summation orders (GPU kernels) without hiding a real error, which is O(1) or NaN.
 RESIDUAL_C = 2.0
 NVCC_ARCHS = ("sm_80", "sm_90")  # Ampere and Hopper: what CI's compile check builds
+TRACE_OPS = ("cholesky", "posv", "potrs", "trsm", "gemm")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -73,7 +76,7 @@ def _parser(prog: str) -> argparse.ArgumentParser:
         epilog="Exit status: 0 ok; 1 a factor failed (demo) or nvcc failed (compile); 2 bad "
                "arguments, or the device or compiler a command needs is missing.",
     )
-    sub = ap.add_subparsers(dest="cmd", required=True, metavar="{demo,plan,compile}")
+    sub = ap.add_subparsers(dest="cmd", required=True, metavar="{demo,plan,trace,compile}")
 
     def common(p: argparse.ArgumentParser) -> None:
         p.add_argument("--count", type=_int_at_least(0), default=2000,
@@ -111,6 +114,23 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     common(plan)
     plan.add_argument("--limit", type=_int_at_least(0), default=60,
                       help="launches to print (60)")
+    trc = sub.add_parser(
+        "trace", help="time every launch of one call: a Chrome trace and a Gantt chart",
+        description="Run one call on a generated batch once to warm up and once launch by "
+                    "launch, timing each launch (CUDA: events on its stream; CPU: on the host), "
+                    "and write OUT.json (a Chrome/Perfetto trace: one event per launch of the "
+                    "plan, with its kind, group, sizes and time) and OUT.png (a Gantt chart, one "
+                    "row per stream).",
+    )
+    common(trc)
+    trc.add_argument("--op", choices=TRACE_OPS, default="cholesky",
+                     help="what to run: cholesky, posv, potrs, trsm (a triangle of order n, "
+                          "--nrhs right-hand sides) or gemm (m = n = k = n) (cholesky)")
+    trc.add_argument("--nrhs", type=_int_at_least(0), default=1,
+                     help="right-hand sides per problem for posv, potrs, trsm (1)")
+    trc.add_argument("--out", default="vbatch-trace", metavar="PREFIX",
+                     help="writes PREFIX.json and PREFIX.png (vbatch-trace)")
+    trc.add_argument("--no-png", action="store_true", help="write the JSON trace only")
     comp = sub.add_parser(
         "compile", help="compile the CUDA kernels ahead of use",
         description="Compile every CUDA kernel instantiation a plan with these parameters can "
@@ -134,7 +154,7 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     comp.add_argument("--out", default=None, metavar="DIR",
                       help="with --nvcc: keep the generated .cu files and cubins in DIR "
                            "(default: a temporary folder, removed afterwards)")
-    for p in (demo, plan, comp):
+    for p in (demo, plan, trc, comp):
         p.set_defaults(parser=p)  # errors found after parsing name the subcommand too
     return ap
 
@@ -285,6 +305,61 @@ def cmd_demo(args, rt) -> int:
     return 0 if ok else 1
 
 
+def cmd_trace(args, rt) -> int:
+    from vbatch.ops.generate import spd_packed
+    from vbatch.ops.batch import PackedBatch, tight_layout
+    from vbatch.runtime.trace import trace
+
+    ns, rng = _sizes(args)
+    dtype = np.dtype(args.dtype)
+
+    def dense(m, n):
+        off, ld, total = tight_layout(m, n, "F")
+        data = rng.uniform(-1, 1, total).astype(dtype)
+        return PackedBatch.from_buffer(data, n=n, m=m, offset=off, ld=ld, order="F")
+
+    def on_device(b):
+        return rt.backend.stage_input(b, writable=True) if rt.device == "cuda" else b
+
+    nrhs = np.full(len(ns), args.nrhs, dtype=np.int64)
+    if args.op in ("cholesky", "posv", "potrs", "trsm"):
+        a = on_device(spd_packed(ns, dtype, rng, order="F"))
+    if args.op == "cholesky":
+        op, fields = "potrf", dict(batch=a)
+    elif args.op == "posv":
+        op, fields = "posv", dict(a=a, b=on_device(dense(ns, nrhs)))
+    elif args.op in ("potrs", "trsm"):
+        l = rt.cholesky(a).result().factors  # noqa: E741 - the factor
+        op = args.op
+        fields = dict(b=on_device(dense(ns, nrhs)))
+        fields["l" if op == "potrs" else "a"] = l
+    else:
+        op, fields = "gemm", dict(a=on_device(dense(ns, ns)), b=on_device(dense(ns, ns)))
+    tr = trace(rt, op, **fields)
+    meta = {"op": args.op, "count": args.count, "nmax": args.nmax, "dist": args.dist,
+            "dtype": dtype.name, "seed": args.seed, "nrhs": args.nrhs}
+    try:
+        paths = tr.write(args.out, meta, png=not args.no_png)
+    except ImportError as exc:  # the chart needs matplotlib (vbatch[bench])
+        paths = tr.write(args.out, meta, png=False)
+        print(f"vbatch trace: no Gantt chart ({exc}); pip install matplotlib, or --no-png",
+              file=sys.stderr)
+    total = max((e["start_us"] + e["dur_us"] for e in tr.events), default=0.0)
+    busy = sum(e["dur_us"] for e in tr.events)
+    print(f"vbatch trace: {args.op}, {len(ns)} problems, {tr.plan.summary()}")
+    print(f"  {len(tr.events)} launches, {total / 1e3:.3f} ms from the first to the last, "
+          f"{busy / 1e3:.3f} ms of launches (each timed alone on its stream)")
+    by_kind: dict = {}
+    for e in tr.events:
+        k = by_kind.setdefault(e["kind"], [0, 0.0])
+        k[0] += 1
+        k[1] += e["dur_us"]
+    for kind, (n, us) in sorted(by_kind.items(), key=lambda x: -x[1][1]):
+        print(f"  {kind:<12} {n:5d} launches {us / 1e3:9.3f} ms")
+    print("  wrote " + ", ".join(paths))
+    return 0
+
+
 def _check_compile(args) -> None:
     """Refuse a compile whose tools are missing, before any work."""
     if args.nvcc:
@@ -326,7 +401,7 @@ def main(argv: list[str] | None = None, prog: str = "vbatch") -> int:
         rt = _runtime(args)
     except (InputError, RuntimeError) as exc:
         args.parser.error(str(exc))
-    return {"demo": cmd_demo, "plan": cmd_plan}[args.cmd](args, rt)
+    return {"demo": cmd_demo, "plan": cmd_plan, "trace": cmd_trace}[args.cmd](args, rt)
 
 
 if __name__ == "__main__":

@@ -203,7 +203,7 @@ def test_an_exception_mid_call_leaves_the_batch_usable(device, monkeypatch):
 
         packed = packed.with_data(cupy.asarray(packed.data))
     rt = Runtime(device)
-    fail_once(monkeypatch, device, "launch", RuntimeError("launch failed"))
+    fail_once(monkeypatch, device, "launch_all", RuntimeError("launch failed"))
     with pytest.raises(RuntimeError, match="launch failed"):
         rt.cholesky(packed).result()
     out = {}
