@@ -167,7 +167,12 @@ def _gemm(ex, lk, p, q, r0, mm, k0, kk, nn) -> None:
             _scale(o, beta, uplo)
         return
     if uplo:
-        _syrk(ex, p, a, o, alpha, beta, uplo, q)
+        if p["a"] == p["b"] and p["ta"] != p["tb"]:
+            _syrk(ex, p, a, o, alpha, beta, uplo, q)
+        else:  # (SYR2K's products) the whole product, then its triangle
+            m = _tri_mask(o.shape, uplo)
+            prod = np.matmul(a, b)
+            o[m] = alpha * prod[m] + (beta * o[m] if beta != 0.0 else 0.0)
         return
     args = _args(o.dtype)
     bo = _blas(o)
@@ -207,8 +212,6 @@ def _scale(o: np.ndarray, beta: float, uplo: str) -> None:
 
 def _syrk(ex, p, a: np.ndarray, o: np.ndarray, alpha: float, beta: float, uplo: str, q) -> None:
     """``o := alpha a a^T + beta o`` in one triangle of o (the SYRK case: B is A's transpose)."""
-    if p["a"] != p["b"] or p["ta"] == p["tb"]:
-        raise ValueError("a triangle-restricted GEMM task must be a SYRK (B = A^T)")
     args = _args(o.dtype)
     bo = _blas(o)
     ba = _blas(a) or _blas(np.asfortranarray(a))

@@ -1,4 +1,5 @@
-"""Batched BLAS-3 and the Cholesky solve: ``gemm``, ``syrk``, ``trsm``, ``trmm``, ``potrs``.
+"""Batched BLAS-3 and the Cholesky solve: ``gemm``, ``syrk``, ``syr2k``, ``trsm``, ``trmm``,
+``potrs``.
 
 Every problem is its own size (``m_i``, ``n_i``, ``k_i``; zero allowed). All of them run on four
 launch kinds of the ``blas`` kernel family, whose kernels address a problem's operands through
@@ -212,6 +213,24 @@ def single_graph(kd: TaskKind, m: np.ndarray, n: np.ndarray, kk: np.ndarray) -> 
                                        np.ones(len(q), np.int64)))
 
 
+def pair_graph(k1: TaskKind, k2: TaskKind, m: np.ndarray, n: np.ndarray,
+               kk: np.ndarray) -> TaskGraph:
+    """Two tasks per non-empty problem, ``(0, m, 0, kk, n)`` of ``k1`` then of ``k2``, the
+    second after the first (SYR2K's two products into one triangle)."""
+    m, n, kk = (np.asarray(x, dtype=np.int64) for x in (m, n, kk))
+    q = np.flatnonzero((m > 0) & (n > 0))
+    args = np.zeros((2 * len(q), 5), dtype=np.int64)
+    args[:, 1], args[:, 3], args[:, 4] = np.repeat(m[q], 2), np.repeat(kk[q], 2), \
+        np.repeat(n[q], 2)
+    first = np.arange(0, 2 * len(q), 2, dtype=np.int64)
+    cnt = np.full(len(q), 2, np.int64)
+    return TaskGraph(kinds=(k1, k2), kind=np.tile(np.array([0, 1], np.int8), len(q)),
+                     problem=np.repeat(q, 2), args=args, rows=args[:, 1].copy(),
+                     cols=args[:, 3].copy(), width=args[:, 4].copy(),
+                     edges=np.stack([first, first + 1], axis=1), k=len(m),
+                     chains=(first, cnt))
+
+
 # ----------------------------------------------------------------------------- requests
 class _Request(BaseModel):
     model_config = ConfigDict(arbitrary_types_allowed=True, frozen=True, extra="forbid")
@@ -316,6 +335,51 @@ class SyrkRequest(_Request):
         return v
 
 
+class Syr2kRequest(_Request):
+    """``C := alpha (op(A) op(B)^T + op(B) op(A)^T) + beta C`` on one triangle of C
+    (``lower``); op(X) is ``X`` (n x k) or, with ``trans``, ``X^T``. ``c=None``: a new output,
+    zero in the other triangle."""
+
+    a: Any
+    b: Any
+    c: Any = None
+    alpha: float = 1.0
+    beta: float = 0.0
+    trans: bool = False
+    lower: bool = True
+    overwrite: bool = False
+
+    @model_validator(mode="before")
+    @classmethod
+    def _check(cls, v: dict) -> dict:
+        v = dict(v)
+        v["alpha"] = finite_scalar(v.get("alpha", 1.0), "alpha")
+        v["beta"] = finite_scalar(v.get("beta", 0.0), "beta")
+        v["trans"] = flag(v.get("trans", False), "trans")
+        v["lower"] = flag(v.get("lower", True), "lower")
+        v["overwrite"] = flag(v.get("overwrite", False), "overwrite")
+        a, b = operand(v.get("a"), "a"), operand(v.get("b"), "b")
+        c = None if v.get("c") is None else operand(v["c"], "c", square=True)
+        together(a=a, b=b, c=c)
+        n, k = _shape(a, v["trans"])
+        nb_, kb = _shape(b, v["trans"])
+        checks = [((nb_ != n) | (kb != k),
+                   lambda i: f"op(a) is {n[i]} x {k[i]} but op(b) is {nb_[i]} x {kb[i]} "
+                             "(they must match)")]
+        if c is not None:
+            checks.append((c.n != n, lambda i: f"c is {c.m[i]} x {c.n[i]} but op(a) has "
+                                               f"{n[i]} rows"))
+        shape_rule(checks)
+        if c is None:
+            if v["beta"] != 0.0:
+                raise InputError([(None, f"beta = {v['beta']} needs c (c is None)")])
+            if v["overwrite"]:
+                raise InputError([(None, "overwrite=True needs c: the output is written into c")])
+        _written(v["overwrite"], c=c)
+        v.update(a=a, b=b, c=c)
+        return v
+
+
 class TriangularRequest(_Request):
     """``trsm``: ``op(A) X = alpha B`` (``side="left"``) or ``X op(A) = alpha B``; ``trmm``:
     ``X = alpha op(A) B`` or ``alpha B op(A)``. A is triangular (``lower`` or upper), read in
@@ -403,6 +467,19 @@ def syrk_graph(req: SyrkRequest, opts: dict) -> TaskGraph:
     return single_graph(kd, n, n, k)
 
 
+def syr2k_graph(req: Syr2kRequest, opts: dict) -> TaskGraph:
+    """Two GEMM tasks per problem on the named triangle of the output: ``alpha A B^T + beta C``,
+    then ``alpha B A^T`` added in place."""
+    n, k = _shape(req.a, req.trans)
+    has_c = req.c is not None
+    uplo = "lower" if req.lower else "upper"
+    first = gemm_kind("a", "b", "c" if has_c else "", "out", req.trans, not req.trans, 0,
+                      "alpha", "beta" if has_c else "zero", uplo=uplo)
+    second = gemm_kind("b", "a", "out", "out", req.trans, not req.trans, 0, "alpha", "one",
+                       uplo=uplo)
+    return pair_graph(first, second, n, n, k)
+
+
 def triangular_graph(req: TriangularRequest, opts: dict, solve: bool) -> TaskGraph:
     m, n, tt, tx, lower = req.views()
     which = TRSM if solve else TRMM
@@ -447,6 +524,19 @@ def syrk_reference(a, c=None, alpha=1.0, beta=0.0, trans=False, lower=True):
     n = A.shape[0]
     cc = np.zeros((n, n)) if c is None else np.asarray(c, np.float64)
     full = alpha * (A @ A.T) + (beta * cc if beta != 0.0 else 0.0)
+    tri = np.tril if lower else np.triu
+    other = np.triu(cc, 1) if lower else np.tril(cc, -1)
+    return tri(full) + other
+
+
+def syr2k_reference(a, b, c=None, alpha=1.0, beta=0.0, trans=False, lower=True):
+    """The whole output: the named triangle updated, the other one C's (zeros without C)."""
+    a = np.asarray(a, np.float64)
+    b = np.asarray(b, np.float64)
+    A, B = (a.T, b.T) if trans else (a, b)
+    n = A.shape[0]
+    cc = np.zeros((n, n)) if c is None else np.asarray(c, np.float64)
+    full = alpha * (A @ B.T + B @ A.T) + (beta * cc if beta != 0.0 else 0.0)
     tri = np.tril if lower else np.triu
     other = np.triu(cc, 1) if lower else np.tril(cc, -1)
     return tri(full) + other
@@ -539,6 +629,15 @@ SYRK_OP = register_op(Op(
                     form="a")),
     graph=syrk_graph, signature=_sig("a", "c", "trans", "lower"), result=_first,
     scalars=_scalars, families=(FAMILY,), doc="C := alpha op(A) op(A)^T + beta C, one triangle",
+))
+SYR2K_OP = register_op(Op(
+    name="syr2k", request=Syr2kRequest,
+    buffers=(Buffer("a", "a"), Buffer("b", "b"), Buffer("c", "c"),
+             Buffer("out", "c", output=True, shape=lambda r: (_shape(r.a, r.trans)[0],) * 2,
+                    form="a")),
+    graph=syr2k_graph, signature=_sig("a", "b", "c", "trans", "lower"), result=_first,
+    scalars=_scalars, families=(FAMILY,),
+    doc="C := alpha (op(A) op(B)^T + op(B) op(A)^T) + beta C, one triangle",
 ))
 TRSM_OP = register_op(Op(
     name="trsm", request=TriangularRequest,

@@ -14,6 +14,7 @@ from vbatch.runtime.runtime import (
     posv,
     potrs,
     syrk,
+    syr2k,
     trmm,
     trsm,
 )
@@ -33,6 +34,7 @@ __all__ = [
     "posv",
     "potrs",
     "syrk",
+    "syr2k",
     "trmm",
     "trsm",
 ]

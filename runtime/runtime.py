@@ -286,6 +286,14 @@ class Runtime:
         return self.submit("syrk", after=after, a=a, c=c, alpha=alpha, beta=beta, trans=trans,
                            lower=lower, overwrite=overwrite)
 
+    def syr2k(self, a: Any, b: Any, c: Any = None, *, alpha: float = 1.0, beta: float = 0.0,
+              trans: bool = False, lower: bool = True, after: Any = (),
+              overwrite: bool = False) -> Future:
+        """``C := alpha (op(A) op(B)^T + op(B) op(A)^T) + beta C`` in one triangle of C (the
+        other is C's, or zeros for a new output)."""
+        return self.submit("syr2k", after=after, a=a, b=b, c=c, alpha=alpha, beta=beta,
+                           trans=trans, lower=lower, overwrite=overwrite)
+
     def trsm(self, a: Any, b: Any, *, alpha: float = 1.0, side: str = "left",
              lower: bool = True, trans_a: bool = False, unit_diagonal: bool = False,
              after: Any = (), overwrite: bool = False) -> Future:
@@ -645,6 +653,11 @@ def gemm(a: Any, b: Any, c: Any = None, **kw: Any) -> Future:
 def syrk(a: Any, c: Any = None, **kw: Any) -> Future:
     """:meth:`Runtime.syrk` on the default runtime."""
     return default_runtime().syrk(a, c, **kw)
+
+
+def syr2k(a: Any, b: Any, c: Any = None, **kw: Any) -> Future:
+    """:meth:`Runtime.syr2k` on the default runtime."""
+    return default_runtime().syr2k(a, b, c, **kw)
 
 
 def trsm(a: Any, b: Any, **kw: Any) -> Future:

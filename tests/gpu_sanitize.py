@@ -105,6 +105,16 @@ def blas(rng, dtype) -> int:
                 if not np.allclose(got, ref, rtol=100 * eps, atol=100 * eps * (1 + x.shape[1])):
                     print(f"gemm {order} ta={ta} tb={tb} {r_.config.fp64_gemm} problem {i}")
                     bad += 1
+        c2 = dev([z @ z.T for z in A], order)
+        s2 = rt.syr2k(a, a, c2, alpha=0.5, beta=-1.0).result()
+        for i, x in enumerate(A):
+            x64 = x.astype(np.float64)
+            full = x64 @ x64.T
+            ref = np.tril(full - full) + np.triu(full, 1)  # 0.5 (A A^T + A A^T) - C, C = A A^T
+            if not np.allclose(s2.matrix(i).get(), ref, rtol=100 * eps,
+                               atol=100 * eps * (1 + x.shape[1]) * (1 + np.abs(full).max())):
+                print(f"syr2k {order} problem {i}")
+                bad += 1
         sy = rt.syrk(a, alpha=1.0).result()
         for i, x in enumerate(A):
             ref = np.tril(x.astype(np.float64) @ x.T)

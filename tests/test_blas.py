@@ -28,6 +28,7 @@ from vbatch.ops import (
     InputError,
     gemm_reference,
     potrs_reference,
+    syr2k_reference,
     syrk_reference,
     trmm_reference,
 )
@@ -230,6 +231,47 @@ def test_syrk(device, dtype, trans, lower):
             assert np.allclose(o, ref, rtol=1e-4, atol=1e-4)  # the other triangle: zeros
             other = np.triu(o, 1) if lower else np.tril(o, -1)
             assert not np.any(other)
+
+
+# ----------------------------------------------------------------------------- syr2k
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("trans,lower", [(False, True), (True, True), (False, False),
+                                         (True, False)])
+def test_syr2k(device, dtype, trans, lower):
+    rng = np.random.default_rng(4)
+    shapes = [(n, k) for n in EDGE for k in (0, 1, 33)] + [(100, 20), (70, 130)]
+    A = [rng.standard_normal((k, n) if trans else (n, k)).astype(dtype) for n, k in shapes]
+    B = [rng.standard_normal((k, n) if trans else (n, k)).astype(dtype) for n, k in shapes]
+    C = [rng.standard_normal((n, n)).astype(dtype) for n, _ in shapes]
+    rt = vbatch.Runtime(device)
+    u = _eps(dtype) / 2
+    for form in ("list", "packedF", "packedC"):
+        a, b, c = (_form(x, form, device, dtype) for x in (A, B, C))
+        before = [_snapshot(x) for x in (a, b, c)]
+        out = _mats(rt.syr2k(a, b, c, alpha=-0.5, beta=2.0, trans=trans, lower=lower).result())
+        for i, (x, y, cc, o) in enumerate(zip(A, B, C, out)):
+            ref = syr2k_reference(x, y, cc, -0.5, 2.0, trans, lower)
+            xx = np.abs(x.T if trans else x).astype(np.float64)
+            yy = np.abs(y.T if trans else y).astype(np.float64)
+            k = xx.shape[1]
+            # Two products summed into one triangle: each within MAGMA's GEMM bound, plus
+            # the rounding of adding the second into the first.
+            bound = 3 * (_gamma(k + 3, u) * 0.5 * (xx @ yy.T + yy @ xx.T)
+                         + _gamma(3, u) * 2 * np.abs(cc))
+            assert o.shape == ref.shape and np.all(np.isfinite(o))
+            err = np.abs(o - ref)
+            assert np.all(err <= bound + 1e-300), \
+                f"{device} {form} problem {i}: error {err.max():.2e}"
+        assert all(_same(s_, _snapshot(x)) for s_, x in zip(before, (a, b, c)))
+        out0 = _mats(rt.syr2k(a, b, trans=trans, lower=lower).result())
+        for x, y, o in zip(A, B, out0):
+            ref = syr2k_reference(x, y, None, 1.0, 0.0, trans, lower)
+            assert np.allclose(o, ref, rtol=1e-4, atol=1e-4)
+            other = np.triu(o, 1) if lower else np.tril(o, -1)
+            assert not np.any(other)  # a new output: zeros in the other triangle
+    with pytest.raises(InputError, match=r"problem 1: op\(a\) is 3 x 2 but op\(b\) is 3 x 1"):
+        rt.syr2k([np.zeros((2, 2)), np.zeros((3, 2))], [np.zeros((2, 2)), np.zeros((3, 1))])
 
 
 # ----------------------------------------------------------------------------- trsm / trmm

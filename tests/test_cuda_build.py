@@ -69,6 +69,7 @@ def _blas_plans(dtype):
 
     cases = [("gemm", dict(a=mats(n, k), b=mats(k, n[::-1]))),
              ("syrk", dict(a=mats(n, k), c=mats(n, n))),
+             ("syr2k", dict(a=mats(k, n), b=mats(k, n), trans=True)),
              ("trsm", dict(a=mats(n, n), b=mats(n, k))),
              ("trmm", dict(a=mats(n, n), b=mats(k, n), side="right", trans_a=True)),
              ("posv", dict(a=mats(n, n), b=mats(n, k))),

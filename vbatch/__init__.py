@@ -64,6 +64,7 @@ from vbatch.runtime import (  # noqa: E402
     posv,
     potrs,
     syrk,
+    syr2k,
     trmm,
     trsm,
 )
@@ -97,6 +98,7 @@ __all__ = [
     "posv",
     "potrs",
     "syrk",
+    "syr2k",
     "trmm",
     "trsm",
 ]
