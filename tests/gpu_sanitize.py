@@ -112,7 +112,7 @@ def blas(rng, dtype) -> int:
             full = x64 @ x64.T
             ref = np.tril(full - full) + np.triu(full, 1)  # 0.5 (A A^T + A A^T) - C, C = A A^T
             if not np.allclose(s2.matrix(i).get(), ref, rtol=100 * eps,
-                               atol=100 * eps * (1 + x.shape[1]) * (1 + np.abs(full).max())):
+                               atol=100 * eps * (1 + x.shape[1]) * (1 + np.abs(full).max(initial=0.0))):
                 print(f"syr2k {order} problem {i}")
                 bad += 1
         sy = rt.syrk(a, alpha=1.0).result()
