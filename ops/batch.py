@@ -64,6 +64,17 @@ def array_module(kind: str):
     return cupy
 
 
+def _adopt_data(data: Any) -> tuple[Any, str | None]:
+    """A packed buffer from another framework as a numpy or cupy view (frontends.adopt), and
+    the framework's name; numpy, cupy and anything that is no array at all pass as they are."""
+    if array_kind(data) is not None or frontend_of(data) is None:
+        return data, None
+    try:
+        return adopt(data)
+    except ValueError as exc:
+        raise InputError([(None, f"data: {exc}")], "packed batch") from None
+
+
 def _dtype_problem(dt: np.dtype) -> str | None:
     if dt in SUPPORTED_DTYPES:
         return None
@@ -116,14 +127,10 @@ class PackedBatch(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _adopt(cls, values: Any) -> Any:
-        if isinstance(values, dict) and array_kind(values.get("data")) is None:
-            fe = frontend_of(values.get("data"))
+        if isinstance(values, dict):
+            data, fe = _adopt_data(values.get("data"))
             if fe is not None:
-                try:
-                    arr, fe = adopt(values["data"])
-                except ValueError as exc:
-                    raise InputError([(None, f"data: {exc}")]) from None
-                values = {**values, "data": arr, "frontend": fe}
+                values = {**values, "data": data, "frontend": fe}
         return values
 
     @field_validator("data")
@@ -225,12 +232,7 @@ class PackedBatch(BaseModel):
         ld_arr = _index_array(ld, "ld")
         if offset is None and len(ld_arr) == len(n_arr) == len(m_arr):
             offset = tight_offsets(ld_arr * (m_arr if order == "C" else n_arr))
-        frontend = None
-        if array_kind(data) is None and frontend_of(data) is not None:
-            try:
-                data, frontend = adopt(data)
-            except ValueError as exc:
-                raise InputError([(None, f"data: {exc}")], "packed batch") from None
+        data, frontend = _adopt_data(data)  # (first: a 2-D tensor is flattened below)
         if array_kind(data) is not None and data.ndim > 1 and data.flags.c_contiguous:
             data = data.reshape(-1)
         return validated(

@@ -249,6 +249,28 @@ def _written(overwrite: bool, **targets) -> None:
             raise InputError(problems)
 
 
+def _parsed(cls, v: dict, scalars: tuple[str, ...] = (), flags: tuple[str, ...] = ()) -> dict:
+    """A request's fields with its scalars checked finite and its flags checked bool, in that
+    order (a field not given takes the request's default)."""
+    v = dict(v)
+    for name in scalars:
+        v[name] = finite_scalar(v.get(name, cls.model_fields[name].default), name)
+    for name in flags:
+        v[name] = flag(v.get(name, cls.model_fields[name].default), name)
+    return v
+
+
+def _output_into(v: dict, c: Any) -> None:
+    """The rules of an op whose output replaces ``c`` or, without it, is new: beta needs c,
+    overwrite needs c, and a c to overwrite must be writable."""
+    if c is None:
+        if v["beta"] != 0.0:
+            raise InputError([(None, f"beta = {v['beta']} needs c (c is None)")])
+        if v["overwrite"]:
+            raise InputError([(None, "overwrite=True needs c: the output is written into c")])
+    _written(v["overwrite"], c=c)
+
+
 class GemmRequest(_Request):
     """``C := alpha op(A) op(B) + beta C``; ``c=None``: a new ``m x n`` output (``beta``
     must then be 0)."""
@@ -265,12 +287,7 @@ class GemmRequest(_Request):
     @model_validator(mode="before")
     @classmethod
     def _check(cls, v: dict) -> dict:
-        v = dict(v)
-        v["alpha"] = finite_scalar(v.get("alpha", 1.0), "alpha")
-        v["beta"] = finite_scalar(v.get("beta", 0.0), "beta")
-        v["trans_a"] = flag(v.get("trans_a", False), "trans_a")
-        v["trans_b"] = flag(v.get("trans_b", False), "trans_b")
-        v["overwrite"] = flag(v.get("overwrite", False), "overwrite")
+        v = _parsed(cls, v, ("alpha", "beta"), ("trans_a", "trans_b", "overwrite"))
         a, b = operand(v.get("a"), "a"), operand(v.get("b"), "b")
         c = None if v.get("c") is None else operand(v["c"], "c")
         together(a=a, b=b, c=c)
@@ -283,12 +300,7 @@ class GemmRequest(_Request):
                            lambda i: f"c is {c.m[i]} x {c.n[i]} but op(a) op(b) is "
                                      f"{ma[i]} x {nb_[i]}"))
         shape_rule(checks)
-        if c is None:
-            if v["beta"] != 0.0:
-                raise InputError([(None, f"beta = {v['beta']} needs c (c is None)")])
-            if v["overwrite"]:
-                raise InputError([(None, "overwrite=True needs c: the output is written into c")])
-        _written(v["overwrite"], c=c)
+        _output_into(v, c)
         v.update(a=a, b=b, c=c)
         return v
 
@@ -313,12 +325,7 @@ class SyrkRequest(_Request):
     @model_validator(mode="before")
     @classmethod
     def _check(cls, v: dict) -> dict:
-        v = dict(v)
-        v["alpha"] = finite_scalar(v.get("alpha", 1.0), "alpha")
-        v["beta"] = finite_scalar(v.get("beta", 0.0), "beta")
-        v["trans"] = flag(v.get("trans", False), "trans")
-        v["lower"] = flag(v.get("lower", True), "lower")
-        v["overwrite"] = flag(v.get("overwrite", False), "overwrite")
+        v = _parsed(cls, v, ("alpha", "beta"), ("trans", "lower", "overwrite"))
         a = operand(v.get("a"), "a")
         c = None if v.get("c") is None else operand(v["c"], "c", square=True)
         together(a=a, c=c)
@@ -326,11 +333,7 @@ class SyrkRequest(_Request):
         if c is not None:
             shape_rule([(c.n != n, lambda i: f"c is {c.m[i]} x {c.n[i]} but op(a) has "
                                              f"{n[i]} rows")])
-        elif v["beta"] != 0.0:
-            raise InputError([(None, f"beta = {v['beta']} needs c (c is None)")])
-        elif v["overwrite"]:
-            raise InputError([(None, "overwrite=True needs c: the output is written into c")])
-        _written(v["overwrite"], c=c)
+        _output_into(v, c)
         v.update(a=a, c=c)
         return v
 
@@ -352,12 +355,7 @@ class Syr2kRequest(_Request):
     @model_validator(mode="before")
     @classmethod
     def _check(cls, v: dict) -> dict:
-        v = dict(v)
-        v["alpha"] = finite_scalar(v.get("alpha", 1.0), "alpha")
-        v["beta"] = finite_scalar(v.get("beta", 0.0), "beta")
-        v["trans"] = flag(v.get("trans", False), "trans")
-        v["lower"] = flag(v.get("lower", True), "lower")
-        v["overwrite"] = flag(v.get("overwrite", False), "overwrite")
+        v = _parsed(cls, v, ("alpha", "beta"), ("trans", "lower", "overwrite"))
         a, b = operand(v.get("a"), "a"), operand(v.get("b"), "b")
         c = None if v.get("c") is None else operand(v["c"], "c", square=True)
         together(a=a, b=b, c=c)
@@ -370,12 +368,7 @@ class Syr2kRequest(_Request):
             checks.append((c.n != n, lambda i: f"c is {c.m[i]} x {c.n[i]} but op(a) has "
                                                f"{n[i]} rows"))
         shape_rule(checks)
-        if c is None:
-            if v["beta"] != 0.0:
-                raise InputError([(None, f"beta = {v['beta']} needs c (c is None)")])
-            if v["overwrite"]:
-                raise InputError([(None, "overwrite=True needs c: the output is written into c")])
-        _written(v["overwrite"], c=c)
+        _output_into(v, c)
         v.update(a=a, b=b, c=c)
         return v
 
@@ -397,13 +390,9 @@ class TriangularRequest(_Request):
     @model_validator(mode="before")
     @classmethod
     def _check(cls, v: dict) -> dict:
-        v = dict(v)
-        v["alpha"] = finite_scalar(v.get("alpha", 1.0), "alpha")
+        v = _parsed(cls, v, ("alpha",))
         v["side"] = choice(v.get("side", "left"), "side", ("left", "right"))
-        v["lower"] = flag(v.get("lower", True), "lower")
-        v["trans_a"] = flag(v.get("trans_a", False), "trans_a")
-        v["unit_diagonal"] = flag(v.get("unit_diagonal", False), "unit_diagonal")
-        v["overwrite"] = flag(v.get("overwrite", False), "overwrite")
+        v = _parsed(cls, v, (), ("lower", "trans_a", "unit_diagonal", "overwrite"))
         a = operand(v.get("a"), "a", square=True)
         b = operand(v.get("b"), "b")
         together(a=a, b=b)
@@ -439,8 +428,7 @@ class PotrsRequest(_Request):
     @model_validator(mode="before")
     @classmethod
     def _check(cls, v: dict) -> dict:
-        v = dict(v)
-        v["overwrite"] = flag(v.get("overwrite", False), "overwrite")
+        v = _parsed(cls, v, (), ("overwrite",))
         ll = operand(v.get("l"), "l", square=True)
         b = operand(v.get("b"), "b")
         together(l=ll, b=b)

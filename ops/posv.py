@@ -19,11 +19,20 @@ from typing import Any
 import numpy as np
 from pydantic import model_validator
 
-from vbatch.ops.blas import FAMILY, _Request, _sig, _written, chain_graph, copy_kind, potrs_phases
+from vbatch.ops.blas import (
+    FAMILY,
+    _parsed,
+    _Request,
+    _sig,
+    _written,
+    chain_graph,
+    copy_kind,
+    potrs_phases,
+)
 from vbatch.ops.cholesky import CholeskyResult, potrf_graph
 from vbatch.ops.op import Buffer, Op
 from vbatch.ops.op import register as register_op
-from vbatch.ops.operands import flag, operand, shape_rule, together
+from vbatch.ops.operands import operand, shape_rule, together
 from vbatch.scheduler.graph import TaskGraph, concat
 
 
@@ -37,8 +46,7 @@ class PosvRequest(_Request):
     @model_validator(mode="before")
     @classmethod
     def _check(cls, v: dict) -> dict:
-        v = dict(v)
-        v["overwrite"] = flag(v.get("overwrite", False), "overwrite")
+        v = _parsed(cls, v, (), ("overwrite",))
         a = operand(v.get("a"), "a", square=True)
         b = operand(v.get("b"), "b")
         together(a=a, b=b)
