@@ -183,10 +183,11 @@ def test_a_packed_buffer_of_the_callers_kind(device, fe, order):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("fe", ALL)
+@pytest.mark.parametrize("fe", [_frontend_param(f) for f in ("fake", "torch")])
 def test_outputs_share_the_output_buffer(device, fe):
-    """No copy on the way out: each output matrix is a view of the output buffer, and the
-    packed output's buffer is the same memory as its numpy or cupy ``data``."""
+    """No copy on the way out: each output matrix is a view of the output buffer (torch: the
+    same address; both: a write through it shows in the buffer). JAX is left out: its arrays
+    are immutable, and whether its from_dlpack copies is JAX's choice."""
     rng = np.random.default_rng(5)
     A = [_spd(rng, n) for n in (4, 9)]
     out = vbatch.Runtime(device).cholesky([_to(fe, device, x) for x in A]).result().factors
@@ -196,12 +197,9 @@ def test_outputs_share_the_output_buffer(device, fe):
         isz = batch.dtype.itemsize
         for i, f in enumerate(out):
             assert f.data_ptr() == base + int(batch.offset[i]) * isz
-    # Writing through the framework's view shows in the buffer (same memory), where the
-    # framework allows writes.
-    if fe in ("torch", "fake"):
-        f0 = out[0]
-        (f0.arr if fe == "fake" else f0)[0, 0] = 123.0
-        assert float(batch._view(0)[0, 0]) == 123.0
+    f0 = out[0]
+    (f0.arr if fe == "fake" else f0)[0, 0] = 123.0
+    assert float(batch._view(0)[0, 0]) == 123.0
 
 
 @pytest.mark.parametrize("device", DEVICES)
