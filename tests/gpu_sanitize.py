@@ -6,7 +6,8 @@
 Covers fused (several block shapes), update, potf2, trsm, schur, gather and scatter, in both
 layouts and dtypes, full and partial, with a non-SPD matrix (its failed panel completes its
 leading columns in the fused kernel, and in potf2_step + trsm_step when separated) and an infinite
-pivot; then the blas family (GEMM, SYRK, TRSM, TRMM, POSV with a failing problem). Exits 1 if
+pivot; then the blas family (GEMM, SYRK, TRSM, TRMM, POSV with a failing problem), then the
+frontal family (vbatch.sparse, with a failing matrix; the extend-add in both layouts). Exits 1 if
 any result is wrong. Not collected by pytest (no test_ prefix): the sanitizer
 runs it as its own process.
 """
@@ -72,8 +73,59 @@ def main() -> int:
         work = [cupy.asarray(m) for m in mats]
         vbatch.Runtime("cuda").cholesky(work, overwrite=True).result()  # gather + scatter
         bad += blas(rng, dtype)
+        bad += sparse(rng, dtype)
     print("sanitize batch:", "ok" if not bad else f"{bad} failures")
     return 1 if bad else 0
+
+
+def sparse(rng, dtype) -> int:
+    """The frontal family (extend-add, both layouts through the op; F through vbatch.sparse,
+    with a matrix that is not positive definite in the batch)."""
+    import scipy.sparse as sp
+
+    import vbatch.sparse
+
+    bad = 0
+    eps = np.finfo(dtype).eps
+    mats = []
+    for side in (1, 3, 9, 14):
+        t = sp.diags([-np.ones(side - 1), 2 * np.ones(side), -np.ones(side - 1)], [-1, 0, 1])
+        e = sp.eye(side)
+        mats.append(sp.csr_matrix(sp.kron(t, e) + sp.kron(e, t)))
+    fail = mats[2].tolil()
+    fail[10, 10] = -40.0
+    mats.insert(2, sp.csr_matrix(fail))
+    F = vbatch.sparse.cholesky(mats, runtime=vbatch.Runtime("cuda"), dtype=dtype)
+    if not (F.info[2] > 0 and not np.delete(F.info, 2).any()):
+        print(f"sparse {dtype.__name__}: info {F.info}")
+        bad += 1
+    xs = F.solve([np.ones(a.shape[0]) for a in mats])
+    for i, (a, x) in enumerate(zip(mats, xs)):
+        if i == 2:
+            continue
+        r = np.abs(a @ x - 1).max() / (abs(a).sum(axis=1).max() * np.abs(x).max() + 1)
+        if not r <= 50 * a.shape[0] * eps:
+            print(f"sparse {dtype.__name__} matrix {i}: backward error {r}")
+            bad += 1
+    for order in ("F", "C"):
+        n, p, parent = [40, 37, 45], [2, 3, 45], [2, 2, -1]
+        rel = [np.sort(rng.choice(45, 38, replace=False)),
+               np.sort(rng.choice(45, 34, replace=False)), np.zeros(0)]
+        fronts = [np.tril((lambda m: m @ m.T + 2 * k * np.eye(k))(rng.standard_normal((k, k))))
+                  .astype(dtype) for k in n]
+        want = vbatch.sparse.reference(fronts, p, parent, rel)
+        a = vbatch.pack(fronts, order=order)
+        r = vbatch.pack([x.reshape(-1, 1).astype(dtype) for x in rel], order="F")
+        a, r = a.with_data(cupy.asarray(a.data)), r.with_data(cupy.asarray(r.data))
+        res = vbatch.Runtime("cuda").submit("frontal", a=a, rel=r, parent=parent, npiv=p,
+                                            overwrite=True).result()
+        for f in range(3):
+            got = res.fronts.matrix(f).get().astype(np.float64)
+            err = np.abs(got - want[f]).max() / np.abs(want[f]).max()
+            if not err <= 100 * eps:
+                print(f"frontal {order} {dtype.__name__} front {f}: {err}")
+                bad += 1
+    return bad
 
 
 def blas(rng, dtype) -> int:

@@ -21,7 +21,7 @@ import sys as _sys
 # four are registered before any runs, since they import one another.
 _here = _os.path.dirname(_os.path.abspath(__file__))
 _root = _os.path.dirname(_here)
-_SUBPACKAGES = ("ops", "scheduler", "kernels", "runtime")
+_SUBPACKAGES = ("ops", "scheduler", "kernels", "runtime", "sparse")
 if not _os.path.isdir(_os.path.join(_here, "runtime")) and _os.path.isfile(
     _os.path.join(_root, "runtime", "__init__.py")
 ):

@@ -1,0 +1,176 @@
+"""vbatch.sparse against cuDSS (and scipy's SuperLU), side by side in one process.
+
+    python benchmarks/sparse_bench.py [--cases ...] [--reps 5] [--cudss LIB] [--device cuda]
+                                      [--matrices DIR] [--out FILE]
+
+Cases (../shared/anchors/cudss/README.md's): the shared real matrices (``--matrices`` or
+$VBATCH_MATRICES), ``lap2-N`` (the 2-D Laplacian on an N x N grid), ``lap3-N`` (3-D, N^3), and
+``batch`` (1000 2-D Laplacians with sides uniform in [8, 40], seed 2026, one call).
+
+Per case and method, medians over ``--reps`` in ms: analysis (once: ordering and symbolic),
+factor (the numeric factorization of values already on the device: vbatch's scatter into the
+fronts and its one submission; cuDSS's FACTORIZATION phase), solve (one right-hand side on the
+device, in and out). vbatch's ``refactor`` (the user's call: the new matrix checked on the host
+and its values sent) is reported beside its factor. Every method's residual is checked.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+import numpy as np
+import scipy.sparse as sp
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def lap(side: int, dim: int) -> sp.csr_matrix:
+    t = sp.diags([-np.ones(side - 1), 2 * np.ones(side), -np.ones(side - 1)], [-1, 0, 1])
+    eye = sp.eye(side)
+    out = sp.csr_matrix((side**dim, side**dim))
+    for d in range(dim):
+        term = sp.eye(1)
+        for e in range(dim):
+            term = sp.kron(term, t if e == d else eye)
+        out = out + term
+    return sp.csr_matrix(out)
+
+
+def load(path: str) -> sp.csr_matrix:
+    if path.endswith(".mtx"):
+        from scipy.io import mmread
+
+        return sp.csr_matrix(mmread(path))
+    t = np.loadtxt(path)
+    n = int(t[:, :2].max()) + 1
+    low = sp.csr_matrix((t[:, 2], (t[:, 0].astype(int), t[:, 1].astype(int))), shape=(n, n))
+    return sp.csr_matrix(low + sp.tril(low, -1).T)
+
+
+def case(name: str, folder: str):
+    if name == "batch":
+        rng = np.random.default_rng(2026)
+        return [lap(int(s), 2) for s in rng.integers(8, 41, 1000)]
+    if name.startswith("lap2-"):
+        return lap(int(name[5:]), 2)
+    if name.startswith("lap3-"):
+        return lap(int(name[5:]), 3)
+    return load(os.path.join(folder, name))
+
+
+def median_ms(fn, reps: int) -> float:
+    ts = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t)
+    return 1e3 * float(np.median(ts))
+
+
+def bench_vbatch(A, rt, reps: int, relax: int) -> dict:
+    import cupy
+
+    import vbatch.sparse as vs
+
+    mats = A if isinstance(A, list) else [A]
+    t = time.perf_counter()
+    F = vs.cholesky(A, runtime=rt, relax_width=relax)
+    first = time.perf_counter() - t
+    vals = cupy.asarray(np.concatenate([an.lower.data for an in F.analyses]))
+
+    def factor():
+        F._factor(vals)
+        cupy.cuda.runtime.deviceSynchronize()
+
+    factor()  # the plan and graph are built on the first call
+    out = {"analysis": 1e3 * F.stats.analysis_s, "first_call": 1e3 * first,
+           "factor": median_ms(factor, reps),
+           "refactor": median_ms(lambda: F.refactor(A), reps),
+           "fronts": F.stats.fronts, "nnz_l": F.stats.nnz_l, "flops": F.stats.flops,
+           "levels": F.stats.levels, "largest_front": F.stats.largest_front}
+    bs = [cupy.ones(m.shape[0]) for m in mats]
+    b = bs if isinstance(A, list) else bs[0]
+    xs = F.solve(b)
+    out["solve"] = median_ms(lambda: F.solve(b), reps)
+    xs = xs if isinstance(A, list) else [xs]
+    out["residual"] = max(float(np.abs(m @ x.get() - 1).max()) for m, x in zip(mats, xs))
+    out["info"] = int(np.abs(F.info).max())
+    return out
+
+
+def bench_cudss(A, lib: str, reps: int) -> dict:
+    sys.path.insert(0, HERE)
+    from cudss import ANALYSIS, DATA_FLOPS, DATA_LU_NNZ, FACTORIZATION, SOLVE, CuDSS
+
+    s = CuDSS(lib)
+    batched = isinstance(A, list)
+    s.batch(A) if batched else s.matrix(A)
+    t = time.perf_counter()
+    s.run(ANALYSIS)
+    out = {"analysis": 1e3 * (time.perf_counter() - t)}
+    s.run(FACTORIZATION)
+    out["factor"] = median_ms(lambda: s.run(FACTORIZATION), reps)
+    out["solve"] = median_ms(lambda: s.run(SOLVE), reps)
+    try:
+        out["nnz_l"] = s.get(DATA_LU_NNZ)
+        out["flops"] = s.get(DATA_FLOPS)
+    except RuntimeError:
+        pass
+    mats = A if batched else [A]
+    xs = s.x if batched else [s.x]
+    out["residual"] = max(float(np.abs(m @ x.get() - 1).max()) for m, x in zip(mats, xs))
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--cases", nargs="+", default=[
+        "494_bus.mtx", "1138_bus.mtx", "bcsstk09.mtx", "gr_900_900_crg.mtx",
+        "bcsstk16.triplet0", "lap2-100", "lap2-300", "lap3-20", "lap3-40", "batch"])
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--cudss", default=os.environ.get("VBATCH_CUDSS"))
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--matrices", default=os.environ.get(
+        "VBATCH_MATRICES", os.path.join(HERE, "..", "..", "shared", "data", "matrices")))
+    ap.add_argument("--relax-width", type=int, default=None,
+                    help="vbatch.sparse's amalgamation width (default: its own)")
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args(argv)
+    import vbatch
+
+    rt = vbatch.Runtime(args.device)
+    rows = []
+    for name in args.cases:
+        A = case(name, args.matrices)
+        row = {"case": name}
+        try:
+            from vbatch.sparse.analysis import RELAX_WIDTH
+
+            row["vbatch"] = bench_vbatch(A, rt, args.reps, args.relax_width or RELAX_WIDTH)
+        except Exception as exc:  # noqa: BLE001 - a case that fails is reported, not fatal
+            row["vbatch"] = {"error": repr(exc)}
+        if args.cudss:
+            try:
+                row["cudss"] = bench_cudss(A, args.cudss, args.reps)
+            except Exception as exc:  # noqa: BLE001
+                row["cudss"] = {"error": repr(exc)}
+        rows.append(row)
+        v, c = row["vbatch"], row.get("cudss", {})
+        ratio = (v.get("factor", np.nan) / c["factor"]) if "factor" in c else np.nan
+        print(f"{name:20s} vbatch factor {v.get('factor', np.nan):8.3f} solve "
+              f"{v.get('solve', np.nan):8.3f} analysis {v.get('analysis', np.nan):9.1f} | cuDSS "
+              f"factor {c.get('factor', np.nan):8.3f} solve {c.get('solve', np.nan):8.3f} "
+              f"analysis {c.get('analysis', np.nan):9.1f} | factor ratio {ratio:6.2f}  "
+              f"{v.get('error', '')}{c.get('error', '')}", flush=True)
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(rows, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

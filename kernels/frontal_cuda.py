@@ -1,0 +1,63 @@
+"""The ``frontal`` kernel family on CUDA: which kernel an extend-add launch runs, its grid, its
+``extra`` word. No cupy (tested without a GPU, like every launcher).
+
+The kernel is ``frontal.cu`` beside this file: a block per (task, batch of 32 x 32 tiles of the
+update block's lower triangle); ``extra`` holds the plan slots of the fronts (``l``) and of the
+positions (``rel``), whose offsets and leading dimensions it reads from the plan's tables.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from vbatch.sparse.frontal import EXTEND
+
+OP = "frontal"
+SOURCE = "frontal.cu"
+TEMPLATES = ("vb::frontal_extend_add",)
+DTYPES = ("float64", "float32")
+ORDERS = ("F", "C")
+NB_SUPPORTED = None
+TILE = 32  # frontal.cu's tile: 256 threads, 4 entries each
+MAX_GRID_Y = 65535  # more tiles than this: the blocks of a task loop over them
+
+_CTYPE = {np.dtype(np.float64): "double", np.dtype(np.float32): "float"}
+
+
+@dataclass(frozen=True)
+class Selection:
+    name: str
+    grid: tuple[int, ...]
+    block: tuple[int, ...]
+    smem: int
+    extra: int = 0
+    source: str = SOURCE
+
+
+def plan_defaults(dtype) -> dict:
+    return {}
+
+
+def section(names: tuple[str, ...]) -> list[str]:
+    """This family's part of the per-call pointer table (frontal.cu reads tbl[0..1])."""
+    return ["l", "rel"]
+
+
+def extend_name(T: str, order: str) -> str:
+    return f"vb::frontal_extend_add<{T},{'true' if order == 'C' else 'false'}>"
+
+
+def kernel_names(dtypes=DTYPES, nbs=None, orders=ORDERS) -> list[str]:
+    return [extend_name(_CTYPE[np.dtype(dt)], o) for dt in dtypes for o in orders]
+
+
+def selection(lc, plan, dtype, layouts: dict, config) -> Selection:
+    if lc.kind != EXTEND:
+        raise ValueError(f"cuda backend: the frontal family has no launch kind {lc.kind!r}")
+    u = int(plan.tasks.args[lc.lo:lc.hi, 2].max())
+    t = -(-u // TILE)
+    extra = plan.buffers.index("l") | (plan.buffers.index("rel") << 4)
+    return Selection(extend_name(_CTYPE[np.dtype(dtype)], layouts["l"]),
+                     (lc.count, max(1, min(t * t, MAX_GRID_Y))), (256,), 0, extra)

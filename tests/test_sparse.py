@@ -1,0 +1,290 @@
+"""vbatch.sparse: the multifrontal Cholesky, on every backend.
+
+Checks, per matrix: the symbolic structure covers every entry of the dense factor (analysis);
+``||L L^T - P A P^T|| / ||A|| <= c n eps`` (the numeric factorization); the solve's backward
+error ``||A x - b|| / (||A|| ||x|| + ||b||) <= c n eps``; NaN fails every check. Matrices: the
+real ones of ../shared/data/matrices (or $VBATCH_MATRICES), 2-D and 3-D Laplacians, alone and
+in one batch, with a matrix that is not positive definite among them.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from conftest import DEVICES
+from vbatch import InputError, Runtime
+
+sparse = pytest.importorskip("vbatch.sparse")  # numba and pymetis: the test extra has them
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+FOLDER = os.environ.get(
+    "VBATCH_MATRICES", os.path.join(HERE, "..", "..", "shared", "data", "matrices")
+)
+REAL = ["494_bus.mtx", "1138_bus.mtx", "bcsstk09.mtx", "gr_900_900_crg.mtx",
+        "bcsstk16.triplet0"]
+
+
+def load(name: str) -> sp.csc_matrix:
+    path = os.path.join(FOLDER, name)
+    if not os.path.exists(path):
+        pytest.skip(f"real matrices not found at {FOLDER} (set VBATCH_MATRICES)")
+    if name.endswith(".mtx"):
+        from scipy.io import mmread
+
+        return sp.csc_matrix(mmread(path))
+    t = np.loadtxt(path)  # 0-based i j value, lower triangle
+    n = int(t[:, :2].max()) + 1
+    return sp.csc_matrix((t[:, 2], (t[:, 0].astype(int), t[:, 1].astype(int))), shape=(n, n))
+
+
+def lap(side: int, dim: int) -> sp.csr_matrix:
+    """The dim-D Laplacian on a side^dim grid (SPD, 2 dim on the diagonal)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        t = sp.diags([-1.0, 2.0, -1.0], [-1, 0, 1], shape=(side, side))
+    eye = sp.eye(side)
+    out = sp.csr_matrix((side**dim, side**dim))
+    for d in range(dim):
+        term = sp.eye(1)
+        for e in range(dim):
+            term = sp.kron(term, t if e == d else eye)
+        out = out + term
+    return sp.csr_matrix(out)
+
+
+def full(A) -> sp.csc_matrix:
+    """The symmetric matrix a (possibly one-triangle) input stands for."""
+    low = sp.tril(A)
+    if not sp.tril(A, -1).nnz and sp.triu(A, 1).nnz:
+        low = sp.tril(A.T)
+    return sp.csc_matrix(low + sp.tril(low, -1).T)
+
+
+def runtime(device: str) -> Runtime:
+    return Runtime(device)
+
+
+def check(F, i: int, A, eps: float, c: float = 30.0) -> None:
+    Af = full(A).astype(np.float64)
+    n = Af.shape[0]
+    L, perm = F.factor(i)
+    L = L.astype(np.float64)
+    assert np.isfinite(L.data).all(), f"matrix {i}: NaN in the factor"
+    ref = Af[perm][:, perm]
+    scale = max(abs(Af).max(), 1e-300)
+    err = abs(L @ L.T - ref).max() / scale if n else 0.0
+    assert err <= c * n * eps, f"matrix {i} (n={n}): |LL^T - PAP^T|/|A| = {err:.3g}"
+
+
+def backward(A, x, b) -> float:
+    Af = full(A).astype(np.float64)
+    x = np.asarray(x, np.float64).reshape(Af.shape[0], -1)
+    b = np.asarray(b, np.float64).reshape(Af.shape[0], -1)
+    r = np.abs(Af @ x - b).max()
+    return float(r / (abs(Af).sum(axis=1).max() * np.abs(x).max() + np.abs(b).max()))
+
+
+def host(x):
+    return x.get() if hasattr(x, "get") else np.asarray(x)
+
+
+# ------------------------------------------------------------------ analysis (no backend)
+@pytest.mark.parametrize("ordering", ["auto", "nd", "rcm", "natural"])
+@pytest.mark.parametrize("side,dim", [(1, 2), (2, 2), (7, 2), (12, 2), (4, 3)])
+def test_structure_covers_the_factor(side, dim, ordering):
+    from vbatch.sparse.analysis import analyze
+
+    A = lap(side, dim)
+    low = sp.csc_matrix(sp.tril(A))
+    low.sort_indices()
+    an = analyze(low, ordering)
+    n = A.shape[0]
+    P = A.toarray()[an.perm][:, an.perm]
+    L = np.linalg.cholesky(P)
+    assert np.array_equal(np.sort(an.perm), np.arange(n))
+    covered = np.zeros((n, n), bool)
+    for f in range(an.fronts):
+        rows = an.rows[an.fptr[f]: an.fptr[f + 1]]
+        w = an.width[f]
+        assert np.array_equal(rows[:w], np.arange(an.first[f], an.first[f] + w))
+        assert np.all(np.diff(rows) > 0)
+        if an.parent[f] >= 0:
+            p = an.parent[f]
+            assert p > f
+            prow = an.rows[an.fptr[p]: an.fptr[p + 1]]
+            rel = an.rel[an.fptr[f] + w: an.fptr[f + 1]]
+            assert np.array_equal(prow[rel], rows[w:])
+        else:
+            assert len(rows) == w
+        covered[np.ix_(rows, np.arange(an.first[f], an.first[f] + w))] = True
+    assert np.array_equal(np.sort(np.concatenate([np.arange(an.first[f], an.first[f]
+                                                            + an.width[f])
+                                                  for f in range(an.fronts)])), np.arange(n))
+    assert not (np.abs(L) > 1e-14)[~covered].any(), "an entry of L outside every front"
+
+
+def test_auto_ordering_fill_against_superlu_mmd():
+    """The chosen ordering's fill, against SuperLU's MMD on A^T + A: no worse than 1.25x on
+    the shared matrices (measured 0.79-1.10x, docs/notes.md)."""
+    import scipy.sparse.linalg as sla
+
+    from vbatch.sparse.analysis import fill, order
+
+    for name in REAL:
+        A = full(load(name))
+        low = sp.csc_matrix(sp.tril(A))
+        low.sort_indices()
+        ours = fill(low, order(low, "auto"))
+        lu = sla.splu(A, permc_spec="MMD_AT_PLUS_A", diag_pivot_thresh=0.0,
+                      options=dict(SymmetricMode=True))
+        assert ours <= 1.25 * lu.L.nnz, f"{name}: nnz(L) {ours} against MMD's {lu.L.nnz}"
+
+
+# ------------------------------------------------------------------ numeric, every backend
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("name", REAL)
+def test_real_matrices(device, name):
+    A = load(name)
+    F = sparse.cholesky(A, runtime=runtime(device))
+    assert F.info.tolist() == [0]
+    check(F, 0, A, np.finfo(np.float64).eps)
+    rng = np.random.default_rng(1)
+    b = rng.standard_normal((A.shape[0], 3))
+    if device == "cuda":
+        import cupy
+
+        b = cupy.asarray(b)
+    x = F.solve(b)
+    assert type(x) is type(b) and x.shape == b.shape
+    assert backward(A, host(x), host(b)) <= 30 * A.shape[0] * np.finfo(np.float64).eps
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_laplacians_alone_and_batched_with_a_failure(device, dtype):
+    """Every size class, one batch; a matrix that is not positive definite in the middle gets
+    its info (the first failing column, in its own numbering) and the others never notice."""
+    rt = runtime(device)
+    eps = np.finfo(dtype).eps
+    mats = [lap(s, 2) for s in (1, 2, 5, 17, 31)] + [lap(s, 3) for s in (2, 6, 9)]
+    bad = lap(6, 2).tolil()
+    bad[20, 20] = -50.0  # indefinite: fails at or after column 20 of the ordering
+    mats.insert(4, sp.csr_matrix(bad))
+    F = sparse.cholesky(mats, runtime=rt, dtype=dtype)
+    assert F.info[4] > 0 and not np.delete(F.info, 4).any(), F.info
+    # the failing column is reported in the matrix's own numbering: the pivot of perm^-1
+    L, perm = F.factor(4)
+    assert 1 <= F.info[4] <= 36
+    for i, A in enumerate(mats):
+        if i != 4:
+            check(F, i, A, eps)
+    rng = np.random.default_rng(2)
+    bs = [rng.standard_normal(A.shape[0]) for A in mats]
+    xs = F.solve(bs)
+    for i, (A, b, x) in enumerate(zip(mats, bs, xs)):
+        x = host(x)
+        assert x.shape == b.shape
+        if i == 4:
+            assert np.isnan(x).all()  # no solution for a failed matrix
+        else:
+            assert backward(A, x, b) <= 50 * A.shape[0] * eps, f"matrix {i}"
+    alone = sparse.cholesky(mats[5], runtime=rt, dtype=dtype)
+    assert backward(mats[5], host(alone.solve(bs[5])), bs[5]) <= 50 * mats[5].shape[0] * eps
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_stats_refactor_and_many_rhs(device):
+    rt = runtime(device)
+    A = lap(20, 2)
+    F = sparse.cholesky(A, runtime=rt)
+    s = F.stats
+    assert s.fronts == len(F._size) and s.nnz_l >= A.nnz // 2 and s.flops > 0
+    assert s.analysis_s > 0 and s.factor_s > 0 and s.largest_front >= 20
+    b = np.random.default_rng(3).standard_normal((400, 5))
+    assert backward(A, host(F.solve(b)), b) < 1e-13
+    A2 = sp.csr_matrix(A + 3.0 * sp.eye(400))
+    assert F.refactor(A2) is F
+    check(F, 0, A2, np.finfo(np.float64).eps)
+    assert backward(A2, host(F.solve(b)), b) < 1e-13
+    assert host(F.solve(np.zeros((400, 0)))).shape == (400, 0)
+    with pytest.raises(InputError, match="pattern differs"):
+        F.refactor(lap(20, 2) + sp.csr_matrix(([0.5, 0.5], ([399, 0], [0, 399])),
+                                               shape=(400, 400)))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_one_triangle_either_way_and_1x1(device):
+    rt = runtime(device)
+    A = lap(9, 2)
+    b = np.arange(81.0)
+    for given in (sp.tril(A, format="csr"), sp.triu(A, format="csc"), A):
+        x = host(sparse.cholesky(given, runtime=rt).solve(b))
+        assert backward(A, x, b) < 1e-13
+    one = sp.csr_matrix(np.array([[4.0]]))
+    assert host(sparse.cholesky(one, runtime=rt).solve(np.array([2.0]))).tolist() == [0.5]
+
+
+def test_bad_input_names_the_matrix():
+    good = lap(3, 2)
+    nan = good.copy()
+    nan.data[3] = np.nan
+    unsym = sp.csr_matrix(good.toarray() + np.triu(np.ones((9, 9)), 1))
+    broken = sp.csr_matrix(good.copy())
+    broken.indices = broken.indices.copy()
+    broken.indices[0] = 99
+    cases = [
+        (sp.csr_matrix(np.ones((2, 3))), "matrix 1: not square"),
+        (unsym, "matrix 1: not symmetric"),
+        (nan, "matrix 1: 1 stored entries are NaN"),
+        (broken, "matrix 1: malformed index arrays"),
+        (sp.csr_matrix((0, 0)), r"matrix 1: empty \(0 x 0\)"),
+        (np.eye(3), "matrix 1: expected a scipy sparse matrix"),
+    ]
+    for bad, msg in cases:
+        with pytest.raises(InputError, match=msg):
+            sparse.cholesky([good, bad])
+    with pytest.raises(InputError, match="no matrices"):
+        sparse.cholesky([])
+    F = sparse.cholesky(good)
+    with pytest.raises(InputError, match=r"expected an array of shape \(9,\)"):
+        F.solve(np.ones(8))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("order", ["F", "C"])
+def test_frontal_op_against_its_reference(device, order):
+    """The op alone, in both layouts: a hand-made tree of four fronts (two children sharing
+    parent rows, so they may add into one entry in one launch) against the numpy
+    reference."""
+    from vbatch.ops.batch import pack
+    from vbatch.sparse.frontal import reference
+
+    rng = np.random.default_rng(4)
+    n, p, parent = [40, 3, 37, 45], [2, 1, 3, 45], [3, 3, 3, -1]
+    rel = [np.sort(rng.choice(45, 38, replace=False)), np.array([2, 3]),
+           np.sort(rng.choice(45, 34, replace=False)), np.zeros(0)]
+    fronts = []
+    for k in n:
+        m = rng.standard_normal((k, k))
+        fronts.append(np.tril(m @ m.T + 2 * k * np.eye(k)))
+    want = reference(fronts, p, parent, rel)
+    a = pack([f.copy() for f in fronts], order=order)
+    r = pack([x.reshape(-1, 1).astype(np.float64) for x in rel], order="F")
+    if device == "cuda":
+        import cupy
+
+        a, r = a.with_data(cupy.asarray(a.data)), r.with_data(cupy.asarray(r.data))
+    res = Runtime(device).submit("frontal", a=a, rel=r, parent=parent, npiv=p,
+                                 overwrite=True).result()
+    assert not res.info.any()
+    for f in range(4):
+        got = host(res.fronts.matrix(f))
+        err = np.abs(got - want[f]).max() / np.abs(want[f]).max()
+        assert err <= 100 * np.finfo(np.float64).eps, f"front {f}: {err:.3g}"
+    with pytest.raises(InputError, match="parent 0 is not a later front"):
+        Runtime("cpu").submit("frontal", a=a, rel=r, parent=[3, 0, 3, -1], npiv=p)
