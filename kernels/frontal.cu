@@ -47,4 +47,44 @@ frontal_extend_add(const unsigned long long* tbl, const long long* meta, const i
   }
 }
 
+// frontal_rhs: the solve's exchange of right-hand-side rows between a front and its parent.
+// A task row is (child, parent, p, u, r); X is each front's n x r block (tbl[2]); the block's
+// y index walks chunks of 1024 of the u x r entries. ADD (forward): X_parent[rel[i], c] +=
+// X[p + i, c] (siblings may share a launch: atomicAdd); otherwise (backward): X[p + i, c] =
+// X_parent[rel[i], c]. extra: bits 0-3 the plan slot of x, bits 4-7 that of rel.
+template <typename T, bool ROW, bool ADD>
+__global__ void __launch_bounds__(256)
+frontal_rhs(const unsigned long long* tbl, const long long* meta, const int* imeta,
+            const int* tasks, int K, int lo, int hi, int extra) {
+  const int row = lo + (int)blockIdx.x;
+  if (row >= hi) return;
+  const int* r = tasks + (long long)row * VB_TASK_COLS;
+  const int q = r[0], parent = r[1], p = r[2], u = r[3], nr = r[4];
+  T* X = reinterpret_cast<T*>(tbl[2]);
+  const T* rel = reinterpret_cast<const T*>(tbl[1]);
+  const long long* mx = meta + 2LL * K * (extra & 15);
+  const long long* mr = meta + 2LL * K * ((extra >> 4) & 15);
+  T* C = X + mx[q];
+  const long long ld = mx[K + q];
+  T* P = X + mx[parent];
+  const long long pld = mx[K + parent];
+  const T* pos = rel + mr[q];
+  const long long total = (long long)u * nr;
+  for (long long e0 = (long long)blockIdx.y * 1024; e0 < total; e0 += (long long)gridDim.y * 1024) {
+    for (int e = threadIdx.x; e < 1024; e += 256) {
+      const long long idx = e0 + e;
+      if (idx >= total) break;
+      // consecutive threads along the contiguous dimension of X
+      const int i = ROW ? (int)(idx / nr) : (int)(idx % u);
+      const int c = ROW ? (int)(idx % nr) : (int)(idx / u);
+      const int pi = (int)pos[i];
+      if (ADD) {
+        atomicAdd(P + at<ROW>(pi, c, pld), C[at<ROW>(p + i, c, ld)]);
+      } else {
+        C[at<ROW>(p + i, c, ld)] = P[at<ROW>(pi, c, pld)];
+      }
+    }
+  }
+}
+
 }  // namespace vb

@@ -1,8 +1,10 @@
 """The ``frontal`` kernel family on the CPU: extend-adds (:mod:`vbatch.sparse.frontal`).
 
-A task ``(child, parent, p, u)`` adds the lower triangle of the child's ``u x u`` Schur
-complement (its trailing block) into the parent front at the rows and columns ``rel`` lists:
-one numpy fancy-indexed add on views of the workspace. Children of one parent may share a
+An extend-add task ``(child, parent, p, u)`` adds the lower triangle of the child's ``u x u``
+Schur complement (its trailing block) into the parent front at the rows and columns ``rel``
+lists; the solve's tasks ``(child, parent, p, u, r)`` add the child's update rows of the
+right-hand sides into the parent's (forward) or copy them from the parent's (backward). Each is
+one numpy fancy-indexed operation on views of the workspace. Children of one parent may share a
 launch and would write the same entries from two threads, so a launch's tasks are grouped by
 parent and each group goes to one thread.
 """
@@ -14,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from vbatch.kernels.cpu import split
+from vbatch.sparse.frontal import EXTEND, RHS_ADD, RHS_GET
 
 OP = "frontal"
 
@@ -47,7 +50,21 @@ def prepare(backend, plan, launches) -> State:
 
 
 def run(backend, ex, lc, whole: bool, tasks: list) -> None:
-    fronts, rel = ex.buffers["l"].batch, ex.buffers["rel"].batch
+    rel = ex.buffers["rel"].batch
+    if lc.kind in (RHS_ADD, RHS_GET):
+        x = ex.buffers["x"].batch
+        for parent, kids in tasks:
+            target = x._view(parent)
+            for q, p, u in kids:
+                r = rel._view(q)[:, 0].astype(np.intp)
+                if lc.kind == RHS_ADD:
+                    target[r] += x._view(q)[p:]
+                else:
+                    x._view(q)[p:] = target[r]
+        return
+    if lc.kind != EXTEND:
+        raise ValueError(f"cpu backend: the frontal family has no launch kind {lc.kind!r}")
+    fronts = ex.buffers["l"].batch
     for parent, kids in tasks:
         target = fronts._view(parent)
         for q, p, u in kids:

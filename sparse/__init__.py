@@ -17,9 +17,10 @@ triangle** (diagonal included) is read; a matrix that stores one triangle only m
   runtime's device; A's entries are scattered into it (one vectorized scatter), and the fronts'
   partial Cholesky factorizations and extend-adds run as one task graph
   (:mod:`vbatch.sparse.frontal`): one submission, whatever the depth of the trees.
-* Solve: forward and backward substitution over the fronts, level by level (a level: the fronts
-  whose subtrees have one height), every front of a level in one vbatched ``trsm`` and one
-  ``gemm``; many right-hand sides at once.
+* Solve: forward and backward substitution over the fronts, as one task graph too
+  (:func:`vbatch.sparse.frontal.frontal_solve_graph`: POTRS's triangular kinds on each front's
+  pivot block, a GEMM for its update rows, and row exchanges with its parent); many
+  right-hand sides at once.
 
 A matrix that is not positive definite gets ``info[i] > 0``: 1 + the index (in the matrix's own
 numbering) of the column whose pivot was not positive, the first in the elimination order, as
@@ -84,19 +85,6 @@ def _lower(A: Any, i: int, dtype) -> sp.csc_matrix:
 
 
 @dataclass
-class _Level:
-    """The fronts of one level of the solve and the vbatch batches over the workspace."""
-
-    fronts: np.ndarray
-    l11: PackedBatch
-    l21: PackedBatch
-    piv_rows: np.ndarray  # global rows of the fronts' pivots, front after front
-    upd_rows: np.ndarray  # global rows of the fronts' update rows
-    w: np.ndarray
-    u: np.ndarray
-
-
-@dataclass
 class Stats:
     """What the factorization holds and what it took (seconds)."""
 
@@ -109,7 +97,7 @@ class Stats:
     analysis_s: float = 0.0
     factor_s: float = 0.0
     solve_s: float = 0.0
-    levels: int = 0
+    levels: int = 0  # the height of the tallest assembly tree (fronts on its longest path)
     per_matrix: list = field(default_factory=list)
 
 
@@ -130,7 +118,7 @@ class Factor:
             matrices=len(mats), n=[a.n for a in self.analyses], fronts=len(self._size),
             nnz_l=sum(a.nnz_l for a in self.analyses),
             flops=sum(a.flops for a in self.analyses),
-            largest_front=int(self._size.max()), analysis_s=t1 - t0, levels=len(self._levels),
+            largest_front=int(self._size.max()), analysis_s=t1 - t0, levels=self._height(),
             per_matrix=[{"n": a.n, "fronts": a.fronts, "nnz_l": a.nnz_l, "flops": a.flops}
                         for a in self.analyses])
         self._factor([lw.data for lw in lowers])
@@ -168,8 +156,9 @@ class Factor:
         self._rel = PackedBatch(data=xp.asarray(rel.astype(self.dtype)), m=u,
                                 n=np.ones(len(u), np.int64), offset=roff,
                                 ld=np.maximum(u, 1), order="F")
-        self._levels = self._solve_levels()
-        self._layouts: dict = {}  # the solve's right-hand-side layouts (_substitute)
+        self._layouts: dict = {}  # the solve's right-hand-side layouts, per column count
+        # global permuted row -> its row in the matrices' stacked original numbering
+        self._gperm = np.concatenate([a.perm + r0 for a, r0 in zip(an, self._row0)])
 
     def _xp(self):
         if self._rt.backend.kind == "cupy":
@@ -177,27 +166,6 @@ class Factor:
 
             return cupy
         return np
-
-    def _solve_levels(self) -> list[_Level]:
-        size, width, parent = self._size, self._width, self._parent
-        height = np.zeros(len(size), np.int64)
-        for f in range(len(size)):  # parents come after children (postorder per matrix)
-            p = parent[f]
-            if p >= 0 and height[p] < height[f] + 1:
-                height[p] = height[f] + 1
-        levels = []
-        for h in range(int(height.max()) + 1 if len(height) else 0):
-            fr = np.flatnonzero(height == h)
-            w, s = width[fr], size[fr]
-            off = self._offset[fr]
-            l11 = PackedBatch(data=self._work.data, m=w, n=w, offset=off, ld=s, order="F")
-            l21 = PackedBatch(data=self._work.data, m=s - w, n=w, offset=off + w, ld=s,
-                              order="F")
-            starts = self._fptr[fr]
-            piv = np.concatenate([self._rows[a: a + b] for a, b in zip(starts, w)])
-            upd = np.concatenate([self._rows[a + b: a + c] for a, b, c in zip(starts, w, s)])
-            levels.append(_Level(fr, l11, l21, piv, upd, w, s - w))
-        return levels
 
     # ------------------------------------------------------------------ numeric
     def _factor(self, values) -> None:
@@ -296,70 +264,61 @@ class Factor:
                              what="right-hand sides")
         r = r.pop()
         xp = self._xp()
-        y = xp.zeros((int(self._row0[-1]), r), dtype=self.dtype)
-        for an, r0, x in zip(self.analyses, self._row0, bs):
-            y[r0: r0 + an.n] = xp.asarray(x).reshape(an.n, r)[an.perm]
+        N = int(self._row0[-1])
         if r:
-            self._substitute(y, r, xp)
+            stack = xp.concatenate([xp.asarray(x).reshape(an.n, r)
+                                    for x, an in zip(bs, self.analyses)])
+            tmpl, idx = self._layout(r, xp)
+            data = xp.zeros(tmpl.data.size, dtype=self.dtype)
+            data[idx] = stack[self._gperm]
+            self._rt.submit("frontal_solve", a=self._work, rel=self._rel, parent=self._parent,
+                            npiv=self._width, x=tmpl.with_data(data), overwrite=True).result()
+            sol = xp.empty((N, r), dtype=self.dtype)
+            sol[self._gperm] = data[idx]
+        else:
+            sol = xp.zeros((N, 0), dtype=self.dtype)
         out = []
         for i, (an, r0, x, kd) in enumerate(zip(self.analyses, self._row0, bs, kinds)):
-            sol = xp.empty((an.n, r), dtype=self.dtype)
-            sol[an.perm] = y[r0: r0 + an.n]
+            si = sol[r0: r0 + an.n]
             if self.info[i]:
-                sol[:] = np.nan
-            sol = sol.reshape(shapes[i])
+                si = xp.full_like(si, np.nan)
+            si = si.reshape(shapes[i])
             if kd == "numpy" and xp is not np:
-                sol = sol.get()
+                si = si.get()
             elif kd == "cupy" and xp is np:
                 import cupy
 
-                sol = cupy.asarray(sol)
-            out.append(sol)
+                si = cupy.asarray(si)
+            out.append(si)
         self.stats.solve_s = time.perf_counter() - t0
         return out if self._batched else out[0]
 
-    def _substitute(self, y, r: int, xp) -> None:
-        rt = self._rt
+    def _layout(self, r: int, xp):
+        """Each front's ``n_f x r`` right-hand sides, column-major, back to back (made once
+        per column count, and reused through with_data, so that its plan, device tables and
+        CUDA graph are found again), and where each global row's entries sit in it: the
+        pivot rows of front f are its rows 0..w-1."""
+        hit = self._layouts.get(r)
+        if hit is None:
+            size = self._size
+            off = np.zeros(len(size), np.int64)
+            np.cumsum(size[:-1] * r, out=off[1:])
+            tmpl = PackedBatch(data=xp.zeros(int(size.sum()) * r, dtype=self.dtype), m=size,
+                               n=np.full(len(size), r, np.int64), offset=off, ld=size,
+                               order="F")
+            f = np.repeat(np.arange(len(size)), self._width)  # the front of each global row
+            base = off[f] + np.arange(len(f)) - self._first[f]
+            idx = base[:, None] + np.arange(r)[None, :] * size[f][:, None]
+            hit = self._layouts[r] = (tmpl, xp.asarray(idx))
+        return hit
 
-        def packed(rows, counts, zero: bool = False) -> PackedBatch:
-            # the rows' right-hand sides, front after front, each block row-major (order C);
-            # the layout is made once per (rows, r) and reused through with_data, so the
-            # plans, device tables and CUDA graphs made for it are found again by every solve
-            key = (id(rows), r)
-            tmpl = self._layouts.get(key)
-            if tmpl is None:
-                off = np.zeros(len(counts), np.int64)
-                np.cumsum(counts[:-1] * r, out=off[1:])
-                tmpl = self._layouts[key] = PackedBatch(
-                    data=xp.zeros(len(rows) * r, dtype=self.dtype), m=counts,
-                    n=np.full(len(counts), r, np.int64), offset=off,
-                    ld=np.full(len(counts), r, np.int64), order="C")
-            data = (xp.zeros(len(rows) * r, dtype=self.dtype) if zero
-                    else xp.ascontiguousarray(y[rows]).reshape(-1))
-            return tmpl.with_data(data)
-
-        def scatter_sub(rows, vals) -> None:
-            if xp is np:
-                np.subtract.at(y, rows, vals)
-            else:
-                import cupyx
-
-                cupyx.scatter_add(y, rows, -vals)
-
-        for lv in self._levels:  # forward: L y = b, leaves first
-            x1 = rt.trsm(lv.l11, packed(lv.piv_rows, lv.w), lower=True).result()
-            y[lv.piv_rows] = x1.data.reshape(-1, r)
-            if lv.u.any():
-                # into a row-major zero batch (c's form is the output's)
-                x2 = rt.gemm(lv.l21, x1, packed(lv.upd_rows, lv.u, zero=True)).result()
-                scatter_sub(lv.upd_rows, x2.data.reshape(-1, r))
-        for lv in reversed(self._levels):  # backward: L^T x = y, roots first
-            x1 = packed(lv.piv_rows, lv.w)
-            if lv.u.any():
-                x1 = rt.gemm(lv.l21, packed(lv.upd_rows, lv.u), x1, alpha=-1.0, beta=1.0,
-                             trans_a=True).result()
-            x1 = rt.trsm(lv.l11, x1, lower=True, trans_a=True).result()
-            y[lv.piv_rows] = x1.data.reshape(-1, r)
+    def _height(self) -> int:
+        h = np.ones(len(self._size), np.int64)
+        for f in range(len(h)):  # parents come after their children
+            p = self._parent[f]
+            if p >= 0 and h[p] < h[f] + 1:
+                h[p] = h[f] + 1
+        return int(h.max()) if len(h) else 0
 
 
 def cholesky(A: Any, *, runtime=None, dtype=np.float64, ordering="auto",

@@ -7,7 +7,8 @@ Covers fused (several block shapes), update, potf2, trsm, schur, gather and scat
 layouts and dtypes, full and partial, with a non-SPD matrix (its failed panel completes its
 leading columns in the fused kernel, and in potf2_step + trsm_step when separated) and an infinite
 pivot; then the blas family (GEMM, SYRK, TRSM, TRMM, POSV with a failing problem), then the
-frontal family (vbatch.sparse, with a failing matrix; the extend-add in both layouts). Exits 1 if
+frontal family (vbatch.sparse, with a failing matrix; the extend-add and the solve's row
+exchanges in both layouts). Exits 1 if
 any result is wrong. Not collected by pytest (no test_ prefix): the sanitizer
 runs it as its own process.
 """
@@ -124,6 +125,20 @@ def sparse(rng, dtype) -> int:
             err = np.abs(got - want[f]).max() / np.abs(want[f]).max()
             if not err <= 100 * eps:
                 print(f"frontal {order} {dtype.__name__} front {f}: {err}")
+                bad += 1
+        rhs = [np.zeros((k, 2)) for k in n]
+        for f in range(3):
+            rhs[f][: p[f]] = rng.standard_normal((p[f], 2))
+        want_x = vbatch.sparse.frontal.solve_reference(want, p, parent, rel, rhs)
+        x = vbatch.pack([v.astype(dtype) for v in rhs], order=order)
+        x = x.with_data(cupy.asarray(x.data))
+        got = vbatch.Runtime("cuda").submit("frontal_solve", a=res.fronts, rel=r, parent=parent,
+                                            npiv=p, x=x, overwrite=True).result().fronts
+        for f in range(3):
+            g = got.matrix(f).get().astype(np.float64)[: p[f]]
+            err = np.abs(g - want_x[f][: p[f]]).max() / np.abs(want_x[f][: p[f]]).max()
+            if not err <= 1000 * eps:
+                print(f"frontal_solve {order} {dtype.__name__} front {f}: {err}")
                 bad += 1
     return bad
 

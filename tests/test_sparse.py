@@ -262,7 +262,7 @@ def test_frontal_op_against_its_reference(device, order):
     parent rows, so they may add into one entry in one launch) against the numpy
     reference."""
     from vbatch.ops.batch import pack
-    from vbatch.sparse.frontal import reference
+    from vbatch.sparse.frontal import reference, solve_reference
 
     rng = np.random.default_rng(4)
     n, p, parent = [40, 3, 37, 45], [2, 1, 3, 45], [3, 3, 3, -1]
@@ -286,5 +286,19 @@ def test_frontal_op_against_its_reference(device, order):
         got = host(res.fronts.matrix(f))
         err = np.abs(got - want[f]).max() / np.abs(want[f]).max()
         assert err <= 100 * np.finfo(np.float64).eps, f"front {f}: {err:.3g}"
+    # the solve with those fronts: 3 right-hand sides, pivot rows set, update rows zero
+    rhs = [np.zeros((k, 3)) for k in n]
+    for f in range(4):
+        rhs[f][: p[f]] = rng.standard_normal((p[f], 3))
+    want_x = solve_reference(want, p, parent, rel, rhs)
+    x = pack([v.copy() for v in rhs], order=order)
+    if device == "cuda":
+        x = x.with_data(cupy.asarray(x.data))
+    got = Runtime(device).submit("frontal_solve", a=res.fronts, rel=r, parent=parent, npiv=p,
+                                 x=x, overwrite=True).result().fronts
+    for f in range(4):
+        g = host(got.matrix(f))[: p[f]]
+        err = np.abs(g - want_x[f][: p[f]]).max() / np.abs(want_x[f][: p[f]]).max()
+        assert err <= 1000 * np.finfo(np.float64).eps, f"solve, front {f}: {err:.3g}"
     with pytest.raises(InputError, match="parent 0 is not a later front"):
         Runtime("cpu").submit("frontal", a=a, rel=r, parent=[3, 0, 3, -1], npiv=p)
