@@ -10,7 +10,8 @@ $VBATCH_MATRICES), ``lap2-N`` (the 2-D Laplacian on an N x N grid), ``lap3-N`` (
 Per case and method, medians over ``--reps`` in ms: analysis (once: ordering and symbolic),
 factor (the numeric factorization of values already on the device: vbatch's scatter into the
 fronts and its one submission; cuDSS's FACTORIZATION phase), solve (one right-hand side on the
-device, in and out). vbatch's ``refactor`` (the user's call: the new matrix checked on the host
+device, in and out). ``levels``: the same factorization level by level (:func:`level_baseline`),
+the baseline that the scheduler's one graph replaces. vbatch's ``refactor`` (the user's call: the new matrix checked on the host
 and its values sent) is reported beside its factor. Every method's residual is checked.
 """
 
@@ -28,18 +29,6 @@ import scipy.sparse as sp
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def lap(side: int, dim: int) -> sp.csr_matrix:
-    t = sp.diags([-np.ones(side - 1), 2 * np.ones(side), -np.ones(side - 1)], [-1, 0, 1])
-    eye = sp.eye(side)
-    out = sp.csr_matrix((side**dim, side**dim))
-    for d in range(dim):
-        term = sp.eye(1)
-        for e in range(dim):
-            term = sp.kron(term, t if e == d else eye)
-        out = out + term
-    return sp.csr_matrix(out)
-
-
 def load(path: str) -> sp.csr_matrix:
     if path.endswith(".mtx"):
         from scipy.io import mmread
@@ -52,6 +41,8 @@ def load(path: str) -> sp.csr_matrix:
 
 
 def case(name: str, folder: str):
+    from vbatch.sparse import laplacian as lap
+
     if name == "batch":
         rng = np.random.default_rng(2026)
         return [lap(int(s), 2) for s in rng.integers(8, 41, 1000)]
@@ -99,7 +90,72 @@ def bench_vbatch(A, rt, reps: int, relax: int) -> dict:
     xs = xs if isinstance(A, list) else [xs]
     out["residual"] = max(float(np.abs(m @ x.get() - 1).max()) for m, x in zip(mats, xs))
     out["info"] = int(np.abs(F.info).max())
+    run, nlev = level_baseline(F, cupy)
+    run()
+    out["levels_factor"] = median_ms(run, reps)
+    out["levels_count"] = nlev
+    # the baseline leaves F's workspace factored the same way: its solve must still be right
+    xs = F.solve(b)
+    xs = xs if isinstance(A, list) else [xs]
+    out["levels_residual"] = max(float(np.abs(m @ x.get() - 1).max()) for m, x in zip(mats, xs))
     return out
+
+
+def level_baseline(F, xp):
+    """The level-by-level baseline (what STRUMPACK and SuperLU_DIST do with MAGMA): per level
+    of the assembly trees (fronts of one height), one vbatch partial Cholesky of the level's
+    fronts, waited for, then one vectorized scatter-add of their Schur complements into their
+    parents. The same kernels as vbatch's factorization, without its scheduler. Returns a
+    function that refactors F's workspace this way and returns the worst info."""
+    size, width, parent, off = F._size, F._width, F._parent, F._offset
+    h = np.zeros(len(size), np.int64)
+    for f in range(len(size)):
+        if parent[f] >= 0:
+            h[parent[f]] = max(h[parent[f]], h[f] + 1)
+    rel = F._rel
+    relv = rel.data.get() if hasattr(rel.data, "get") else rel.data
+    levels = []
+    from vbatch.ops.batch import PackedBatch
+
+    for lv in range(int(h.max()) + 1):
+        fr = np.flatnonzero(h == lv)
+        batch = PackedBatch(data=F._work.data, m=size[fr], n=size[fr], offset=off[fr],
+                            ld=size[fr], order="F")
+        src, dst = [], []
+        for f in fr[parent[fr] >= 0]:
+            p, n, P = int(width[f]), int(size[f]), int(parent[f])
+            u = n - p
+            if not u:
+                continue
+            r = relv[rel.offset[f]: rel.offset[f] + u].astype(np.int64)
+            i, j = np.tril_indices(u)
+            src.append(off[f] + (p + i) + (p + j) * n)
+            dst.append(off[P] + r[i] + r[j] * size[P])
+        s_ = xp.asarray(np.concatenate(src)) if src else None
+        d_ = xp.asarray(np.concatenate(dst)) if dst else None
+        levels.append((batch, width[fr], s_, d_))
+    vals = xp.asarray(np.concatenate([an.lower.data for an in F.analyses]))
+
+    def run():
+        work = F._work.data
+        work.fill(0)
+        work[F._amap] = vals
+        worst = 0
+        for batch, npiv, s_, d_ in levels:
+            res = F._rt.cholesky(batch, npiv, overwrite=True).result()
+            worst = max(worst, int(np.abs(res.info).max()))
+            if s_ is not None:
+                if xp is np:
+                    np.add.at(work, d_, work[s_])
+                else:
+                    import cupyx
+
+                    cupyx.scatter_add(work, d_, work[s_])
+        if xp is not np:
+            xp.cuda.runtime.deviceSynchronize()
+        return worst
+
+    return run, len(levels)
 
 
 def bench_cudss(A, lib: str, reps: int) -> dict:
@@ -164,6 +220,7 @@ def main(argv=None) -> int:
         print(f"{name:20s} vbatch factor {v.get('factor', np.nan):8.3f} solve "
               f"{v.get('solve', np.nan):8.3f} analysis {v.get('analysis', np.nan):9.1f} | cuDSS "
               f"factor {c.get('factor', np.nan):8.3f} solve {c.get('solve', np.nan):8.3f} "
+              f"| levels {v.get('levels_factor', np.nan):8.3f} ({v.get('levels_count', 0)}) "
               f"analysis {c.get('analysis', np.nan):9.1f} | factor ratio {ratio:6.2f}  "
               f"{v.get('error', '')}{c.get('error', '')}", flush=True)
     if args.out:

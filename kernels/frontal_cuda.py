@@ -8,10 +8,9 @@ positions (``rel``), whose offsets and leading dimensions it reads from the plan
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
+from vbatch.kernels.blas_cuda import Selection  # the launch record every launcher returns
 from vbatch.sparse.frontal import EXTEND, RHS_ADD, RHS_GET
 
 OP = "frontal"
@@ -25,16 +24,6 @@ TILE = 32  # frontal.cu's tile: 256 threads, 4 entries each
 MAX_GRID_Y = 65535  # more tiles than this: the blocks of a task loop over them
 
 _CTYPE = {np.dtype(np.float64): "double", np.dtype(np.float32): "float"}
-
-
-@dataclass(frozen=True)
-class Selection:
-    name: str
-    grid: tuple[int, ...]
-    block: tuple[int, ...]
-    smem: int
-    extra: int = 0
-    source: str = SOURCE
 
 
 def plan_defaults(dtype) -> dict:
@@ -52,7 +41,8 @@ def extend_name(T: str, order: str) -> str:
 
 
 def rhs_name(T: str, order: str, add: bool) -> str:
-    return f"vb::frontal_rhs<{T},{'true' if order == 'C' else 'false'},{'true' if add else 'false'}>"
+    row, a = ("true" if order == "C" else "false"), ("true" if add else "false")
+    return f"vb::frontal_rhs<{T},{row},{a}>"
 
 
 def kernel_names(dtypes=DTYPES, nbs=None, orders=ORDERS) -> list[str]:
@@ -72,10 +62,10 @@ def selection(lc, plan, dtype, layouts: dict, config) -> Selection:
         extra = plan.buffers.index("x") | (plan.buffers.index("rel") << 4)
         chunks = -(-u * int(a[:, 3].max()) // RHS_CHUNK)
         return Selection(rhs_name(T, layouts["x"], lc.kind == RHS_ADD),
-                         (lc.count, max(1, min(chunks, MAX_GRID_Y))), (256,), 0, extra)
+                         (lc.count, max(1, min(chunks, MAX_GRID_Y))), (256,), 0, extra, SOURCE)
     if lc.kind != EXTEND:
         raise ValueError(f"cuda backend: the frontal family has no launch kind {lc.kind!r}")
     t = -(-u // TILE)
     extra = plan.buffers.index("l") | (plan.buffers.index("rel") << 4)
     return Selection(extend_name(T, layouts["l"]),
-                     (lc.count, max(1, min(t * t, MAX_GRID_Y))), (256,), 0, extra)
+                     (lc.count, max(1, min(t * t, MAX_GRID_Y))), (256,), 0, extra, SOURCE)

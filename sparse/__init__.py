@@ -41,7 +41,21 @@ from vbatch.ops.errors import InputError
 from vbatch.sparse.analysis import RELAX_WIDTH, RELAX_ZEROS, Analysis, analyze
 from vbatch.sparse.frontal import FRONTAL_OP, reference  # noqa: F401 - registers the op
 
-__all__ = ["cholesky", "Factor", "Analysis", "analyze"]
+__all__ = ["cholesky", "Factor", "Analysis", "analyze", "laplacian"]
+
+
+def laplacian(side: int, dim: int = 2) -> sp.csr_matrix:
+    """The Dirichlet Laplacian on a ``side^dim`` grid (the 5-point stencil in 2-D, 7-point in
+    3-D; SPD, ``2 dim`` on the diagonal): the test and benchmark matrices of cuDSS's anchor."""
+    t = sp.diags([-np.ones(side - 1), 2 * np.ones(side), -np.ones(side - 1)], [-1, 0, 1])
+    eye = sp.eye(side)
+    out = sp.csr_matrix((side**dim, side**dim))
+    for d in range(dim):
+        term = sp.eye(1)
+        for e in range(dim):
+            term = sp.kron(term, t if e == d else eye)
+        out = out + term
+    return sp.csr_matrix(out)
 
 
 def _lower(A: Any, i: int, dtype) -> sp.csc_matrix:
@@ -142,8 +156,8 @@ class Factor:
         total = int((size**2).sum())
         self._size, self._width, self._first, self._parent = size, width, first, parent
         self._offset = offset
-        self._work = PackedBatch(data=xp.zeros(total, dtype=self.dtype), m=size, n=size, offset=offset,
-                                 ld=size, order="F")
+        self._work = PackedBatch(data=xp.zeros(total, dtype=self.dtype), m=size, n=size,
+                                 offset=offset, ld=size, order="F")
         # Update rows of each front, positions in the parent, and global rows (front rows).
         u = size - width
         self._rows = np.concatenate([a.rows + r0 for a, r0 in zip(an, self._row0)])

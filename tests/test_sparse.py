@@ -10,7 +10,6 @@ in one batch, with a matrix that is not positive definite among them.
 from __future__ import annotations
 
 import os
-import warnings
 
 import numpy as np
 import pytest
@@ -43,18 +42,7 @@ def load(name: str) -> sp.csc_matrix:
 
 
 def lap(side: int, dim: int) -> sp.csr_matrix:
-    """The dim-D Laplacian on a side^dim grid (SPD, 2 dim on the diagonal)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        t = sp.diags([-1.0, 2.0, -1.0], [-1, 0, 1], shape=(side, side))
-    eye = sp.eye(side)
-    out = sp.csr_matrix((side**dim, side**dim))
-    for d in range(dim):
-        term = sp.eye(1)
-        for e in range(dim):
-            term = sp.kron(term, t if e == d else eye)
-        out = out + term
-    return sp.csr_matrix(out)
+    return sparse.laplacian(side, dim)
 
 
 def full(A) -> sp.csc_matrix:
