@@ -9,7 +9,8 @@ import sys
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-MATRIX = os.path.join(ROOT, "..", "shared", "data", "matrices", "bcsstk09.mtx")
+FOLDER = os.environ.get("VBATCH_MATRICES", os.path.join(ROOT, "..", "shared", "data", "matrices"))
+MATRIX = os.path.join(FOLDER, "bcsstk09.mtx")
 real = pytest.mark.skipif(not os.path.exists(MATRIX), reason="no real matrices")
 
 
@@ -23,7 +24,12 @@ real = pytest.mark.skipif(not os.path.exists(MATRIX), reason="no real matrices")
     # n = 2000 keeps it near 4 s on two cores (the default 3000 takes about 8).
     (["examples/hmatrix_leaves.py", "--device", "cpu", "--points", "2000"],
      "error vs dense solve"),
-], ids=["quickstart", "block_jacobi", "block_jacobi_real", "block_jacobi_posv", "hmatrix"])
+    # bcsstk16 from the shared matrices where they are (CI), else a 2-D Laplacian
+    (["examples/multifrontal.py", "--device", "cpu"], "refactor(A + I): backward error"),
+    pytest.param(["examples/multifrontal.py", "--device", "cuda"],
+                 "refactor(A + I): backward error", marks=pytest.mark.gpu),
+], ids=["quickstart", "block_jacobi", "block_jacobi_real", "block_jacobi_posv", "hmatrix",
+        "multifrontal", "multifrontal_gpu"])
 def test_example_runs(args, expect):
     p = subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True,
                        timeout=300)

@@ -133,6 +133,29 @@ def test_auto_ordering_fill_against_superlu_mmd():
         assert ours <= 1.25 * lu.L.nnz, f"{name}: nnz(L) {ours} against MMD's {lu.L.nnz}"
 
 
+@pytest.mark.parametrize("ordering", ["nd", "rcm"])
+def test_factor_entries_match_superlu_for_the_same_ordering(ordering):
+    """The exact count of L's entries (the elimination tree's column counts) equals SuperLU's
+    nnz(L) on the same permuted matrix without pivoting; the analysis's fronts hold at least
+    that many (amalgamation adds zeros, never drops an entry)."""
+    import scipy.sparse.linalg as sla
+
+    from vbatch.sparse.analysis import analyze, fill, order
+
+    mats = [lap(20, 2), lap(6, 3)] + [full(load(n)) for n in ("bcsstk09.mtx", "1138_bus.mtx")
+                                      if os.path.exists(os.path.join(FOLDER, n))]
+    for A in mats:
+        low = sp.csc_matrix(sp.tril(A))
+        low.sort_indices()
+        perm = order(low, ordering)
+        lu = sla.splu(sp.csc_matrix(A[perm][:, perm]), permc_spec="NATURAL",
+                      diag_pivot_thresh=0.0, options=dict(SymmetricMode=True))
+        assert np.array_equal(lu.perm_r, np.arange(A.shape[0]))  # no pivoting happened
+        assert fill(low, perm) == lu.L.nnz
+        assert analyze(low, perm).nnz_l >= lu.L.nnz
+        assert analyze(low, perm, relax_width=1, relax_zeros=0.0).nnz_l == lu.L.nnz
+
+
 # ------------------------------------------------------------------ numeric, every backend
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("name", REAL)
@@ -198,6 +221,10 @@ def test_stats_refactor_and_many_rhs(device):
     A2 = sp.csr_matrix(A + 3.0 * sp.eye(400))
     assert F.refactor(A2) is F
     check(F, 0, A2, np.finfo(np.float64).eps)
+    fresh, _ = sparse.cholesky(A2, runtime=rt).factor()
+    again, _ = F.factor()
+    # the same analysis and the same kernels: equal up to the order of the atomic adds (CUDA)
+    assert abs(fresh - again).max() <= 10 * np.finfo(np.float64).eps * abs(fresh).max()
     assert backward(A2, host(F.solve(b)), b) < 1e-13
     assert host(F.solve(np.zeros((400, 0)))).shape == (400, 0)
     with pytest.raises(InputError, match="pattern differs"):

@@ -1,6 +1,6 @@
-"""vbatch.sparse against cuDSS (and scipy's SuperLU), side by side in one process.
+"""vbatch.sparse against cuDSS and scipy's SuperLU, side by side in one process.
 
-    python benchmarks/sparse_bench.py [--cases ...] [--reps 5] [--cudss LIB] [--device cuda]
+    python benchmarks/sparse.py [--cases ...] [--reps 5] [--cudss LIB] [--device cuda]
                                       [--matrices DIR] [--out FILE]
 
 Cases (../shared/anchors/cudss/README.md's): the shared real matrices (``--matrices`` or
@@ -62,20 +62,33 @@ def median_ms(fn, reps: int) -> float:
     return 1e3 * float(np.median(ts))
 
 
-def bench_vbatch(A, rt, reps: int, relax: int) -> dict:
-    import cupy
+def _host(x):
+    return x.get() if hasattr(x, "get") else x
 
+
+def bench_vbatch(A, rt, reps: int, relax: int) -> dict:
     import vbatch.sparse as vs
+
+    if rt.backend.kind == "cupy":
+        import cupy as xp
+
+        def sync():
+            xp.cuda.runtime.deviceSynchronize()
+    else:
+        xp = np
+
+        def sync():
+            pass
 
     mats = A if isinstance(A, list) else [A]
     t = time.perf_counter()
     F = vs.cholesky(A, runtime=rt, relax_width=relax)
     first = time.perf_counter() - t
-    vals = cupy.asarray(np.concatenate([an.lower.data for an in F.analyses]))
+    vals = xp.asarray(np.concatenate([an.lower.data for an in F.analyses]))
 
     def factor():
         F._factor(vals)
-        cupy.cuda.runtime.deviceSynchronize()
+        sync()
 
     factor()  # the plan and graph are built on the first call
     out = {"analysis": 1e3 * F.stats.analysis_s, "first_call": 1e3 * first,
@@ -83,21 +96,22 @@ def bench_vbatch(A, rt, reps: int, relax: int) -> dict:
            "refactor": median_ms(lambda: F.refactor(A), reps),
            "fronts": F.stats.fronts, "nnz_l": F.stats.nnz_l, "flops": F.stats.flops,
            "levels": F.stats.levels, "largest_front": F.stats.largest_front}
-    bs = [cupy.ones(m.shape[0]) for m in mats]
+    bs = [xp.ones(m.shape[0]) for m in mats]
     b = bs if isinstance(A, list) else bs[0]
     xs = F.solve(b)
     out["solve"] = median_ms(lambda: F.solve(b), reps)
     xs = xs if isinstance(A, list) else [xs]
-    out["residual"] = max(float(np.abs(m @ x.get() - 1).max()) for m, x in zip(mats, xs))
+    out["residual"] = max(float(np.abs(m @ _host(x) - 1).max()) for m, x in zip(mats, xs))
     out["info"] = int(np.abs(F.info).max())
-    run, nlev = level_baseline(F, cupy)
+    run, nlev = level_baseline(F, xp)
     run()
     out["levels_factor"] = median_ms(run, reps)
     out["levels_count"] = nlev
     # the baseline leaves F's workspace factored the same way: its solve must still be right
     xs = F.solve(b)
     xs = xs if isinstance(A, list) else [xs]
-    out["levels_residual"] = max(float(np.abs(m @ x.get() - 1).max()) for m, x in zip(mats, xs))
+    out["levels_residual"] = max(float(np.abs(m @ _host(x) - 1).max())
+                                 for m, x in zip(mats, xs))
     return out
 
 
@@ -158,6 +172,28 @@ def level_baseline(F, xp):
     return run, len(levels)
 
 
+def bench_splu(A, reps: int) -> dict:
+    """scipy's SuperLU on the host (one core, MMD on A^T + A, no pivoting: symmetric mode),
+    factor and solve, each matrix of a batch in turn."""
+    import scipy.sparse.linalg as sla
+
+    mats = A if isinstance(A, list) else [A]
+    cs = [sp.csc_matrix(m) for m in mats]
+
+    def factor():
+        return [sla.splu(c, permc_spec="MMD_AT_PLUS_A", diag_pivot_thresh=0.0,
+                         options=dict(SymmetricMode=True)) for c in cs]
+
+    lus = factor()
+    out = {"factor": median_ms(factor, reps)}
+    bs = [np.ones(m.shape[0]) for m in mats]
+    out["solve"] = median_ms(lambda: [lu.solve(b) for lu, b in zip(lus, bs)], reps)
+    out["nnz_l"] = int(sum(lu.L.nnz for lu in lus))
+    out["residual"] = max(float(np.abs(m @ lu.solve(b) - 1).max())
+                          for m, lu, b in zip(mats, lus, bs))
+    return out
+
+
 def bench_cudss(A, lib: str, reps: int) -> dict:
     sys.path.insert(0, HERE)
     from cudss import ANALYSIS, DATA_FLOPS, DATA_LU_NNZ, FACTORIZATION, SOLVE, CuDSS
@@ -192,6 +228,8 @@ def main(argv=None) -> int:
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--matrices", default=os.environ.get(
         "VBATCH_MATRICES", os.path.join(HERE, "..", "..", "shared", "data", "matrices")))
+    ap.add_argument("--splu-max-n", type=int, default=100_000,
+                    help="time scipy's splu on cases up to this order (0: never)")
     ap.add_argument("--relax-width", type=int, default=None,
                     help="vbatch.sparse's amalgamation width (default: its own)")
     ap.add_argument("--out", default=None)
@@ -214,6 +252,9 @@ def main(argv=None) -> int:
                 row["cudss"] = bench_cudss(A, args.cudss, args.reps)
             except Exception as exc:  # noqa: BLE001
                 row["cudss"] = {"error": repr(exc)}
+        n = sum(m.shape[0] for m in A) if isinstance(A, list) else A.shape[0]
+        if n <= args.splu_max_n:
+            row["splu"] = bench_splu(A, min(args.reps, 3))
         rows.append(row)
         v, c = row["vbatch"], row.get("cudss", {})
         ratio = (v.get("factor", np.nan) / c["factor"]) if "factor" in c else np.nan
@@ -221,6 +262,7 @@ def main(argv=None) -> int:
               f"{v.get('solve', np.nan):8.3f} analysis {v.get('analysis', np.nan):9.1f} | cuDSS "
               f"factor {c.get('factor', np.nan):8.3f} solve {c.get('solve', np.nan):8.3f} "
               f"| levels {v.get('levels_factor', np.nan):8.3f} ({v.get('levels_count', 0)}) "
+              f"| splu factor {row.get('splu', {}).get('factor', np.nan):8.2f} "
               f"analysis {c.get('analysis', np.nan):9.1f} | factor ratio {ratio:6.2f}  "
               f"{v.get('error', '')}{c.get('error', '')}", flush=True)
     if args.out:
