@@ -35,7 +35,7 @@ import scipy.sparse as sp
 
 # Amalgamation defaults. Fronts up to 32 columns wide merge regardless of zeros: on CUDA a
 # panel is 32 wide (nb), so such a front is one panel task, and fewer, larger fronts mean fewer
-# blocks that each do little. Measured on the H200 (benchmarks/sparse_bench.py, 2026-11-23,
+# blocks that each do little. Measured on the H200 (benchmarks/sparse.py, 2026-11-23,
 # factor ms at widths 8 / 16 / 32 / 48 / 64): the batch of 1000 2-D Laplacians 10.1 / 5.31 /
 # 3.12 / 2.49 / 2.48 (cuDSS 5.15), the 300^2 Laplacian 3.63 / 2.96 / 2.94 / 2.82 / 3.27 (cuDSS
 # 2.53), the 40^3 one 19.7 / 18.9 / 19.2 / - / - (cuDSS 13.0), the 20^3 one - / 2.53 / - /
