@@ -29,17 +29,6 @@ import scipy.sparse as sp
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def load(path: str) -> sp.csr_matrix:
-    if path.endswith(".mtx"):
-        from scipy.io import mmread
-
-        return sp.csr_matrix(mmread(path))
-    t = np.loadtxt(path)
-    n = int(t[:, :2].max()) + 1
-    low = sp.csr_matrix((t[:, 2], (t[:, 0].astype(int), t[:, 1].astype(int))), shape=(n, n))
-    return sp.csr_matrix(low + sp.tril(low, -1).T)
-
-
 def case(name: str, folder: str):
     from vbatch.sparse import laplacian as lap
 
@@ -50,7 +39,9 @@ def case(name: str, folder: str):
         return lap(int(name[5:]), 2)
     if name.startswith("lap3-"):
         return lap(int(name[5:]), 3)
-    return load(os.path.join(folder, name))
+    from vbatch.sparse import read
+
+    return read(os.path.join(folder, name))
 
 
 def median_ms(fn, reps: int) -> float:

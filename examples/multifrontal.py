@@ -24,17 +24,6 @@ DEFAULT = os.path.join(os.environ.get("VBATCH_MATRICES", os.path.join(
     HERE, "..", "..", "shared", "data", "matrices")), "bcsstk16.triplet0")
 
 
-def load(path: str) -> sp.csr_matrix:
-    if path.endswith(".mtx"):
-        from scipy.io import mmread
-
-        return sp.csr_matrix(mmread(path))
-    t = np.loadtxt(path)
-    n = int(t[:, :2].max()) + 1
-    low = sp.csr_matrix((t[:, 2], (t[:, 0].astype(int), t[:, 1].astype(int))), shape=(n, n))
-    return sp.csr_matrix(low + sp.tril(low, -1).T)
-
-
 def backward(A, x, b) -> float:
     """max |A x - b| / (||A||_inf max|x| + max|b|)."""
     return float(np.abs(A @ x - b).max()
@@ -48,7 +37,7 @@ def main() -> int:
     ap.add_argument("--rhs", type=int, default=4)
     args = ap.parse_args()
     path = args.matrix or (DEFAULT if os.path.exists(DEFAULT) else None)
-    A = load(path) if path else vs.laplacian(60, 2)
+    A = vs.read(path) if path else vs.laplacian(60, 2)
     name = os.path.basename(path) if path else "2-D Laplacian 60 x 60"
     n = A.shape[0]
     print(f"matrix: {name}, n = {n}, nnz = {A.nnz}, device {args.device}")

@@ -41,7 +41,22 @@ from vbatch.ops.errors import InputError
 from vbatch.sparse.analysis import RELAX_WIDTH, RELAX_ZEROS, Analysis, analyze
 from vbatch.sparse.frontal import FRONTAL_OP, reference  # noqa: F401 - registers the op
 
-__all__ = ["cholesky", "Factor", "Analysis", "analyze", "laplacian"]
+__all__ = ["cholesky", "Factor", "Analysis", "analyze", "laplacian", "read"]
+
+
+def read(path: str) -> sp.csr_matrix:
+    """A symmetric matrix from a file: Matrix Market (``.mtx``), or a 0-based ``i j value``
+    triplet file holding one triangle (as ../shared/data/matrices/bcsstk16.triplet0), mirrored
+    into both."""
+    if path.endswith(".mtx"):
+        from scipy.io import mmread
+
+        return sp.csr_matrix(mmread(path))
+    t = np.loadtxt(path, ndmin=2)
+    n = int(t[:, :2].max()) + 1
+    tri = sp.csr_matrix((t[:, 2], (t[:, 0].astype(int), t[:, 1].astype(int))), shape=(n, n))
+    low = sp.tril(tri) if sp.tril(tri, -1).nnz or not sp.triu(tri, 1).nnz else sp.tril(tri.T)
+    return sp.csr_matrix(low + sp.tril(low, -1).T)
 
 
 def laplacian(side: int, dim: int = 2) -> sp.csr_matrix:

@@ -32,13 +32,7 @@ def load(name: str) -> sp.csc_matrix:
     path = os.path.join(FOLDER, name)
     if not os.path.exists(path):
         pytest.skip(f"real matrices not found at {FOLDER} (set VBATCH_MATRICES)")
-    if name.endswith(".mtx"):
-        from scipy.io import mmread
-
-        return sp.csc_matrix(mmread(path))
-    t = np.loadtxt(path)  # 0-based i j value, lower triangle
-    n = int(t[:, :2].max()) + 1
-    return sp.csc_matrix((t[:, 2], (t[:, 0].astype(int), t[:, 1].astype(int))), shape=(n, n))
+    return sp.csc_matrix(sparse.read(path))
 
 
 def lap(side: int, dim: int) -> sp.csr_matrix:
