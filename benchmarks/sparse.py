@@ -249,12 +249,13 @@ def main(argv=None) -> int:
         rows.append(row)
         v, c = row["vbatch"], row.get("cudss", {})
         ratio = (v.get("factor", np.nan) / c["factor"]) if "factor" in c else np.nan
+        sp_ = row.get("splu", {})
         print(f"{name:20s} vbatch factor {v.get('factor', np.nan):8.3f} solve "
-              f"{v.get('solve', np.nan):8.3f} analysis {v.get('analysis', np.nan):9.1f} | cuDSS "
-              f"factor {c.get('factor', np.nan):8.3f} solve {c.get('solve', np.nan):8.3f} "
-              f"| levels {v.get('levels_factor', np.nan):8.3f} ({v.get('levels_count', 0)}) "
-              f"| splu factor {row.get('splu', {}).get('factor', np.nan):8.2f} "
-              f"analysis {c.get('analysis', np.nan):9.1f} | factor ratio {ratio:6.2f}  "
+              f"{v.get('solve', np.nan):8.3f} analysis {v.get('analysis', np.nan):9.1f} "
+              f"levels {v.get('levels_factor', np.nan):8.3f} ({v.get('levels_count', 0)}) | "
+              f"cuDSS factor {c.get('factor', np.nan):8.3f} solve {c.get('solve', np.nan):8.3f} "
+              f"analysis {c.get('analysis', np.nan):9.1f} | splu factor "
+              f"{sp_.get('factor', np.nan):8.2f} | vbatch/cuDSS factor {ratio:5.2f}  "
               f"{v.get('error', '')}{c.get('error', '')}", flush=True)
     if args.out:
         with open(args.out, "w") as f:
