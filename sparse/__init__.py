@@ -192,7 +192,8 @@ class Factor:
         self._layouts: dict = {}  # the solve's right-hand-side layouts, per column count
         self._requests: dict = {}  # validated requests and their plans (_submit)
         # global permuted row -> its row in the matrices' stacked original numbering
-        self._gperm = np.concatenate([a.perm + r0 for a, r0 in zip(an, self._row0)])
+        # (on the backend's memory: the solve indexes with it on every call)
+        self._gperm = xp.asarray(np.concatenate([a.perm + r0 for a, r0 in zip(an, self._row0)]))
 
     def _xp(self):
         if self._rt.backend.kind == "cupy":
@@ -321,8 +322,14 @@ class Factor:
         xp = self._xp()
         N = int(self._row0[-1])
         if r:
-            stack = xp.concatenate([xp.asarray(x).reshape(an.n, r)
-                                    for x, an in zip(bs, self.analyses)])
+            # host right-hand sides go over in one copy, not one per matrix; device ones come
+            # to the host for the CPU backend
+            host = all(kd == "numpy" for kd in kinds) or xp is np
+            parts = [(x.get() if kd == "cupy" else np.asarray(x)) if host else xp.asarray(x)
+                     for x, kd in zip(bs, kinds)]
+            mod = np if host else xp
+            stack = xp.asarray(mod.concatenate([p.reshape(an.n, r)
+                                                for p, an in zip(parts, self.analyses)]))
             tmpl, idx = self._layout(r, xp)
             data = xp.zeros(tmpl.data.size, dtype=self.dtype)
             data[idx] = stack[self._gperm]
