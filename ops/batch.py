@@ -276,6 +276,21 @@ class PackedBatch(BaseModel):
         new.__dict__["frontend"] = frontend
         return new
 
+    def part(self, start: int, stop: int) -> "PackedBatch":
+        """Problems ``start:stop`` as a batch over the same buffer (no copy, nothing
+        validated again: a part of a valid batch is valid). A coalesced submission's member
+        gets its share of the result this way (:mod:`vbatch.runtime.coalesce`)."""
+        d = {k: v for k, v in self.__dict__.items() if not k.startswith("_vb_")}
+        n = self.n[start:stop]
+        d.update(n=n, offset=self.offset[start:stop], ld=self.ld[start:stop],
+                 m=n if self.m is self.n else self.m[start:stop])
+        new = PackedBatch.__new__(PackedBatch)
+        object.__setattr__(new, "__dict__", d)
+        object.__setattr__(new, "__pydantic_fields_set__", self.__pydantic_fields_set__)
+        object.__setattr__(new, "__pydantic_extra__", None)
+        object.__setattr__(new, "__pydantic_private__", None)
+        return new
+
     # ---------------------------------------------------------------- views
     @property
     def buffer(self) -> Any:

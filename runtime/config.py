@@ -25,6 +25,12 @@ class Config(BaseModel):
       cores; measured no faster, docs/notes.md).
     * ``fp64_gemm``: the float64 GEMM tiles of the BLAS ops (GEMM, SYRK, the joins of TRSM
       and TRMM) on CUDA: ``"mma"`` (FP64 tensor cores) or ``"fma"``.
+    * ``coalesce_us``: coalesce compatible submissions that arrive within this many
+      microseconds into one launch group (``None``: off, every submission is its own);
+      :mod:`vbatch.runtime.coalesce`.
+    * ``coalesce_max_n``: only submissions whose problems are all at most this large coalesce
+      (a larger problem fills the device by itself).
+    * ``coalesce_max_k``: a bucket that holds this many problems is submitted at once.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -36,5 +42,8 @@ class Config(BaseModel):
     cuda_graphs: bool = True
     fp64_update: Literal["fma", "mma"] = "fma"
     fp64_gemm: Literal["fma", "mma"] = "mma"
+    coalesce_us: float | None = Field(default=None, gt=0, le=6e7)
+    coalesce_max_n: int = Field(default=512, ge=0)
+    coalesce_max_k: int = Field(default=16384, ge=1)
 
     PLANNER: ClassVar[tuple[str, ...]] = ("nb", "fused_max_rows", "streams")

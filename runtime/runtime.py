@@ -163,6 +163,12 @@ class Runtime:
         self._opts: dict = {}  # (op, dtype) -> planner options (one dict each, identity-keyed)
         self._plans: OrderedDict = OrderedDict()  # size signature -> plan, last used last
         self._seen: dict = {}  # the known-call path's entries (_known)
+        self._coalescer = None
+        if self.config.coalesce_us is not None:
+            from vbatch.runtime.coalesce import Coalescer
+
+            c = self.config
+            self._coalescer = Coalescer(self, c.coalesce_us, c.coalesce_max_n, c.coalesce_max_k)
 
     @property
     def options(self) -> Config:
@@ -267,6 +273,10 @@ class Runtime:
         else:
             req = validated(POTRF.request, batch=mats, npiv=npiv, overwrite=overwrite)
             fast = npiv is None
+            if self._coalescer is not None:
+                part = self._coalescer.offer(POTRF, req, _deps(after), overwrite)
+                if part is not None:
+                    return part
         return self._submit(POTRF, req, req.batch, after, overwrite, fast)
 
     # The BLAS operations and the solves: keyword names as scipy.linalg.blas / lapack.
@@ -332,6 +342,11 @@ class Runtime:
         key, hit = self._known(op, fields)
         if hit is None:
             req = validated(op.request, **fields)
+            if self._coalescer is not None:
+                part = self._coalescer.offer(op, req, _deps(after),
+                                             bool(fields.get("overwrite", False)))
+                if part is not None:
+                    return part
             first = getattr(req, op._ins[0][1])
             plan = self._plan(op, req, first, False)
             if key is not None:
@@ -396,12 +411,11 @@ class Runtime:
 
     def _submit(self, op: Op, req, batch, after, overwrite: bool, fast: bool,
                 plan: Plan | None = None) -> Future:
-        deps = list(after) if isinstance(after, (list, tuple)) else [after]
-        if deps:
-            bad = [(None, f"after[{i}] is a {type(d).__name__}, not a vbatch.Future")
-                   for i, d in enumerate(deps) if not isinstance(d, Future)]
-            if bad:
-                raise InputError(bad, what="submission")
+        deps = _deps(after)
+        for d in deps:
+            settle = getattr(d, "_settle", None)  # a coalesced member still in its bucket
+            if settle is not None:
+                settle()
         if op is POTRF:
             self._check_memory(batch, overwrite)
         else:
@@ -456,6 +470,8 @@ class Runtime:
 
     def wait(self) -> None:
         """Wait for everything submitted so far (errors stay with their futures)."""
+        if self._coalescer is not None:
+            self._coalescer.flush()
         if self._pool is not None:
             self._pool.submit(lambda: None).result()  # one FIFO worker: a barrier
             return
@@ -465,6 +481,8 @@ class Runtime:
             c.sync()
 
     def close(self) -> None:
+        if self._coalescer is not None:
+            self._coalescer.close()
         self.wait()
         if self._pool is not None:
             self._pool.shutdown(wait=True)
@@ -589,6 +607,16 @@ class Runtime:
                                          if d.completion() in waits])
         with self._lock:
             self._tails[completion.queue] = completion
+
+
+def _deps(after: Any) -> list:
+    """``after=`` as a list of futures; anything else is named before any work."""
+    deps = list(after) if isinstance(after, (list, tuple)) else [after]
+    bad = [(None, f"after[{i}] is a {type(d).__name__}, not a vbatch.Future")
+           for i, d in enumerate(deps) if not isinstance(d, Future)]
+    if bad:
+        raise InputError(bad, what="submission")
+    return deps
 
 
 def _listed(form) -> bool:

@@ -1,0 +1,315 @@
+"""Coalesced submissions: many small submissions from many threads become one launch group.
+
+A solver that runs on a task runtime (Dask, PaRSEC, StarPU, a thread pool) submits its small
+problems one at a time, from many tasks. One vbatched submission per problem pays the host path
+and a launch each; PaRSEC's batched GPU tasks (PaRSEC PR #668) gather such tasks instead. With
+``Runtime(coalesce_us=W)`` vbatch does the same: a submission that can be coalesced is validated
+in its caller's thread (so bad input still raises there, naming that caller's problem and
+operand), then waits in an open *bucket* with the compatible submissions that arrive within the
+next ``W`` microseconds. The bucket is then submitted as one batch, and each submitter's future
+gives back its own slice of the result, in its own form.
+
+Compatible means one operation, one dtype and array kind, list operands in the same places, and
+equal parameters (``alpha``, ``trans_a``, ``overwrite``, ...). A submission coalesces when every
+operand is a list (a packed batch was laid out by its caller and goes straight through, as do
+operations with other kinds of fields) and no problem is larger than ``coalesce_max_n`` (a large
+problem fills the device by itself). A bucket is submitted when its window ends, when it holds
+``coalesce_max_k`` problems, when someone waits for the runtime (``wait``, ``close``), or when a
+later submission is ordered ``after=`` one of its members.
+
+``after=`` holds: a bucket's submission waits for every future its members were ordered after,
+and a submission ordered after a waiting member first sends that member's bucket off.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import dataclasses
+import threading
+import time
+from typing import Any
+
+import numpy as np
+
+from vbatch.ops.batch import MatrixList, Views
+# (imported by Runtime only when coalescing is on, so runtime.py is loaded first)
+from vbatch.runtime.runtime import _PENDING, Future
+
+_SCALARS = (bool, int, float, str, np.bool_, np.integer, np.floating)
+
+
+def _part_key(op, req) -> tuple | None:
+    """What a submission must share with others to join their bucket; None when it cannot be
+    coalesced (an operand that is not a list, a field of another kind)."""
+    key: list = [op.name]
+    k = None
+    for name, v in sorted(req.__dict__.items()):
+        t = type(v)
+        if t is MatrixList:
+            key.append((name, "list", v.dtype.str, v.kind, v.frontend))
+            k = v.k if k is None else k
+        elif v is None or isinstance(v, _SCALARS):
+            key.append((name, t.__name__, v))
+        elif t is np.ndarray and v.ndim == 1:
+            key.append((name, "per-problem", v.dtype.str))
+        else:
+            return None
+    return tuple(key) if k is not None else None
+
+
+def _sizes_fit(req, max_n: int) -> bool:
+    for v in req.__dict__.values():
+        if type(v) is MatrixList and v.k and (int(v.m.max()) > max_n or int(v.n.max()) > max_n):
+            return False
+    return True
+
+
+def _count(req) -> int:
+    """The problems of a coalescible request (every list operand has as many)."""
+    return next(v.k for v in req.__dict__.values() if type(v) is MatrixList)
+
+
+def _joined(reqs: list) -> Any:
+    """One request holding the problems of ``reqs`` (all of one bucket, so alike but for their
+    operands and per-problem arrays), in order, without validating any matrix again."""
+    first = reqs[0]
+    values = dict(first.__dict__)
+    for name, v in first.__dict__.items():
+        if type(v) is MatrixList:
+            parts = [r.__dict__[name] for r in reqs]
+            m = np.concatenate([p.m for p in parts])
+            n = m if all(p.m is p.n for p in parts) else np.concatenate([p.n for p in parts])
+            m.flags.writeable = False
+            n.flags.writeable = False
+            values[name] = MatrixList.model_construct(
+                mats=[a for p in parts for a in p.mats], kind=v.kind, dtype=v.dtype, m=m, n=n,
+                frontend=v.frontend, source=[a for p in parts for a in p.source])
+        elif type(v) is np.ndarray:
+            values[name] = np.concatenate([r.__dict__[name] for r in reqs])
+    cls = type(first)
+    new = cls.__new__(cls)
+    object.__setattr__(new, "__dict__", values)
+    for attr in ("__pydantic_fields_set__", "__pydantic_extra__", "__pydantic_private__"):
+        if hasattr(first, attr):
+            object.__setattr__(new, attr, getattr(first, attr))
+    return new
+
+
+def _slice(value: Any, start: int, stop: int, whole_req, own_req) -> Any:
+    """A member's share of the bucket's result ``value``: problems ``start:stop``, in the form
+    the member gave (the caller's own arrays when it asked to overwrite). A result object
+    (``CholeskyResult``, ``PosvResult``) is sliced field by field; its plan is the bucket's."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.replace(value, **{
+            f.name: _share(getattr(value, f.name), start, stop, whole_req, own_req)
+            for f in dataclasses.fields(value) if f.init})
+    return _share(value, start, stop, whole_req, own_req)
+
+
+def _share(value: Any, start: int, stop: int, whole_req, own_req) -> Any:
+    t = type(value)
+    if t is Views:
+        return Views(value.batch.part(start, stop))
+    if t is list:
+        for name, v in whole_req.__dict__.items():
+            if type(v) is MatrixList and value is v.source:
+                return own_req.__dict__[name].source
+        return value[start:stop]
+    if t is np.ndarray and value.ndim >= 1:
+        return value[start:stop]
+    return value
+
+
+class _Bucket:
+    __slots__ = ("key", "op", "overwrite", "deadline", "parts", "reqs", "after", "k")
+
+    def __init__(self, key, op, overwrite, deadline):
+        self.key, self.op, self.overwrite, self.deadline = key, op, overwrite, deadline
+        self.parts: list = []
+        self.reqs: list = []
+        self.after: list = []
+        self.k = 0
+
+
+class Coalescer:
+    """The open buckets of one runtime, and the thread that sends them off when their window
+    ends. ``groups`` counts the submissions it made (one per bucket)."""
+
+    def __init__(self, runtime, window_us: float, max_n: int, max_k: int):
+        self._rt = runtime
+        self.window = window_us * 1e-6
+        self.max_n, self.max_k = max_n, max_k
+        self._cv = threading.Condition()
+        self._open: dict = {}
+        self._send = threading.Lock()  # one bucket submitted at a time, in closing order
+        self._thread: threading.Thread | None = None
+        self._closed = False
+        self._sending = 0  # buckets taken from _open and not yet submitted
+        self.groups = 0
+        self.members = 0
+
+    # ------------------------------------------------------------------ joining
+    def offer(self, op, req, after: list, overwrite: bool):
+        """A future for ``req`` if it joins a bucket, else None (the caller submits it)."""
+        key = _part_key(op, req)
+        if key is None or not _sizes_fit(req, self.max_n):
+            return None
+        self.settle(after)
+        k = _count(req)
+        part = Part(self._rt, self)
+        full = None
+        with self._cv:
+            if self._closed:
+                return None
+            bucket = self._open.get(key)
+            if bucket is None:
+                bucket = self._open[key] = _Bucket(key, op, overwrite,
+                                                   time.monotonic() + self.window)
+                self._cv.notify()
+            part._bucket = bucket
+            bucket.parts.append(part)
+            bucket.reqs.append(req)
+            bucket.after.extend(after)
+            bucket.k += k
+            self.members += 1
+            if bucket.k >= self.max_k:
+                full = self._open.pop(key)
+                self._sending += 1
+            elif self._thread is None:
+                self._thread = threading.Thread(target=self._timer, daemon=True,
+                                                name="vbatch-coalesce")
+                self._thread.start()
+        if full is not None:
+            self._submit(full)
+        return part
+
+    def settle(self, after: list) -> None:
+        """Send off the bucket of any waiting member in ``after`` and wait until it is enqueued:
+        what is ordered after a member must be enqueued after it (on the CPU backend's one
+        worker, a job queued ahead of its dependency would wait for it forever)."""
+        for d in after:
+            if type(d) is Part and not d._ready.is_set():
+                d._coalescer._flush_bucket(d._bucket)
+                d._ready.wait()
+
+    # ------------------------------------------------------------------ sending
+    def _flush_bucket(self, bucket: _Bucket | None) -> None:
+        with self._cv:
+            if bucket is None or self._open.get(bucket.key) is not bucket:
+                return  # already taken by the thread that submits it
+            del self._open[bucket.key]
+            self._sending += 1
+        self._submit(bucket)
+
+    def flush(self) -> None:
+        """Send off every open bucket now."""
+        with self._cv:
+            buckets = list(self._open.values())
+            self._open.clear()
+            self._sending += len(buckets)
+        for b in buckets:
+            self._submit(b)
+        with self._cv:  # and those other threads took: enqueued before this returns
+            while self._sending:
+                self._cv.wait()
+
+    def close(self) -> None:
+        with self._cv:
+            self._closed = True
+            self._cv.notify()
+        self.flush()
+
+    def _timer(self) -> None:
+        while True:
+            with self._cv:
+                while True:
+                    if self._closed:
+                        return
+                    now = time.monotonic()
+                    due = [b for b in self._open.values() if b.deadline <= now]
+                    if due:
+                        for b in due:
+                            del self._open[b.key]
+                        self._sending += len(due)
+                        break
+                    wait = min((b.deadline for b in self._open.values()), default=None)
+                    self._cv.wait(None if wait is None else wait - now)
+            for b in due:
+                self._submit(b)
+
+    def _submit(self, bucket: _Bucket) -> None:
+        try:
+            with self._send:
+                self._send_one(bucket)
+        finally:
+            with self._cv:
+                self._sending -= 1
+                self._cv.notify_all()
+
+    def _send_one(self, bucket: _Bucket) -> None:
+        try:
+            req = bucket.reqs[0] if len(bucket.reqs) == 1 else _joined(bucket.reqs)
+            first = getattr(req, bucket.op._ins[0][1])
+            fut = self._rt._submit(bucket.op, req, first, bucket.after, bucket.overwrite, False)
+        except BaseException as exc:  # noqa: BLE001 - delivered through every member
+            for p in bucket.parts:
+                p._abort(exc)
+            return
+        self.groups += 1
+        start = 0
+        for p, r in zip(bucket.parts, bucket.reqs):
+            k = _count(r)
+            p._resolve(fut, start, start + k, req, r)
+            start += k
+
+
+class Part(Future):
+    """The future of one coalesced submission: its share of its bucket's result."""
+
+    __slots__ = ("_coalescer", "_bucket", "_group", "_span", "_ready")
+
+    def __init__(self, runtime, coalescer: Coalescer):
+        Future.__init__(self, runtime, threaded=False)
+        self._coalescer = coalescer
+        self._bucket: _Bucket | None = None
+        self._group = None
+        self._span = None
+        self._ready = threading.Event()
+
+    def _resolve(self, group, start: int, stop: int, whole_req, own_req) -> None:
+        self._group, self._span = group, (start, stop, whole_req, own_req)
+        self._bucket = None
+        self._ready.set()
+
+    def _settle(self) -> None:
+        """Enqueued before this returns (what is ordered after it needs that)."""
+        self._coalescer.settle([self])
+
+    def _abort(self, exc: BaseException) -> None:
+        self._error = exc
+        self._bucket = None
+        self._ready.set()
+
+    def done(self) -> bool:
+        if not self._ready.is_set():
+            return False
+        return self._error is not None or self._group.done()
+
+    def completion(self):
+        return None if self._group is None else self._group.completion()
+
+    def result(self, timeout: float | None = None) -> Any:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        if not self._ready.wait(timeout):
+            raise cf.TimeoutError()
+        if self._error is not None:
+            raise self._error
+        if self._value is _PENDING:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            whole = self._group.result(left)  # the bucket's error, if any, raises here
+            with self._lock:
+                if self._value is _PENDING:
+                    start, stop, whole_req, own_req = self._span
+                    self._value = _slice(whole, start, stop, whole_req, own_req)
+                    self._span = None
+        return self._value

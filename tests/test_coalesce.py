@@ -1,0 +1,194 @@
+"""Coalesced submissions (``Runtime(coalesce_us=...)``), on every backend: many threads submit
+small problems, the runtime issues far fewer launch groups, and each submitter gets exactly its
+own result, in its own form, with ``after=`` still holding."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+from vbatch import DependencyError, InputError, Runtime
+from vbatch.ops.generate import spd
+from vbatch.runtime.coalesce import Part
+from _check import check_factor, edge_sizes, to_host
+from conftest import DEVICES
+
+NB = 16  # the planner's panel width here: sizes below take in 0, 1, NB-1, NB, NB+1
+
+
+def _threads(n, fn):
+    out = [None] * n
+    errors = []
+
+    def run(i):
+        try:
+            out[i] = fn(i)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append((i, exc))
+
+    ts = [threading.Thread(target=run, args=(i,)) for i in range(n)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    return out, errors
+
+
+def _xp(device):
+    if device == "cuda":
+        import cupy
+
+        return cupy
+    return np
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_64_threads_one_problem_each_make_few_launch_groups(device):
+    rng = np.random.default_rng(1)
+    sizes = edge_sizes(NB) + [int(n) for n in rng.integers(0, 3 * NB, 64 - len(edge_sizes(NB)))]
+    mats = [spd(n, np.float64, rng) for n in sizes]
+    rt = Runtime(device, nb=NB, coalesce_us=50_000)
+    futs, errors = _threads(64, lambda i: rt.cholesky([mats[i]]))
+    assert not errors, errors
+    res = [f.result() for f in futs]
+    # One window of 50 ms takes every submission of 64 threads started together; allow a few
+    # buckets for a slow thread start.
+    groups = rt._coalescer.groups
+    assert 1 <= groups <= 4, f"{groups} launch groups for 64 submissions"
+    assert rt._coalescer.members == 64
+    for i, r in enumerate(res):
+        assert isinstance(futs[i], Part)
+        assert len(r.factors) == 1 and r.info.shape == (1,) and r.info[0] == 0
+        check_factor(mats[i], r.factors[0], np.float64, where=f"thread {i}, n={sizes[i]}")
+    rt.close()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_members_keep_their_own_info_forms_and_overwrites(device):
+    xp = _xp(device)
+    rng = np.random.default_rng(2)
+    good = [xp.asarray(spd(n, np.float32, rng)) for n in (3, NB, NB + 1)]
+    bad = xp.asarray(-np.eye(4, dtype=np.float32))  # fails at column 1
+    mine = [xp.asarray(spd(5, np.float32, rng))]
+    rt = Runtime(device, nb=NB, coalesce_us=200_000)
+    f1 = rt.cholesky(good[:2])
+    f2 = rt.cholesky([good[2], bad])
+    f3 = rt.cholesky(mine, overwrite=True)  # another bucket: overwrite differs
+    f4 = rt.cholesky(good[:1])
+    r1, r2, r3, r4 = (f.result() for f in (f1, f2, f3, f4))
+    assert rt._coalescer.groups == 2
+    assert r1.info.tolist() == [0, 0] and r2.info.tolist() == [0, 1] and r4.info.tolist() == [0]
+    for a, f in zip(good[:2], r1.factors):
+        check_factor(a, f, np.float32)
+    check_factor(good[2], r2.factors[0], np.float32)
+    check_factor(good[0], r4.factors[0], np.float32)
+    assert type(r1.factors[0]) is type(good[0])  # the caller's kind of array
+    assert r3.factors[0] is mine[0]  # overwrite: the caller's own arrays, written
+    assert float(to_host(mine[0])[0, 1]) == 0.0  # (the upper triangle is zeroed)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_blas_members_coalesce_by_parameters(device):
+    xp = _xp(device)
+    rng = np.random.default_rng(3)
+    shapes = [(0, 3, 2), (1, 1, 1), (NB, NB + 1, NB - 1), (5, 0, 7), (9, 4, 0)]
+    a = [rng.standard_normal((m, k)) for m, _, k in shapes]
+    b = [rng.standard_normal((k, n)) for _, n, k in shapes]
+    rt = Runtime(device, nb=NB, coalesce_us=200_000)
+    futs = [rt.gemm([xp.asarray(a[i])], [xp.asarray(b[i])], alpha=2.0) for i in range(5)]
+    other = rt.gemm([xp.asarray(a[2])], [xp.asarray(b[2])], alpha=3.0)  # another alpha
+    got = [f.result() for f in futs]
+    assert rt._coalescer.groups == 2
+    for i, g in enumerate(got):
+        ref = 2.0 * a[i] @ b[i]
+        c = to_host(g[0])
+        assert c.shape == ref.shape
+        assert np.all(np.isfinite(c))
+        assert np.linalg.norm(c - ref) <= 8 * max(shapes[i]) * np.finfo(float).eps * max(
+            1.0, np.linalg.norm(np.abs(a[i]) @ np.abs(b[i])))
+    c = to_host(other.result()[0])
+    assert np.allclose(c, 3.0 * a[2] @ b[2], rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_posv_member_failure_stays_its_own(device):
+    rng = np.random.default_rng(4)
+    a = [spd(n, np.float64, rng) for n in (NB, 1, NB + 1)]
+    a[1] = -a[1]
+    bs = [rng.standard_normal((x.shape[0], r)) for x, r in zip(a, (3, 2, 0))]
+    rt = Runtime(device, nb=NB, coalesce_us=200_000)
+    futs = [rt.posv([a[i]], [bs[i]]) for i in range(3)]
+    res = [f.result() for f in futs]
+    assert rt._coalescer.groups == 1
+    assert [int(r.info[0]) for r in res] == [0, 1, 0]
+    x0 = to_host(res[0].solutions[0])
+    assert np.linalg.norm(a[0] @ x0 - bs[0]) <= 1e-10 * np.linalg.norm(bs[0])
+    assert np.array_equal(to_host(res[1].solutions[0]), bs[1])  # b unchanged where it failed
+    assert to_host(res[2].solutions[0]).shape == (NB + 1, 0)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_after_orders_members_of_one_kind_of_bucket(device):
+    rng = np.random.default_rng(5)
+    a, b, d = (rng.standard_normal((6, 6)) for _ in range(3))
+    c = np.zeros((6, 6))
+    e = np.zeros((6, 6))
+    rt = Runtime(device, nb=NB, coalesce_us=10_000_000)  # only ordering may send the bucket
+    f1 = rt.gemm([a], [b], [c], overwrite=True)
+    # Same parameters, so the same kind of bucket: f2 reads c, which f1 writes.
+    f2 = rt.gemm([c], [d], [e], overwrite=True, after=[f1])
+    assert rt._coalescer.groups == 1  # f1's bucket, sent off by f2's after=
+    rt.wait()
+    f2.result()
+    assert rt._coalescer.groups == 2
+    assert np.allclose(c, a @ b, rtol=1e-12, atol=1e-12)
+    assert np.allclose(e, (a @ b) @ d, rtol=1e-12, atol=1e-12)
+    # A direct submission (a packed factor, not coalescible) ordered after a member.
+    spd_a = [spd(7, np.float64, rng)]
+    fc = rt.cholesky(spd_a)
+    rt.wait()
+    fs = rt.potrs(fc.result().factors, [np.ones((7, 2))], after=[fc])
+    x = to_host(fs.result()[0])
+    assert np.allclose(spd_a[0] @ x, 1.0, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_bad_input_large_and_packed_submissions(device):
+    rt = Runtime(device, nb=NB, coalesce_us=10_000_000, coalesce_max_n=8)
+    ok = rt.cholesky([np.eye(3) * 4.0])
+    with pytest.raises(InputError, match=r"problem 1: not square"):
+        rt.cholesky([np.eye(2), np.ones((2, 3))])  # named in the caller's own numbering
+    big = rt.cholesky([np.eye(9) * 4.0])  # larger than coalesce_max_n: straight through
+    assert not isinstance(big, Part)
+    assert big.result().info.tolist() == [0]
+    rt.wait()  # sends the open bucket
+    assert ok.done() and rt._coalescer.groups == 1
+    assert np.allclose(to_host(ok.result().factors[0]), np.eye(3) * 2.0)
+    nan = rt.cholesky([np.full((2, 2), np.nan)])  # passes (NaN is numerics), then fails
+    rt.wait()
+    assert nan.result().info.tolist() != [0]
+    rt.close()
+
+
+def test_a_failed_bucket_fails_each_member_and_their_dependents(monkeypatch):
+    rt = Runtime("cpu", nb=NB, coalesce_us=10_000_000)
+    boom = RuntimeError("backend failed")
+
+    def fail(*args, **kw):
+        raise boom
+
+    # On the class: patching the shared backend instance would leave the method pinned there
+    # (monkeypatch restores an attribute it did not find on the instance by setting it).
+    monkeypatch.setattr(type(rt.backend), "begin", fail)
+    f1 = rt.cholesky([np.eye(2)])
+    f2 = rt.cholesky([np.eye(3)])
+    after = rt.cholesky([np.eye(4)], after=[f1])  # sends f1's bucket first
+    assert rt._coalescer.groups == 1 and not after.done()
+    rt.wait()
+    for f in (f1, f2):
+        with pytest.raises(RuntimeError, match="backend failed"):
+            f.result()
+    with pytest.raises(DependencyError):
+        after.result()
