@@ -100,6 +100,7 @@ def test_blas_members_coalesce_by_parameters(device):
     futs = [rt.gemm([xp.asarray(a[i])], [xp.asarray(b[i])], alpha=2.0) for i in range(5)]
     other = rt.gemm([xp.asarray(a[2])], [xp.asarray(b[2])], alpha=3.0)  # another alpha
     got = [f.result() for f in futs]
+    c3 = to_host(other.result()[0])
     assert rt._coalescer.groups == 2
     for i, g in enumerate(got):
         ref = 2.0 * a[i] @ b[i]
@@ -108,8 +109,7 @@ def test_blas_members_coalesce_by_parameters(device):
         assert np.all(np.isfinite(c))
         assert np.linalg.norm(c - ref) <= 8 * max(shapes[i]) * np.finfo(float).eps * max(
             1.0, np.linalg.norm(np.abs(a[i]) @ np.abs(b[i])))
-    c = to_host(other.result()[0])
-    assert np.allclose(c, 3.0 * a[2] @ b[2], rtol=1e-12, atol=1e-12)
+    assert np.allclose(c3, 3.0 * a[2] @ b[2], rtol=1e-12, atol=1e-12)
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -21,7 +21,10 @@ import sys as _sys
 # four are registered before any runs, since they import one another.
 _here = _os.path.dirname(_os.path.abspath(__file__))
 _root = _os.path.dirname(_here)
-_SUBPACKAGES = ("ops", "scheduler", "kernels", "runtime", "sparse")
+# vbatch.<name>: folder. vbatch.distributed lives in cluster/ (a root folder named distributed/
+# would hide Dask's own package whenever the root is on sys.path; cluster/__init__.py).
+_SUBPACKAGES = {"ops": "ops", "scheduler": "scheduler", "kernels": "kernels",
+                "runtime": "runtime", "sparse": "sparse", "distributed": "cluster"}
 if not _os.path.isdir(_os.path.join(_here, "runtime")) and _os.path.isfile(
     _os.path.join(_root, "runtime", "__init__.py")
 ):
@@ -29,7 +32,7 @@ if not _os.path.isdir(_os.path.join(_here, "runtime")) and _os.path.isfile(
     for _name in _SUBPACKAGES:
         if f"vbatch.{_name}" in _sys.modules:
             continue
-        _dir = _os.path.join(_root, _name)
+        _dir = _os.path.join(_root, _SUBPACKAGES[_name])
         _spec = _ilu.spec_from_file_location(f"vbatch.{_name}", _os.path.join(_dir, "__init__.py"),
                                              submodule_search_locations=[_dir])
         _mod = _ilu.module_from_spec(_spec)

@@ -1,0 +1,126 @@
+"""Parallel efficiency of vbatch.distributed: time(1 GPU) / (g x time(g GPUs)).
+
+The batch is made on the workers (``Runtime.spd``), so what is timed is the submission, the
+shards' work and Dask's round trip, with the outputs left on the workers. Each case runs on the
+first ``g`` workers of one local cluster (one worker per GPU), for every ``g`` asked; medians of
+``--reps``. The single-GPU ``vbatch.Runtime`` on the same sizes, in this process, is the
+overhead baseline.
+
+    python benchmarks/multigpu.py --gpus 1 2 --k 100000 --reps 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+import numpy as np
+
+
+def timed(fn, reps):
+    fn()  # warm: kernels, plans, graphs on every worker
+    out = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        out.append(time.perf_counter() - t0)
+    return statistics.median(out), out
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--gpus", type=int, nargs="+", default=[1, 2])
+    p.add_argument("--k", type=int, nargs="+", default=[100_000])
+    p.add_argument("--cases", nargs="+", default=["uniform256", "skewed512", "posv256"])
+    p.add_argument("--reps", type=int, default=5)
+    p.add_argument("--device", default="cuda")
+    p.add_argument("--out")
+    a = p.parse_args(argv)
+    from distributed import Client, wait
+
+    import vbatch
+    import vbatch.distributed as vd
+    from vbatch.ops.generate import sizes
+
+    cluster = vd.local_cluster(max(a.gpus), device=a.device)
+    client = Client(cluster)
+    vd.wait_for_workers(client, max(a.gpus))
+    workers = sorted(client.scheduler_info()["workers"])
+    rows = []
+    for k in a.k:
+        for case in a.cases:
+            dist = "skewed" if case.startswith("skewed") else "uniform"
+            nmax = int(case.lstrip("abcdefghijklmnopqrstuvwxyz"))
+            ns = sizes(dist, k, nmax, np.random.default_rng(0))
+            times = {}
+            for g in a.gpus:
+                drt = vd.Runtime(client, device=a.device, workers=workers[:g])
+                batch = drt.spd(ns, seed=1)
+                wait([s.future for s in batch.shards])
+                if case.startswith("posv"):
+                    # The posv pipeline, one right-hand side each: factor, then solve where
+                    # the factors lie (no data moves between the two).
+                    rhs = drt.random(ns, np.ones_like(ns), like=batch, seed=2)
+                    wait([s.future for s in rhs.shards])
+
+                    def run():
+                        f = drt.cholesky(batch)
+                        x = drt.potrs(f, rhs, after=[f])
+                        wait([s.future for s in x.shards])
+                else:
+                    def run():
+                        f = drt.cholesky(batch)
+                        wait([x.future for x in f.shards])
+                med, all_ = timed(run, a.reps)
+                times[g] = med
+                rows.append({"k": k, "case": case, "gpus": g, "median_s": med, "all_s": all_})
+                del batch
+                client.run(_free)
+            t1 = times.get(1)
+            for g, t in times.items():
+                eff = t1 / (g * t) if t1 else float("nan")
+                print(f"k={k:8d} {case:11s} gpus={g}  {t * 1e3:9.2f} ms  efficiency {eff:6.1%}")
+                rows.append({"k": k, "case": case, "gpus": g, "efficiency": eff})
+    # Host overhead of the Dask path: one worker against a runtime in this process, same
+    # small batch, data on the device in both.
+    small = sizes("uniform", 2000, 32, np.random.default_rng(3))
+    drt = vd.Runtime(client, device=a.device, workers=workers[:1])
+    batch = drt.spd(small)
+    wait([s.future for s in batch.shards])
+
+    def dask_call():
+        f = drt.cholesky(batch)
+        wait([x.future for x in f.shards])
+
+    t_dask, _ = timed(dask_call, max(a.reps, 20))
+    rt = vbatch.Runtime(a.device)
+    local = vbatch.pack([np.eye(int(n)) * 2.0 for n in small], order="F",
+                        backend=rt.backend if rt.device == "cuda" else None)
+    if rt.device == "cuda":
+        import cupy
+
+        local = local.with_data(cupy.asarray(local.data))
+    t_local, _ = timed(lambda: rt.cholesky(local).result(), max(a.reps, 20))
+    print(f"k=2000 uniform32 one call: Dask path {t_dask * 1e3:.2f} ms, vbatch.Runtime "
+          f"{t_local * 1e3:.2f} ms, overhead {(t_dask - t_local) * 1e3:.2f} ms")
+    rows.append({"overhead": {"dask_s": t_dask, "local_s": t_local}})
+    if a.out:
+        with open(a.out, "w") as f:
+            json.dump(rows, f, indent=1)
+    client.close()
+    cluster.close()
+
+
+def _free():
+    try:
+        import cupy
+
+        cupy.get_default_memory_pool().free_all_blocks()
+    except ImportError:
+        pass
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,249 @@
+"""vbatch.distributed on a CPU LocalCluster of two processes (what CI can run): results equal a
+single runtime's, in the caller's order and form; outputs stay on the workers for a later op;
+a worker killed mid-batch loses nothing; bad input is named before any work."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import numpy as np
+import pytest
+
+pytest.importorskip("distributed")
+
+import vbatch  # noqa: E402
+import vbatch.distributed as vd  # noqa: E402
+from vbatch import InputError  # noqa: E402
+from vbatch.ops.generate import spd  # noqa: E402
+from _check import check_factor, edge_sizes  # noqa: E402
+
+NB = 16
+
+
+@pytest.fixture(scope="module")
+def client():
+    from distributed import Client
+
+    cluster = vd.local_cluster(2, device="cpu")
+    c = Client(cluster)
+    vd.wait_for_workers(c, 2)
+    yield c
+    c.close()
+    cluster.close()
+
+
+def _batch(seed, count=40, nmax=60):
+    rng = np.random.default_rng(seed)
+    ns = edge_sizes(NB) + [int(n) for n in rng.integers(0, nmax, count)]
+    return [spd(n, np.float64, rng) for n in ns], rng
+
+
+def _same(f, w):
+    """Equal to the single runtime's factor up to rounding (the BLAS library may block a
+    product differently under another thread count, in another process)."""
+    f, w = np.asarray(f), np.asarray(w)
+    assert f.shape == w.shape
+    tol = 4 * max(f.shape[0], 1) * np.finfo(f.dtype).eps * max(1.0, np.linalg.norm(w))
+    assert np.linalg.norm(f - w) <= tol
+
+
+# ---------------------------------------------------------------- sharding
+@pytest.mark.parametrize("workers", [1, 2, 3, 4, 7])
+@pytest.mark.parametrize("dist", ["uniform", "skewed", "equal"])
+def test_shards_partition_the_batch_and_balance_flops(workers, dist):
+    rng = np.random.default_rng(workers)
+    k = 20_000
+    if dist == "equal":
+        n = np.full(k, 64)
+    else:
+        from vbatch.ops.generate import sizes
+
+        n = sizes(dist, k, 512, rng)
+    cost = n.astype(float) ** 3 / 3
+    shards = vd.shard_by_cost(cost, workers, exact=512)
+    assert len(shards) == workers
+    everything = np.concatenate(shards)
+    assert np.array_equal(np.sort(everything), np.arange(k))
+    for s in shards:
+        assert np.all(np.diff(s) > 0)  # ascending: the caller's relative order kept
+    loads = np.array([cost[s].sum() for s in shards])
+    share = cost.sum() / workers
+    # Within the largest problem outside the heap's head of the share (and never above LPT's
+    # 4/3 bound on the optimum, which is at least the share and the largest problem).
+    small = np.sort(cost)[::-1][511] if k > 512 else 0.0
+    # The fill leaves the loads within one problem of the rest; the snake adds at most two.
+    assert loads.max() <= max(share, cost.max()) + 3 * small + 1e-6 * share
+    if dist != "skewed":  # (there the fill takes many of the rest to even out the head)
+        counts = [len(s) for s in shards]
+        assert max(counts) - min(counts) <= 0.01 * k  # the same mix of sizes on each
+    assert loads.max() <= 4 / 3 * max(share, cost.max()) + 1e-6 * share
+
+
+def test_sharding_edge_cases():
+    assert [len(s) for s in vd.shard_by_cost(np.zeros(0), 3)] == [0, 0, 0]
+    two = vd.shard_by_cost(np.array([5.0, 1.0]), 4)
+    assert sorted(len(s) for s in two) == [0, 0, 1, 1]
+    # A few huge problems: LPT puts each on its own worker.
+    cost = np.r_[np.full(3, 1e9), np.ones(1000)]
+    shards = vd.shard_by_cost(cost, 3, exact=2)
+    assert [int((cost[s] == 1e9).sum()) for s in shards] == [1, 1, 1]
+    with pytest.raises(ValueError):
+        vd.shard_by_cost(cost, 0)
+
+
+# ---------------------------------------------------------------- results
+def test_results_equal_a_single_runtime_in_order_and_form(client):
+    mats, rng = _batch(1)
+    mats[3] = -mats[3] if mats[3].size else mats[3]  # one that fails, if it has a column
+    drt = vd.Runtime(client, device="cpu", nb=NB)
+    got = drt.cholesky(mats).result()
+    want = vbatch.Runtime("cpu", nb=NB).cholesky(mats).result()
+    assert isinstance(got.factors, list) and len(got.factors) == len(mats)
+    assert np.array_equal(got.info, want.info)
+    for i, (a, f, w) in enumerate(zip(mats, got.factors, want.factors)):
+        assert f.shape == a.shape
+        if want.info[i] == 0:
+            check_factor(a, f, np.float64, where=f"problem {i}")
+            _same(f, w)
+    # A packed batch comes back packed, in the caller's layout order.
+    packed = vbatch.pack(mats[:8], order="F")
+    res = drt.cholesky(packed).result()
+    assert isinstance(res.factors, vbatch.PackedBatch) and res.factors.order == "F"
+    assert res.factors.k == 8
+    for i in range(8):
+        if res.info[i] == 0:
+            check_factor(mats[i], res.factors.matrix(i), np.float64, where=f"packed {i}")
+
+
+def test_outputs_stay_on_the_workers_for_a_later_op(client):
+    mats, rng = _batch(2)
+    rhs = [rng.standard_normal((a.shape[0], int(r))) for a, r in
+           zip(mats, rng.integers(0, 4, len(mats)))]
+    drt = vd.Runtime(client, device="cpu", nb=NB)
+    chol = drt.cholesky(mats)
+    sol = drt.potrs(chol, rhs, after=[chol])
+    # The solve's shards are the factors' shards: same workers, same problems.
+    assert [(s.worker, s.index.tolist()) for s in sol.shards] == [
+        (s.worker, s.index.tolist()) for s in chol.shards]
+    xs = sol.result()
+    for i, (a, b, x) in enumerate(zip(mats, rhs, xs)):
+        assert x.shape == b.shape
+        assert np.all(np.isfinite(x))
+        assert np.linalg.norm(a @ x - b) <= 1e-10 * max(1.0, np.linalg.norm(b)), i
+    # A BLAS op reading both a distributed output and local operands, with its parameters.
+    ab = drt.gemm(chol.output("factors"), rhs, alpha=2.0).result()
+    fac = chol.result().factors
+    for i in range(len(mats)):
+        assert np.allclose(ab[i], 2.0 * fac[i] @ rhs[i], rtol=1e-12, atol=1e-12)
+    assert len(chol.output().gather()) == len(mats)
+
+
+def test_bad_input_is_named_before_any_work(client):
+    mats, _ = _batch(3, count=10)
+    mats[7] = np.ones((3, 4))
+    drt = vd.Runtime(client, device="cpu", nb=NB)
+    before = len(client.who_has())
+    with pytest.raises(InputError, match="problem 7"):
+        drt.cholesky(mats)
+    with pytest.raises(InputError, match="inner dimensions"):
+        drt.gemm([np.ones((2, 3))], [np.ones((2, 3))])
+    with pytest.raises(InputError, match="after"):
+        drt.cholesky(mats[:2], after=[object()])
+    assert len(client.who_has()) == before  # nothing was sent
+
+
+def test_chunks_stream_through_and_join_in_order(client):
+    mats, _ = _batch(4, count=30)
+    drt = vd.Runtime(client, device="cpu", nb=NB, chunk_bytes=20_000)
+    got = drt.cholesky(mats).result()
+    want = vbatch.Runtime("cpu", nb=NB).cholesky(mats).result()
+    assert np.array_equal(got.info, want.info)
+    for f, w in zip(got.factors, want.factors):
+        _same(f, w)
+
+
+# ---------------------------------------------------------------- failures
+def _kill(client, worker):
+    pid = client.run(os.getpid, workers=[worker])[worker]
+    os.kill(pid, signal.SIGKILL)
+
+
+def test_a_worker_killed_mid_batch_loses_nothing(client):
+    rng = np.random.default_rng(5)
+    ns = [int(n) for n in rng.integers(150, 260, 300)]
+    mats = [spd(n, np.float64, rng) for n in ns]
+    clean = vbatch.Runtime("cpu", nb=NB).cholesky(mats).result()
+    drt = vd.Runtime(client, device="cpu", nb=NB)
+    fut = drt.cholesky(mats)
+    victim = fut.shards[0].worker
+    t0 = time.monotonic()
+    while not client.processing().get(victim) and not fut.shards[0].future.done():
+        assert time.monotonic() - t0 < 30, "the shard never reached its worker"
+        time.sleep(0.005)
+    _kill(client, victim)  # while its shard runs (or, if it just finished, holding its result)
+    res = fut.result()
+    assert np.array_equal(res.info, clean.info)
+    for i, (a, f, w) in enumerate(zip(mats, res.factors, clean.factors)):
+        check_factor(a, f, np.float64, where=f"problem {i}")
+        _same(f, w)
+    vd.wait_for_workers(client, 2)  # the nanny brings a new worker up
+
+
+def test_a_result_lost_with_its_worker_is_recomputed(client):
+    mats, rng = _batch(6)
+    rhs = [rng.standard_normal((a.shape[0], 1)) for a in mats]
+    vd.wait_for_workers(client, 2)
+    drt = vd.Runtime(client, device="cpu", nb=NB)
+    chol = drt.cholesky(mats)
+    drt.wait()
+    _kill(client, chol.shards[-1].worker)  # the factors of that shard are gone with it
+    xs = drt.potrs(chol, rhs, after=[chol]).result()
+    for a, b, x in zip(mats, rhs, xs):
+        assert np.linalg.norm(a @ x - b) <= 1e-10 * max(1.0, np.linalg.norm(b))
+    vd.wait_for_workers(client, 2)
+
+
+def test_batches_made_on_the_workers(client):
+    drt = vd.Runtime(client, device="cpu", nb=NB)
+    ns = np.array(edge_sizes(NB) + [3, 40, 0, 25])
+    made = drt.spd(ns, seed=1)
+    mats = made.gather()
+    assert [m.shape for m in mats] == [(n, n) for n in ns]
+    res = drt.cholesky(made).result()
+    assert not res.info.any()
+    for i, (a, f) in enumerate(zip(mats, res.factors)):
+        full = np.tril(a) + np.tril(a, -1).T  # the matrix its lower triangle stands for
+        check_factor(full, f, np.float64, where=f"made {i}")
+
+
+@pytest.mark.gpu
+def test_gpu_workers_give_a_single_runtimes_results():
+    from distributed import Client
+
+    cluster = vd.local_cluster(device="cuda")
+    with Client(cluster) as c:
+        vd.wait_for_workers(c, len(cluster.workers))
+        mats, _ = _batch(7, count=200, nmax=300)
+        drt = vd.Runtime(c, device="cuda")
+        got = drt.cholesky(mats).result()
+        want = vbatch.Runtime("cuda").cholesky(mats).result()
+        assert np.array_equal(got.info, want.info)
+        for i, (a, f) in enumerate(zip(mats, got.factors)):
+            check_factor(a, f, np.float64, where=f"problem {i}")
+        made = drt.spd(np.arange(0, 300, 7))
+        assert not drt.cholesky(made).result().info.any()
+    cluster.close()
+
+
+def test_a_pipeline_on_batches_made_on_the_workers(client):
+    drt = vd.Runtime(client, device="cpu", nb=NB)
+    ns = np.array(edge_sizes(NB) + [9, 33])
+    a = drt.spd(ns, seed=2)
+    b = drt.random(ns, np.arange(len(ns)) % 3, like=a, seed=3)
+    chol = drt.cholesky(a)
+    x = drt.potrs(chol, b, after=[chol]).result()
+    for i, (ai, bi, xi) in enumerate(zip(a.gather(), b.gather(), x)):
+        full = np.tril(ai) + np.tril(ai, -1).T
+        assert np.linalg.norm(full @ xi - bi) <= 1e-10 * max(1.0, np.linalg.norm(bi)), i
