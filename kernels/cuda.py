@@ -206,7 +206,8 @@ class _Prepared:
 
     ``table`` is the device copy of a call's pointers; calls that share it are ordered by
     ``last`` (the previous call's end event), so one call never rewrites the table under
-    another's kernels. ``graph`` holds every launch of the plan, captured once."""
+    another's kernels. ``graph`` holds every launch of the plan, captured once, on the plan's
+    second call: a plan run once (a coalesced bucket, a one-off batch) is not worth capturing."""
 
     plan: Plan
     arrays: tuple  # device copies of the tables (kept alive for the kernels)
@@ -220,6 +221,7 @@ class _Prepared:
     lock: threading.Lock = field(default_factory=threading.Lock)
     graph: object = None
     last: object = None
+    calls: int = 0
 
 
 class _Exec:
@@ -473,8 +475,6 @@ class CudaBackend(Backend):
             rec = _Record(kern, kern.kernel.ptr, grid3, block3, sel.smem, lc, name=sel.name)
             rec.bind(prep.ptrs[lc.family], (plan.k, lc.lo, lc.hi, sel.extra))
             prep.records.append(rec)
-        if prep.records:
-            prep.graph = self._capture(prep)
         cache[key] = prep
         return prep
 
@@ -511,7 +511,12 @@ class CudaBackend(Backend):
             table[i] = slot.info_ptr
         for i, e in scal:
             table[i] = np.float64((scalars or {}).get(e, 0.0)).view(np.uint64)
-        graph = prep.graph if config.cuda_graphs else None
+        graph = None
+        if config.cuda_graphs and prep.records:
+            prep.calls += 1
+            if prep.graph is None and prep.calls >= 2:
+                prep.graph = self._capture(prep)
+            graph = prep.graph
         return _Exec(prep, slot, main, tuple(b for b in buffers.values() if b is not None),
                      graph)
 

@@ -121,10 +121,11 @@ def _share(value: Any, start: int, stop: int, whole_req, own_req) -> Any:
 
 
 class _Bucket:
-    __slots__ = ("key", "op", "overwrite", "deadline", "parts", "reqs", "after", "k")
+    __slots__ = ("key", "op", "overwrite", "deadline", "parts", "reqs", "after", "k", "ready")
 
     def __init__(self, key, op, overwrite, deadline):
         self.key, self.op, self.overwrite, self.deadline = key, op, overwrite, deadline
+        self.ready = threading.Event()  # set once every member knows its group (one per bucket)
         self.parts: list = []
         self.reqs: list = []
         self.after: list = []
@@ -167,6 +168,7 @@ class Coalescer:
                                                    time.monotonic() + self.window)
                 self._cv.notify()
             part._bucket = bucket
+            part._ready = bucket.ready
             bucket.parts.append(part)
             bucket.reqs.append(req)
             bucket.after.extend(after)
@@ -254,6 +256,7 @@ class Coalescer:
         except BaseException as exc:  # noqa: BLE001 - delivered through every member
             for p in bucket.parts:
                 p._abort(exc)
+            bucket.ready.set()
             return
         self.groups += 1
         start = 0
@@ -261,6 +264,7 @@ class Coalescer:
             k = _count(r)
             p._resolve(fut, start, start + k, req, r)
             start += k
+        bucket.ready.set()
 
 
 class Part(Future):
@@ -274,12 +278,11 @@ class Part(Future):
         self._bucket: _Bucket | None = None
         self._group = None
         self._span = None
-        self._ready = threading.Event()
+        self._ready: threading.Event | None = None  # the bucket's, set when it is sent
 
     def _resolve(self, group, start: int, stop: int, whole_req, own_req) -> None:
         self._group, self._span = group, (start, stop, whole_req, own_req)
         self._bucket = None
-        self._ready.set()
 
     def _settle(self) -> None:
         """Enqueued before this returns (what is ordered after it needs that)."""
@@ -288,7 +291,6 @@ class Part(Future):
     def _abort(self, exc: BaseException) -> None:
         self._error = exc
         self._bucket = None
-        self._ready.set()
 
     def done(self) -> bool:
         if not self._ready.is_set():

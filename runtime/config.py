@@ -19,8 +19,8 @@ class Config(BaseModel):
     * ``policy``: ``"dsse"`` (different starts, same end) or ``"ssde"``.
     * ``fused_max_rows``: the crossover: panels of at most this many rows run fused.
     * ``streams``: CUDA streams that independent chains of launches may use.
-    * ``cuda_graphs``: run each plan as one CUDA graph (``False``: launch by launch, for
-      profiling single kernels).
+    * ``cuda_graphs``: run each plan as one CUDA graph, captured on its second call
+      (``False``: launch by launch, for profiling single kernels).
     * ``fp64_update``: the float64 panel update on CUDA: ``"fma"`` or ``"mma"`` (FP64 tensor
       cores; measured no faster, docs/notes.md).
     * ``fp64_gemm``: the float64 GEMM tiles of the BLAS ops (GEMM, SYRK, the joins of TRSM
