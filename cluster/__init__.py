@@ -340,9 +340,9 @@ class Future:
     """The pending result of one distributed submission (``result``, ``done``, ``exception``,
     ``output``), usable in ``after=`` and as an operand of a later submission."""
 
-    def __init__(self, runtime, op, shards, k: int, form, name=None, shapes=None):
+    def __init__(self, runtime, op, shards, k: int, form, name=None, shapes=None, dtype=None):
         self._rt, self._op, self.shards, self.k = runtime, op, tuple(shards), k
-        self._form, self._name, self._shapes = form, name, shapes
+        self._form, self._name, self._shapes, self._dtype = form, name, shapes, dtype
         self._value = None
         self._done = False
         self._lock = threading.Lock()
@@ -545,8 +545,7 @@ class Runtime:
                                 retries=self._retries)
             out.append(_Shard(worker, fut, index))
         form = _form_of(req, o, dist)
-        res = Future(self, o, out, k, form, None, _shapes_of(req, o))
-        res._dtype = first.dtype
+        res = Future(self, o, out, k, form, None, _shapes_of(req, o), first.dtype)
         with self._lock:
             self._pending = [f for f in self._pending if not f.done()] + [res]
         return res

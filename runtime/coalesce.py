@@ -33,7 +33,7 @@ import numpy as np
 
 from vbatch.ops.batch import MatrixList, Views
 # (imported by Runtime only when coalescing is on, so runtime.py is loaded first)
-from vbatch.runtime.runtime import _PENDING, Future
+from vbatch.runtime.runtime import _PENDING, Future, _rebuild
 
 _SCALARS = (bool, int, float, str, np.bool_, np.integer, np.floating)
 
@@ -86,13 +86,7 @@ def _joined(reqs: list) -> Any:
                 frontend=v.frontend, source=[a for p in parts for a in p.source])
         elif type(v) is np.ndarray:
             values[name] = np.concatenate([r.__dict__[name] for r in reqs])
-    cls = type(first)
-    new = cls.__new__(cls)
-    object.__setattr__(new, "__dict__", values)
-    for attr in ("__pydantic_fields_set__", "__pydantic_extra__", "__pydantic_private__"):
-        if hasattr(first, attr):
-            object.__setattr__(new, attr, getattr(first, attr))
-    return new
+    return _rebuild(type(first), (values, first.__pydantic_fields_set__), {})
 
 
 def _slice(value: Any, start: int, stop: int, whole_req, own_req) -> Any:

@@ -9,7 +9,7 @@ import threading
 import numpy as np
 import pytest
 
-from vbatch import DependencyError, InputError, Runtime
+from vbatch import DependencyError, InputError, Runtime, pack
 from vbatch.ops.generate import spd
 from vbatch.runtime.coalesce import Part
 from _check import check_factor, edge_sizes, to_host
@@ -163,8 +163,11 @@ def test_bad_input_large_and_packed_submissions(device):
     big = rt.cholesky([np.eye(9) * 4.0])  # larger than coalesce_max_n: straight through
     assert not isinstance(big, Part)
     assert big.result().info.tolist() == [0]
+    packed = rt.cholesky(pack([np.eye(2) * 9.0]))  # a packed batch: straight through
+    assert not isinstance(packed, Part)
+    assert np.allclose(to_host(packed.result().factors.matrix(0)), np.eye(2) * 3.0)
     rt.wait()  # sends the open bucket
-    assert ok.done() and rt._coalescer.groups == 1
+    assert ok.done() and rt._coalescer.groups == 1  # the large and packed ones were not in one
     assert np.allclose(to_host(ok.result().factors[0]), np.eye(3) * 2.0)
     nan = rt.cholesky([np.full((2, 2), np.nan)])  # passes (NaN is numerics), then fails
     rt.wait()
