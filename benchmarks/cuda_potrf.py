@@ -19,10 +19,11 @@ Same process, same inputs for every method (the anchors' method, ../shared/ancho
 * floor       max(bytes / BW, flops / peak): lower triangle read and written once, BW and peak
               (DGEMM/SGEMM) measured in this run.
 
-Time: wall clock of the call with the data on the GPU, synchronized, median of --reps after a
-warm-up. vbatch's host overhead (host time to issue a call plus host time in ``result()`` after
-the GPU finished) and its GPU span (events around the call) are reported too. Every method's
-output is checked on a sample of matrices. Writes results.json and gflops.png to --out.
+Time: wall clock of the call with the data on the GPU, synchronized, median of --reps after
+four warm-up calls (WARMUP). vbatch's host overhead (host time to issue a call plus host time
+in ``result()`` after the GPU finished) and its GPU span (events around the call) are reported
+too. Every method's output is checked on a sample of matrices. Writes results.json and
+gflops.png to --out.
 """
 
 from __future__ import annotations
@@ -50,16 +51,24 @@ def sync():
     cupy.cuda.get_current_stream().synchronize()
 
 
-def timed(fn, reps: int, before=None) -> tuple[float, list]:
-    """Median wall-clock ms of fn() + synchronize, after one warm-up call.
+# Warm-up calls before the timed ones: the steady state of a repeated call. vbatch captures its
+# CUDA graph on a plan's second call and, for plans of a few launches, a graph per pointer table
+# seen twice (kernels/cuda.py: a repeated call alternates two output buffers), so its fourth
+# call is the first in the steady state; every method gets the same warm-up.
+WARMUP = 4
 
-    ``before`` (untimed): called, then synchronized, ahead of every call, the warm-up too; for
+
+def timed(fn, reps: int, before=None) -> tuple[float, list]:
+    """Median wall-clock ms of fn() + synchronize, after WARMUP warm-up calls.
+
+    ``before`` (untimed): called, then synchronized, ahead of every call, the warm-ups too; for
     methods that overwrite their input (MAGMA factors in place)."""
-    if before is not None:
-        before()
+    for _ in range(WARMUP):
+        if before is not None:
+            before()
+            sync()
+        out = fn()
         sync()
-    out = fn()
-    sync()
     ts = []
     for _ in range(reps):
         if before is not None:

@@ -12,8 +12,11 @@ plan launch (kernel, grid, block, shared memory, scalars), and a CUDA graph hold
 captured once, with the plan's streams and waits. Kernels take the per-call pointers (the op's
 buffers, then ``info``) from a small device table, so the graph's parameters never change.
 
-Per call: an output buffer (out of place) or none, one copy of the pointer table, one graph
-launch, one event record. ``info`` lives in pinned host memory that the kernels address directly
+Per call: an output buffer (out of place) or none, one graph launch, one event record. A call
+whose pointers were seen before (the same input, an output buffer the pool hands back, the same
+info slot) runs a graph captured for that very table, which is on the device already; any other
+call copies its pointers into the plan's shared table first, after the previous such call.
+``info`` lives in pinned host memory that the kernels address directly
 (unified addressing): the host zeroes it, kernels write a problem's entry only when it fails,
 and ``result()`` reads it after the event. Measured on the H100 (profile_cuda.py host,
 2026-11-21): a device info array plus memset plus copy-back cost ~11 us per call, and each kernel
@@ -25,6 +28,7 @@ launches kernel by kernel instead.
 from __future__ import annotations
 
 import ctypes
+import operator
 import threading
 import time
 from collections import deque
@@ -200,14 +204,26 @@ def sections(plan: Plan, modules: dict) -> tuple[list, dict]:
     return entries, start
 
 
+# Pointer tables per (plan, layout) kept on the device with their own graph. A repeated call
+# on one batch cycles through two output buffers (the pool hands back the one the previous
+# result freed) and one info slot; a few more leave room for interleaved callers. Measured on
+# the H200 host (2026-11-24, .dbg probe): the shared table's copy, the wait for the previous
+# call and the lock cost ~3.5 us of a ~35 us call. Each fixed table costs a graph capture, so
+# only plans whose host time matters (few launches: small problems) get them.
+FIXED_TABLES = 4
+FIXED_MAX_LAUNCHES = 8
+
+
 @dataclass
 class _Prepared:
     """Device-side state of one (plan, layout): built once, reused by every call.
 
-    ``table`` is the device copy of a call's pointers; calls that share it are ordered by
-    ``last`` (the previous call's end event), so one call never rewrites the table under
-    another's kernels. ``graph`` holds every launch of the plan, captured once, on the plan's
-    second call: a plan run once (a coalesced bucket, a one-off batch) is not worth capturing."""
+    ``table`` is the shared device copy of a call's pointers; calls that use it are ordered by
+    ``last`` (the previous such call's end event), so one call never rewrites it under another's
+    kernels. ``graph`` holds every launch of the plan, captured once against ``table`` on its
+    second use: a plan run once (a coalesced bucket, a one-off batch) is not worth capturing.
+    ``fixed`` maps a table's contents, seen twice, to a device table that is never rewritten
+    and a graph captured against it: such a call copies nothing and waits for no one."""
 
     plan: Plan
     arrays: tuple  # device copies of the tables (kept alive for the kernels)
@@ -222,6 +238,9 @@ class _Prepared:
     graph: object = None
     last: object = None
     calls: int = 0
+    start: dict = field(default_factory=dict)  # family -> its first entry in the table
+    fixed: dict = field(default_factory=dict)  # table bytes -> (device table, graph)
+    seen: dict = field(default_factory=dict)  # table bytes -> calls that used the shared table
 
 
 class _Exec:
@@ -229,10 +248,11 @@ class _Exec:
     the plan's graph when the call runs through it, else the records to launch one by one.
     (A plain class: a dataclass with a default factory cost ~1 us of every call's path.)"""
 
-    __slots__ = ("prep", "slot", "main", "keep", "graph", "direct")
+    __slots__ = ("prep", "slot", "main", "keep", "graph", "direct", "fixed")
 
-    def __init__(self, prep, slot, main, keep, graph=None):
+    def __init__(self, prep, slot, main, keep, graph=None, fixed=False):
         self.prep, self.slot, self.main, self.keep, self.graph = prep, slot, main, keep, graph
+        self.fixed = fixed  # graph reads a table of its own: no copy, no wait
         self.direct: list = []
 
 
@@ -241,11 +261,11 @@ class _Slot:
     ``info`` itself, which the kernels address directly (unified addressing). Also the event
     that ends the call."""
 
-    __slots__ = ("mem", "table", "info", "info_ptr", "event", "nptr")
+    __slots__ = ("mem", "table", "info", "info_ptr", "event", "nptr", "key")
 
     def __init__(self, k: int, nptr: int):
         head = 8 * nptr + (-8 * nptr) % 32
-        self.nptr = nptr
+        self.nptr, self.key = nptr, (k, nptr)
         self.mem = cupy.cuda.alloc_pinned_memory(head + max(4 * k, 4))
         self.table = np.frombuffer(self.mem, np.uint64, nptr)
         self.info = np.frombuffer(self.mem, np.int32, k, offset=head)
@@ -263,18 +283,25 @@ class _SlotPool:
         self._inflight: deque = deque()
         self._lock = threading.Lock()
 
+    # list.pop and deque.append are atomic, so the common path takes no lock; the lock guards
+    # only the rebuild of the in-flight list (and the creation of a free list).
     def take(self, k: int, nptr: int) -> _Slot:
-        with self._lock:
-            stack = self._free.get((k, nptr))
-            slot = stack.pop() if stack else _Slot(k, nptr)
-            self._inflight.append(slot)
-            if len(self._inflight) > 64:  # forget finished ones now and then, not on every call
+        try:
+            slot = self._free[k, nptr].pop()
+        except (KeyError, IndexError):
+            slot = _Slot(k, nptr)
+        self._inflight.append(slot)
+        if len(self._inflight) > 64:  # forget finished ones now and then, not on every call
+            with self._lock:
                 self._inflight = deque(s for s in self._inflight if not s.event.done)
         return slot
 
     def give(self, slot: _Slot) -> None:
-        with self._lock:
-            self._free.setdefault((slot.info.size, slot.nptr), []).append(slot)
+        stack = self._free.get(slot.key)
+        if stack is None:
+            with self._lock:
+                stack = self._free.setdefault(slot.key, [])
+        stack.append(slot)
 
 
 class _Done(Completion):
@@ -421,10 +448,9 @@ class CudaBackend(Backend):
         # skips the walk below. The memo holds those cache dicts, so their ids stay theirs.
         memo = plan.cache.get("cuda-last")
         dev = cupy.cuda.runtime.getDevice()
-        caches = tuple(None if b is None else b.__dict__.get("_vb_cache")
-                       for b in buffers.values())
-        ids = tuple(map(id, caches))
-        if memo is not None and memo[0] == ids and memo[1] == dev and memo[2] is config:
+        caches = [None if b is None else b.__dict__.get("_vb_cache") for b in buffers.values()]
+        if memo is not None and memo[1] == dev and memo[2] is config and len(caches) == len(
+                memo[4]) and all(map(operator.is_, caches, memo[4])):
             return memo[3]
         tokens, home = [], None
         for name in plan.buffers:
@@ -447,7 +473,7 @@ class CudaBackend(Backend):
         hit = cache.get(key)
         if hit is not None and hit.plan is plan:
             if all(c is not None or b is None for c, b in zip(caches, buffers.values())):
-                plan.cache["cuda-last"] = (ids, dev, config, hit, caches)
+                plan.cache["cuda-last"] = (None, dev, config, hit, caches)
             return hit
         modules = {fam: self._op(fam) for fam in plan.families}
         entries, start = sections(plan, modules)
@@ -458,6 +484,7 @@ class CudaBackend(Backend):
                            if e not in ("info", "alpha", "beta")),
                      tuple(i for i, e in enumerate(entries) if e == "info"),
                      tuple((i, e) for i, e in enumerate(entries) if e in ("alpha", "beta")))
+        prep.start = start
         for fam in plan.families:
             ptrs = prep.ptrs[fam] = _Params()
             ptrs.tbl = prep.table.data.ptr + 8 * start[fam]
@@ -479,17 +506,36 @@ class CudaBackend(Backend):
         return prep
 
     @staticmethod
-    def _capture(prep: _Prepared):
-        """Every launch of the plan, captured once into a CUDA graph (run by one call per
-        factorization), on forked streams with the plan's waits."""
+    def _capture(prep: _Prepared, table=None):
+        """Every launch of the plan, captured into a CUDA graph (run by one call per
+        factorization), on forked streams with the plan's waits; the kernels read ``table``
+        (a device uint64 array), by default the shared one. Called with ``prep.lock`` held: the
+        launch records' parameters point at ``prep.ptrs``, which this retargets meanwhile."""
         cs = cupy.cuda.Stream(non_blocking=True)
         sides = [cupy.cuda.Stream(non_blocking=True) for _ in range(prep.plan.nstreams - 1)]
+        base = (prep.table if table is None else table).data.ptr
+        for fam, ptrs in prep.ptrs.items():
+            ptrs.tbl = base + 8 * prep.start[fam]
         cs.begin_capture()
         try:
             _issue(prep.records, cs, sides)
         finally:
             graph = cs.end_capture()
+            for fam, ptrs in prep.ptrs.items():
+                ptrs.tbl = prep.table.data.ptr + 8 * prep.start[fam]
         return graph
+
+    def _fix(self, prep: _Prepared, key: bytes, slot: _Slot, main):
+        """A device table of its own for pointers seen twice, and a graph that reads it: made
+        once (under the plan's lock, so two threads cannot make two) and never rewritten."""
+        with prep.lock:
+            hit = prep.fixed.get(key)
+            if hit is None:
+                table = cupy.empty(slot.nptr, dtype=np.uint64)
+                cupy.cuda.runtime.memcpyAsync(table.data.ptr, slot.mem.ptr, 8 * slot.nptr,
+                                              cupy.cuda.runtime.memcpyHostToDevice, main.ptr)
+                hit = prep.fixed[key] = (table, self._capture(prep, table))
+        return hit
 
     def begin(self, plan: Plan, buffers: dict, after: list, config,
               scalars: dict | None = None) -> _Exec:
@@ -501,7 +547,7 @@ class CudaBackend(Backend):
             else:
                 dep.wait()
         slot = self._slots.take(plan.k, max(len(prep.entries), 1))
-        slot.info[:] = 0
+        slot.info.fill(0)
         table = slot.table
         bufs, infos, scal = prep.fill
         for i, e in bufs:
@@ -511,14 +557,26 @@ class CudaBackend(Backend):
             table[i] = slot.info_ptr
         for i, e in scal:
             table[i] = np.float64((scalars or {}).get(e, 0.0)).view(np.uint64)
-        graph = None
+        graph, fixed = None, False
         if config.cuda_graphs and prep.records:
-            prep.calls += 1
-            if prep.graph is None and prep.calls >= 2:
-                prep.graph = self._capture(prep)
-            graph = prep.graph
-        return _Exec(prep, slot, main, tuple(b for b in buffers.values() if b is not None),
-                     graph)
+            key = table.tobytes() if len(prep.records) <= FIXED_MAX_LAUNCHES else None
+            hit = prep.fixed.get(key)
+            if hit is not None:
+                graph, fixed = hit[1], True
+            else:
+                seen = prep.seen
+                count = seen[key] = seen.get(key, 0) + 1
+                if key is not None and count >= 2 and len(prep.fixed) < FIXED_TABLES:
+                    graph, fixed = self._fix(prep, key, slot, main)[1], True
+                else:
+                    if len(seen) > 64:
+                        seen.clear()
+                    prep.calls += 1
+                    if prep.graph is None and prep.calls >= 2:
+                        with prep.lock:
+                            prep.graph = self._capture(prep)
+                    graph = prep.graph
+        return _Exec(prep, slot, main, tuple(buffers.values()), graph, fixed)
 
     def launch_all(self, ex: _Exec, launches) -> None:
         if ex.graph is None:  # (with a graph, flush launches everything at once)
@@ -533,6 +591,12 @@ class CudaBackend(Backend):
 
     def flush(self, ex: _Exec, then=None) -> None:
         main, prep = ex.main, ex.prep
+        if ex.fixed:  # its own table, on the device since it was fixed: nothing shared
+            ex.graph.launch(main)
+            if then is not None:
+                then()
+            ex.slot.event.record(main)
+            return
         # Calls on one (plan, layout) share its device table: each waits for the previous one
         # before overwriting it, and the lock keeps two threads from interleaving. Held only
         # inside this method (a `with`), so an exception anywhere cannot leave it taken.

@@ -128,7 +128,9 @@ __device__ __forceinline__ int potf2_regs(T (&a)[NB], int w, bool act, T* col) {
         // An infinite pivot: reference LAPACK takes sqrt(inf) = inf and scales the column by
         // 1 / inf = 0 (info stays 0); dkk * rsqrt(dkk) would be inf * 0 = NaN.
         a[k] = lane == k ? (isinf(dkk) ? dkk : dkk * rd) : a[k] * rd;
-        cb[lane] = a[k];
+        // Only the first NB rows are read back; a row below them (small_step: a panel narrower
+        // than its height) would write into the other buffer, which may still be being read.
+        if (NB == 32 || lane < NB) cb[lane] = a[k];
       }
       __syncwarp();
       if (act) {
@@ -274,6 +276,93 @@ fused_step(const unsigned long long* tbl, const long long* meta, const int* imet
     for (int c = 0; c < NB; ++c)
       if (c < wf) Lb[at<ROW>(j + r, j + c, ld)] = (r < w && c > r) ? T(0) : x[c];
   }
+}
+
+// ================================================================== small panels
+// Panels of at most 32 rows (the last panels of every problem, whole problems of n <= 32): a
+// warp per task, WARPS tasks per block; lane r keeps row r of the panel in registers, a[0..NB)
+// for the panel's w columns, NB chosen per warp from w (8, 16, 24 or 32). As fused_step, but a
+// warp instead of a block: the update streams each lane's own row of the factored columns and
+// the panel's top rows (its own lanes) through a per-warp shared tile; then potf2_regs factors
+// the panel right-looking, which also solves the rows below the diagonal block (column k is
+// final in every lane once it is scaled). fused_step's NB = 32 block, one panel per block,
+// issued ~3,900 instructions a warp on U[1, 32] sizes, 21 us for 2,000 problems at 0.31
+// instructions a cycle per scheduler (ncu, H200, 2026-11-24); this kernel took 12.8 us.
+template <typename T, int NB, bool ROW>
+__device__ __forceinline__ void small_panel(const T* Ab, T* Lb, long long ld, int j, int m,
+                                            int w, int* info, int q, T* col, T (*lt)[8][32]) {
+  constexpr int KB = 8;
+  const int lane = threadIdx.x & 31;
+  const bool row = lane < m;
+  T a[NB];
+#pragma unroll
+  for (int c = 0; c < NB; ++c)
+    a[c] = (row && c < w && c <= lane) ? Ab[at<ROW>(j + lane, j + c, ld)] : T(0);
+  if (j > 0) {
+    zero_rect<T, ROW>(Lb, ld, 0, j, j, w, lane, 32);
+    T own[KB], nxt[KB];
+#pragma unroll
+    for (int kk = 0; kk < KB; ++kk)
+      nxt[kk] = (row && kk < j) ? Lb[at<ROW>(j + lane, kk, ld)] : T(0);
+    int buf = 0;
+    for (int k0 = 0; k0 < j; k0 += KB, buf ^= 1) {
+#pragma unroll
+      for (int kk = 0; kk < KB; ++kk) own[kk] = nxt[kk];
+      if (lane < w) {
+#pragma unroll
+        for (int kk = 0; kk < KB; ++kk) lt[buf][kk][lane] = own[kk];
+      }
+      const int k1 = k0 + KB;
+#pragma unroll
+      for (int kk = 0; kk < KB; ++kk)
+        nxt[kk] = (row && k1 + kk < j) ? Lb[at<ROW>(j + lane, k1 + kk, ld)] : T(0);
+      // lt[buf] written; every lane has finished reading it two chunks ago (the barrier of the
+      // last chunk came after those reads).
+      __syncwarp();
+#pragma unroll
+      for (int kk = 0; kk < KB; ++kk) {
+        const T o = own[kk];
+#pragma unroll
+        for (int c = 0; c < NB; ++c) a[c] = fma(-o, lt[buf][kk][c], a[c]);
+      }
+    }
+  }
+  const int fail = potf2_regs<T, NB>(a, w, row, col);
+  // A failed pivot at panel column fail - 1: the columns before it are final in every row
+  // (LAPACK's leading factor) and written; the rest is not.
+  const int wf = fail ? fail - 1 : w;
+  if (fail && lane == 0) info[q] = j + fail;
+  if (row) {
+#pragma unroll
+    for (int c = 0; c < NB; ++c)
+      if (c < wf) Lb[at<ROW>(j + lane, j + c, ld)] = c > lane ? T(0) : a[c];
+  }
+}
+
+// Four blocks of four warps an SM at least: 128 registers a thread (142 unbounded, for the NB
+// = 32 branch; at 128 only the row-major float64 one spills, 64 bytes).
+template <typename T, int WARPS, bool ROW>
+__global__ void __launch_bounds__(32 * WARPS, 16 / WARPS)
+small_step(const unsigned long long* tbl, const long long* meta, const int* imeta,
+           const int* tasks, int K, int lo, int hi, int unused) {
+  __shared__ __align__(16) T col[WARPS][2 * 32];   // potf2_regs' column broadcast, per warp
+  __shared__ __align__(16) T lt[WARPS][2][8][32];  // the update's top rows, per warp
+  const int warp = threadIdx.x >> 5;
+  vb::Task tk;
+  if (!vb::warp_task(tasks, lo, hi, WARPS, warp, tk)) return;
+  const vb::Matrix pr = vb::matrix_of(meta, imeta, K, tk.q);
+  int* info = reinterpret_cast<int*>(tbl[2]);
+  const int j = tk.a0, w = tk.a1, m = pr.n - j;
+  // A first panel needs no look at info (the host zeroed it; a read of pinned host memory).
+  if (j > 0 && info[tk.q] != 0) return;  // failed at an earlier step: stop, like LAPACK
+  const T* Ab = reinterpret_cast<const T*>(tbl[0]) + pr.off;
+  T* Lb = reinterpret_cast<T*>(tbl[1]) + pr.off;
+  T* cb = col[warp];
+  auto* tw = lt[warp];
+  if (w <= 8) small_panel<T, 8, ROW>(Ab, Lb, pr.ld, j, m, w, info, tk.q, cb, tw);
+  else if (w <= 16) small_panel<T, 16, ROW>(Ab, Lb, pr.ld, j, m, w, info, tk.q, cb, tw);
+  else if (w <= 24) small_panel<T, 24, ROW>(Ab, Lb, pr.ld, j, m, w, info, tk.q, cb, tw);
+  else small_panel<T, 32, ROW>(Ab, Lb, pr.ld, j, m, w, info, tk.q, cb, tw);
 }
 
 // ================================================================== separated kernels

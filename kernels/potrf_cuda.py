@@ -36,8 +36,12 @@ MAX_GRID_Y = 65535
 # The fused kernel runs one thread per panel row, so the tallest panel it takes is the largest
 # block it is compiled for.
 FUSED_ROWS_MAX = 256
-# Whole warps up to FUSED_ROWS_MAX: a panel of r rows gets the smallest block that holds it.
-FUSED_THREADS = tuple(range(32, FUSED_ROWS_MAX + 1, 32))
+# Fused panels of at most SMALL_ROWS rows run as small_step: a warp each, SMALL_WARPS to a block.
+SMALL_ROWS = 32
+SMALL_WARPS = 4
+# Taller ones as fused_step, in whole warps up to FUSED_ROWS_MAX: a panel of r rows gets the
+# smallest block that holds it.
+FUSED_THREADS = tuple(range(SMALL_ROWS + 32, FUSED_ROWS_MAX + 1, 32))
 # Rows per update tile (update_step runs 2 * RC threads, update_mma RC).
 UPDATE_RCS = (32, 64, 128)
 FP64_UPDATES = ("fma", "mma")
@@ -137,6 +141,10 @@ def fused_name(T: str, nb: int, nt: int, R: str) -> str:
     return f"vb::fused_step<{T},{nb},{nt},{R}>"
 
 
+def small_name(T: str, R: str) -> str:
+    return f"vb::small_step<{T},{SMALL_WARPS},{R}>"
+
+
 def update_name(T: str, nb: int, rc: int, R: str) -> str:
     return f"vb::update_step<{T},{nb},{rc},{R}>"
 
@@ -157,8 +165,8 @@ def schur_name(T: str, R: str) -> str:
     return f"vb::schur_step<{T},{R}>"
 
 
-TEMPLATES = ("vb::fused_step", "vb::update_step", "vb::update_mma", "vb::potf2_step",
-             "vb::trsm_step", "vb::schur_step")
+TEMPLATES = ("vb::fused_step", "vb::small_step", "vb::update_step", "vb::update_mma",
+             "vb::potf2_step", "vb::trsm_step", "vb::schur_step")
 
 
 @dataclass(frozen=True)
@@ -185,7 +193,9 @@ def select(lc, nb: int, dtype, order: str, fp64_update: str = "fma") -> Selectio
     T, R = ctype(dtype), _row(order)
     isz = np.dtype(dtype).itemsize
     rows = lc.rows[1]
-    if lc.kind == "fused":
+    if lc.kind == "fused" and rows <= SMALL_ROWS:
+        sel = Selection(small_name(T, R), (-(-lc.count // SMALL_WARPS),), (32 * SMALL_WARPS,), 0)
+    elif lc.kind == "fused":
         nt = fused_threads(rows)
         sel = Selection(fused_name(T, nb, nt, R), (lc.count,), (nt,), 0)
     elif lc.kind == "update":
@@ -241,5 +251,5 @@ def kernel_names(dtypes=DTYPES, nbs=NB_SUPPORTED, orders=ORDERS) -> list[str]:
                 if T == "double":
                     out += [update_mma_name(nb, rc, R) for rc in UPDATE_RCS]
                 out += [potf2_name(T, nb, R), trsm_name(T, nb, R)]
-            out.append(schur_name(T, R))
+            out += [schur_name(T, R), small_name(T, R)]
     return out

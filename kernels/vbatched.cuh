@@ -18,15 +18,22 @@ struct Task {
   int a1;
 };
 
-// The block's task; false when the block is past the launch's range (a grid rounded up).
-__device__ __forceinline__ bool block_task(const int* tasks, int lo, int hi, Task& t) {
-  const int row = lo + (int)blockIdx.x;
+// The task of warp `warp` of a launch that runs `per_block` tasks per block (several small tasks
+// in one block, each warp its own): task lo + blockIdx.x * per_block + warp. False when past hi.
+__device__ __forceinline__ bool warp_task(const int* tasks, int lo, int hi, int per_block, int warp,
+                                          Task& t) {
+  const int row = lo + (int)blockIdx.x * per_block + warp;
   if (row >= hi) return false;
   const int* r = tasks + (long long)row * VB_TASK_COLS;
   t.q = r[0];
   t.a0 = r[1];
   t.a1 = r[2];
   return true;
+}
+
+// The block's task; false when the block is past the launch's range (a grid rounded up).
+__device__ __forceinline__ bool block_task(const int* tasks, int lo, int hi, Task& t) {
+  return warp_task(tasks, lo, hi, 1, 0, t);
 }
 
 // A problem's matrix in a packed buffer: offset and leading dimension (64-bit: a batch may pass

@@ -3,8 +3,8 @@
     compute-sanitizer --tool memcheck --error-exitcode 9 python tests/gpu_sanitize.py
     compute-sanitizer --tool racecheck --error-exitcode 9 python tests/gpu_sanitize.py
 
-Covers fused (several block shapes), update, potf2, trsm, schur, gather and scatter, in both
-layouts and dtypes, full and partial, with a non-SPD matrix (its failed panel completes its
+Covers fused (several block shapes), small_step, update, potf2, trsm, schur, gather and scatter,
+in both layouts and dtypes, full and partial, with a non-SPD matrix (its failed panel completes its
 leading columns in the fused kernel, and in potf2_step + trsm_step when separated) and an infinite
 pivot; then the blas family (GEMM, SYRK, TRSM, TRMM, POSV with a failing problem), then the
 frontal family (vbatch.sparse, with a failing matrix; the extend-add and the solve's row
@@ -22,6 +22,7 @@ import vbatch
 from vbatch.ops.generate import make_indefinite, spd_list
 
 BAD, INF = 7, 9  # problem indices: indefinite at column 40, +inf pivot at column 50
+SMALL_BAD = 3  # n = 31, indefinite at column 12: a failed first panel in small_step
 
 
 def main() -> int:
@@ -33,6 +34,7 @@ def main() -> int:
         mats = spd_list(ns, dtype, rng)
         mats[BAD] = make_indefinite(mats[BAD], 40)
         mats[INF][50, 50] = np.inf
+        mats[SMALL_BAD] = make_indefinite(mats[SMALL_BAD], 12)
         npiv = [min(n, int(rng.integers(0, n + 1))) for n in ns]
         npiv[BAD] = ns[BAD]
         for order in ("F", "C"):
@@ -70,6 +72,10 @@ def main() -> int:
                             bad += 1
                     if res.info[BAD] != 41:
                         print(f"{tag} problem {BAD}: info {res.info[BAD]}")
+                        bad += 1
+                    want = 13 if p is None or npiv[SMALL_BAD] > 12 else 0
+                    if res.info[SMALL_BAD] != want:
+                        print(f"{tag} problem {SMALL_BAD}: info {res.info[SMALL_BAD]}, not {want}")
                         bad += 1
         work = [cupy.asarray(m) for m in mats]
         vbatch.Runtime("cuda").cholesky(work, overwrite=True).result()  # gather + scatter

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from _check import check_factor, to_host
-from vbatch import PackedBatch, Runtime, reference
+from vbatch import PackedBatch, Runtime, pack, reference
 from vbatch.ops.generate import make_indefinite, sizes, spd_list
 
 pytestmark = pytest.mark.gpu
@@ -212,3 +212,45 @@ def test_a_launch_the_grid_cannot_hold_is_refused_at_submit(cupy, monkeypatch):
                                          r"n = 23200, npiv = 0\) needs 66066 tile pairs"):
         _rt().cholesky([np.eye(3), big], npiv=[3, 0])
     assert not touched
+
+
+def test_repeated_packed_calls_replay_the_first(cupy):
+    """A packed batch factored again takes the replay path (runtime._replay) and the pointer
+    tables fixed on the device (kernels/cuda.py): results equal the first call's, with results
+    kept alive (new outputs each time), several calls in flight (several info slots), in place,
+    and a host sibling of the batch (same cache) still going through the general path."""
+    rng = np.random.default_rng(21)
+    ns = [0, 1, 7, 31, 32, 33, 64, 100, 5]
+    mats = spd_list(ns, np.float64, rng)
+    mats[7] = make_indefinite(mats[7], 40)
+    host = pack(mats, order="F")
+    dev = host.with_data(cupy.asarray(host.data))
+    before = dev.data.copy()
+    rt = _rt()
+    first = rt.cholesky(dev).result()
+    assert first.info[7] == 41 and not np.delete(first.info, 7).any()
+    kept = [rt.cholesky(dev).result() for _ in range(4)]
+    futs = [rt.cholesky(dev) for _ in range(3)]  # in flight together
+    kept += [f.result() for f in futs]
+    kept.append(rt.cholesky(host).result())  # numpy data: uploaded, host result
+    def same(r):  # the factor where it is specified: problem 7's columns before its failure
+        np.testing.assert_array_equal(r.info, first.info)
+        for i in range(len(ns)):
+            want, got = to_host(first.factors.matrix(i)), to_host(r.factors.matrix(i))
+            cols = 40 if i == 7 else ns[i]
+            np.testing.assert_array_equal(got[:, :cols], want[:, :cols])
+
+    for r in kept:
+        same(r)
+    assert type(kept[-1].factors.data) is np.ndarray
+    assert len({r.factors.data.data.ptr for r in kept[:-1]}) > 1  # outputs are new buffers
+    assert cupy.array_equal(dev.data, before)  # the input is never written
+    for i, a in enumerate(mats):
+        if i != 7:
+            check_factor(a, first.factors.matrix(i), np.float64)
+    work = dev.with_data(dev.data.copy())
+    for _ in range(2):  # in place, twice on fresh copies of the input
+        work.data[...] = before
+        r = rt.cholesky(work, overwrite=True).result()
+        assert r.factors is work
+        same(r)

@@ -37,7 +37,7 @@ def _plans(seed: int, count: int):
 
 def test_every_selected_kernel_is_in_kernel_names():
     names = set(build.kernel_names())
-    fused_threads, kinds = set(), set()
+    fused_threads, kinds, small = set(), set(), 0
     for plan in _plans(seed=0, count=60):
         for dtype in sel.DTYPES:
             for order in sel.ORDERS:
@@ -46,11 +46,16 @@ def test_every_selected_kernel_is_in_kernel_names():
                         s = sel.select(lc, plan.nb, dtype, order, update)
                         assert s.name in names, (s.name, lc, plan.nb, dtype, order, update)
                         kinds.add(lc.kind)
-                        if lc.kind == "fused":
+                        if s.name.startswith("vb::small_step"):
+                            # A warp per panel of at most 32 rows, several to a block.
+                            assert lc.kind == "fused" and lc.rows[1] <= sel.SMALL_ROWS
+                            assert s.grid[0] * s.block[0] // 32 >= lc.count
+                            small += 1
+                        elif lc.kind == "fused":
                             fused_threads.add(s.block[0])
                             assert s.block[0] >= lc.rows[1]
     # The random plans did reach every fused block size and every kind of launch.
-    assert fused_threads == set(sel.FUSED_THREADS)
+    assert fused_threads == set(sel.FUSED_THREADS) and small
     assert kinds == {"fused", "update", "potf2", "trsm", "schur"}
 
 
@@ -121,10 +126,11 @@ def test_fused_thread_counts_between_the_powers_of_two_are_compiled():
 def test_kernel_names_is_the_whole_set_once():
     names = build.kernel_names()
     assert len(names) == len(set(names))
-    # Per dtype and order: 8 fused, 3 update, potf2, trsm for each nb; 3 update_mma in float64.
-    per_nb = {"float64": 8 + 3 + 3 + 2, "float32": 8 + 3 + 2}
+    # Per dtype and order: 7 fused, 3 update, potf2, trsm for each nb; 3 update_mma in float64;
+    # then schur and small_step; per dtype, copy and spd_fill.
+    per_nb = {"float64": 7 + 3 + 3 + 2, "float32": 7 + 3 + 2}
     nbs = len(sel.NB_SUPPORTED)
-    want = sum(2 * (nbs * per_nb[dt] + 1) + 2 for dt in sel.DTYPES)  # + schur; copy, spd_fill
+    want = sum(2 * (nbs * per_nb[dt] + 2) + 2 for dt in sel.DTYPES)
     # The blas family, per dtype (no order or panel width: its kernels read layouts at run
     # time): two GEMM tiles, the two diagonal kernels, the copy, the whole-triangle solve per
     # column count; in float64 also the DMMA GEMM tiles, one per orientation of A and B.
