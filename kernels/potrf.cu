@@ -159,6 +159,43 @@ __device__ __forceinline__ void trsm_row(T (&x)[NB], const T* D, int ldd, const 
   }
 }
 
+// ------------------------------------------------------------------ a panel row's update
+// x[c] -= sum_{k < j} L(j + r, k) L(j + c, k) for c < NB: row r of a panel brought up to date
+// from the factored columns [0, j), KB at a time, the next chunk's loads in flight while the
+// current one is multiplied. Each thread streams its own row (coalesced across lanes for
+// column-major L); the top w rows, which their own threads load, come through `lt` (two KB x NB
+// buffers) and every thread reads them as broadcasts. WARP: the threads are one warp
+// (small_step) and sync with __syncwarp, else the block (fused_step) with __syncthreads.
+template <typename T, int NB, bool ROW, bool WARP, int KB = 8>
+__device__ __forceinline__ void panel_update(T (&x)[NB], const T* Lb, long long ld, int j, int r,
+                                             int w, bool row, T (*lt)[KB][NB]) {
+  T own[KB], nxt[KB];
+#pragma unroll
+  for (int kk = 0; kk < KB; ++kk) nxt[kk] = (row && kk < j) ? Lb[at<ROW>(j + r, kk, ld)] : T(0);
+  int buf = 0;
+  for (int k0 = 0; k0 < j; k0 += KB, buf ^= 1) {
+#pragma unroll
+    for (int kk = 0; kk < KB; ++kk) own[kk] = nxt[kk];
+    if (r < w) {
+#pragma unroll
+      for (int kk = 0; kk < KB; ++kk) lt[buf][kk][r] = own[kk];
+    }
+    const int k1 = k0 + KB;
+#pragma unroll
+    for (int kk = 0; kk < KB; ++kk)
+      nxt[kk] = (row && k1 + kk < j) ? Lb[at<ROW>(j + r, k1 + kk, ld)] : T(0);
+    // lt[buf] written; every thread finished reading it two chunks ago (the last chunk's
+    // barrier came after those reads).
+    if (WARP) __syncwarp(); else __syncthreads();
+#pragma unroll
+    for (int kk = 0; kk < KB; ++kk) {
+      const T o = own[kk];
+#pragma unroll
+      for (int c = 0; c < NB; ++c) x[c] = fma(-o, lt[buf][kk][c], x[c]);
+    }
+  }
+}
+
 // Zero rows [r0, r1) x columns [c0, c0 + nc) of a matrix, coalesced for either layout.
 template <typename T, bool ROW>
 __device__ void zero_rect(T* L, long long ld, int r0, int r1, int c0, int nc, int tid, int nt) {
@@ -219,33 +256,8 @@ fused_step(const unsigned long long* tbl, const long long* meta, const int* imet
   for (int c = 0; c < NB; ++c) x[c] = (row && c < w) ? Ab[at<ROW>(j + r, j + c, ld)] : T(0);
   zero_rect<T, ROW>(Lb, ld, 0, j, j, w, r, NT);
 
-  // 2. update from the factored columns [0, j), KB at a time, the next chunk's loads in flight
-  //    while the current one is multiplied.
-  if (j > 0) {
-    T own[KB], nxt[KB];
-#pragma unroll
-    for (int kk = 0; kk < KB; ++kk) nxt[kk] = (row && kk < j) ? Lb[at<ROW>(j + r, kk, ld)] : T(0);
-    int buf = 0;
-    for (int k0 = 0; k0 < j; k0 += KB, buf ^= 1) {
-#pragma unroll
-      for (int kk = 0; kk < KB; ++kk) own[kk] = nxt[kk];
-      if (r < w) {
-#pragma unroll
-        for (int kk = 0; kk < KB; ++kk) Lt[buf][kk][r] = own[kk];
-      }
-      const int k1 = k0 + KB;
-#pragma unroll
-      for (int kk = 0; kk < KB; ++kk)
-        nxt[kk] = (row && k1 + kk < j) ? Lb[at<ROW>(j + r, k1 + kk, ld)] : T(0);
-      __syncthreads();  // Lt[buf] written; the other buffer is free since the last barrier
-#pragma unroll
-      for (int kk = 0; kk < KB; ++kk) {
-        const T o = own[kk];
-#pragma unroll
-        for (int c = 0; c < NB; ++c) x[c] = fma(-o, Lt[buf][kk][c], x[c]);
-      }
-    }
-  }
+  // 2. update from the factored columns [0, j).
+  if (j > 0) panel_update<T, NB, ROW, false, KB>(x, Lb, ld, j, r, w, row, Lt);
 
   // 3. POTF2 by warp 0.
   if (r < 32) {
@@ -291,7 +303,6 @@ fused_step(const unsigned long long* tbl, const long long* meta, const int* imet
 template <typename T, int NB, bool ROW>
 __device__ __forceinline__ void small_panel(const T* Ab, T* Lb, long long ld, int j, int m,
                                             int w, int* info, int q, T* col, T (*lt)[8][32]) {
-  constexpr int KB = 8;
   const int lane = threadIdx.x & 31;
   const bool row = lane < m;
   T a[NB];
@@ -300,32 +311,9 @@ __device__ __forceinline__ void small_panel(const T* Ab, T* Lb, long long ld, in
     a[c] = (row && c < w && c <= lane) ? Ab[at<ROW>(j + lane, j + c, ld)] : T(0);
   if (j > 0) {
     zero_rect<T, ROW>(Lb, ld, 0, j, j, w, lane, 32);
-    T own[KB], nxt[KB];
-#pragma unroll
-    for (int kk = 0; kk < KB; ++kk)
-      nxt[kk] = (row && kk < j) ? Lb[at<ROW>(j + lane, kk, ld)] : T(0);
-    int buf = 0;
-    for (int k0 = 0; k0 < j; k0 += KB, buf ^= 1) {
-#pragma unroll
-      for (int kk = 0; kk < KB; ++kk) own[kk] = nxt[kk];
-      if (lane < w) {
-#pragma unroll
-        for (int kk = 0; kk < KB; ++kk) lt[buf][kk][lane] = own[kk];
-      }
-      const int k1 = k0 + KB;
-#pragma unroll
-      for (int kk = 0; kk < KB; ++kk)
-        nxt[kk] = (row && k1 + kk < j) ? Lb[at<ROW>(j + lane, k1 + kk, ld)] : T(0);
-      // lt[buf] written; every lane has finished reading it two chunks ago (the barrier of the
-      // last chunk came after those reads).
-      __syncwarp();
-#pragma unroll
-      for (int kk = 0; kk < KB; ++kk) {
-        const T o = own[kk];
-#pragma unroll
-        for (int c = 0; c < NB; ++c) a[c] = fma(-o, lt[buf][kk][c], a[c]);
-      }
-    }
+    // The warp's tile is laid out for 32 columns; this panel's rows are NB wide.
+    panel_update<T, NB, ROW, true>(a, Lb, ld, j, lane, w, row,
+                                   reinterpret_cast<T (*)[8][NB]>(&lt[0][0][0]));
   }
   const int fail = potf2_regs<T, NB>(a, w, row, col);
   // A failed pivot at panel column fail - 1: the columns before it are final in every row
