@@ -449,9 +449,9 @@ class CudaBackend(Backend):
         memo = plan.cache.get("cuda-last")
         dev = cupy.cuda.runtime.getDevice()
         caches = [None if b is None else b.__dict__.get("_vb_cache") for b in buffers.values()]
-        if memo is not None and memo[1] == dev and memo[2] is config and len(caches) == len(
-                memo[4]) and all(map(operator.is_, caches, memo[4])):
-            return memo[3]
+        if memo is not None and memo[0] == dev and memo[1] is config and len(caches) == len(
+                memo[3]) and all(map(operator.is_, caches, memo[3])):
+            return memo[2]
         tokens, home = [], None
         for name in plan.buffers:
             b = buffers.get(name)
@@ -473,7 +473,7 @@ class CudaBackend(Backend):
         hit = cache.get(key)
         if hit is not None and hit.plan is plan:
             if all(c is not None or b is None for c, b in zip(caches, buffers.values())):
-                plan.cache["cuda-last"] = (None, dev, config, hit, caches)
+                plan.cache["cuda-last"] = (dev, config, hit, caches)
             return hit
         modules = {fam: self._op(fam) for fam in plan.families}
         entries, start = sections(plan, modules)
@@ -559,23 +559,24 @@ class CudaBackend(Backend):
             table[i] = np.float64((scalars or {}).get(e, 0.0)).view(np.uint64)
         graph, fixed = None, False
         if config.cuda_graphs and prep.records:
-            key = table.tobytes() if len(prep.records) <= FIXED_MAX_LAUNCHES else None
-            hit = prep.fixed.get(key)
-            if hit is not None:
-                graph, fixed = hit[1], True
-            else:
-                seen = prep.seen
-                count = seen[key] = seen.get(key, 0) + 1
-                if key is not None and count >= 2 and len(prep.fixed) < FIXED_TABLES:
-                    graph, fixed = self._fix(prep, key, slot, main)[1], True
-                else:
+            if len(prep.records) <= FIXED_MAX_LAUNCHES:
+                key = table.tobytes()
+                hit = prep.fixed.get(key)
+                if hit is None and len(prep.fixed) < FIXED_TABLES:
+                    seen = prep.seen
                     if len(seen) > 64:
                         seen.clear()
-                    prep.calls += 1
-                    if prep.graph is None and prep.calls >= 2:
-                        with prep.lock:
-                            prep.graph = self._capture(prep)
-                    graph = prep.graph
+                    seen[key] = seen.get(key, 0) + 1
+                    if seen[key] >= 2:
+                        hit = self._fix(prep, key, slot, main)
+                if hit is not None:
+                    graph, fixed = hit[1], True
+            if not fixed:
+                prep.calls += 1
+                if prep.graph is None and prep.calls >= 2:
+                    with prep.lock:
+                        prep.graph = self._capture(prep)
+                graph = prep.graph
         return _Exec(prep, slot, main, tuple(buffers.values()), graph, fixed)
 
     def launch_all(self, ex: _Exec, launches) -> None:

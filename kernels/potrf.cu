@@ -102,7 +102,8 @@ __device__ void gemm_nt(const T* L, long long ld, int rx, int mx, int ry, int ny
 }
 
 // ------------------------------------------------------------------ POTF2 in one warp's registers
-// Lane r holds row r of the w x w diagonal block in a[0..NB): right-looking, one column per
+// Lane r holds row r of the panel in a[0..NB) (the w x w diagonal block; in small_step also the
+// rows below it, which the same elimination solves): right-looking, one column per
 // iteration. The pivot comes by one shuffle; the scaled column goes through shared memory
 // (`col`, 2 * NB elements per warp, double-buffered) and every lane reads it back as broadcasts,
 // which pair into 128-bit loads. Lanes update their whole row without a per-column predicate:
@@ -130,7 +131,7 @@ __device__ __forceinline__ int potf2_regs(T (&a)[NB], int w, bool act, T* col) {
         a[k] = lane == k ? (isinf(dkk) ? dkk : dkk * rd) : a[k] * rd;
         // Only the first NB rows are read back; a row below them (small_step: a panel narrower
         // than its height) would write into the other buffer, which may still be being read.
-        if (NB == 32 || lane < NB) cb[lane] = a[k];
+        if (lane < NB) cb[lane] = a[k];
       }
       __syncwarp();
       if (act) {
@@ -302,7 +303,7 @@ fused_step(const unsigned long long* tbl, const long long* meta, const int* imet
 // instructions a cycle per scheduler (ncu, H200, 2026-11-24); this kernel took 12.8 us.
 template <typename T, int NB, bool ROW>
 __device__ __forceinline__ void small_panel(const T* Ab, T* Lb, long long ld, int j, int m,
-                                            int w, int* info, int q, T* col, T (*lt)[8][32]) {
+                                            int w, int* info, int q, T* col, T* lt) {
   const int lane = threadIdx.x & 31;
   const bool row = lane < m;
   T a[NB];
@@ -311,9 +312,7 @@ __device__ __forceinline__ void small_panel(const T* Ab, T* Lb, long long ld, in
     a[c] = (row && c < w && c <= lane) ? Ab[at<ROW>(j + lane, j + c, ld)] : T(0);
   if (j > 0) {
     zero_rect<T, ROW>(Lb, ld, 0, j, j, w, lane, 32);
-    // The warp's tile is laid out for 32 columns; this panel's rows are NB wide.
-    panel_update<T, NB, ROW, true>(a, Lb, ld, j, lane, w, row,
-                                   reinterpret_cast<T (*)[8][NB]>(&lt[0][0][0]));
+    panel_update<T, NB, ROW, true>(a, Lb, ld, j, lane, w, row, reinterpret_cast<T (*)[8][NB]>(lt));
   }
   const int fail = potf2_regs<T, NB>(a, w, row, col);
   // A failed pivot at panel column fail - 1: the columns before it are final in every row
@@ -328,13 +327,14 @@ __device__ __forceinline__ void small_panel(const T* Ab, T* Lb, long long ld, in
 }
 
 // Four blocks of four warps an SM at least: 128 registers a thread (142 unbounded, for the NB
-// = 32 branch; at 128 only the row-major float64 one spills, 64 bytes).
+// = 32 branch; at 128 the float64 ones spill a little: ptxas, 16 bytes column-major, 52
+// row-major).
 template <typename T, int WARPS, bool ROW>
 __global__ void __launch_bounds__(32 * WARPS, 16 / WARPS)
 small_step(const unsigned long long* tbl, const long long* meta, const int* imeta,
            const int* tasks, int K, int lo, int hi, int unused) {
   __shared__ __align__(16) T col[WARPS][2 * 32];   // potf2_regs' column broadcast, per warp
-  __shared__ __align__(16) T lt[WARPS][2][8][32];  // the update's top rows, per warp
+  __shared__ __align__(16) T lt[WARPS][2 * 8 * 32];  // the update's top rows, per warp
   const int warp = threadIdx.x >> 5;
   vb::Task tk;
   if (!vb::warp_task(tasks, lo, hi, WARPS, warp, tk)) return;
@@ -346,7 +346,7 @@ small_step(const unsigned long long* tbl, const long long* meta, const int* imet
   const T* Ab = reinterpret_cast<const T*>(tbl[0]) + pr.off;
   T* Lb = reinterpret_cast<T*>(tbl[1]) + pr.off;
   T* cb = col[warp];
-  auto* tw = lt[warp];
+  T* tw = lt[warp];
   if (w <= 8) small_panel<T, 8, ROW>(Ab, Lb, pr.ld, j, m, w, info, tk.q, cb, tw);
   else if (w <= 16) small_panel<T, 16, ROW>(Ab, Lb, pr.ld, j, m, w, info, tk.q, cb, tw);
   else if (w <= 24) small_panel<T, 24, ROW>(Ab, Lb, pr.ld, j, m, w, info, tk.q, cb, tw);

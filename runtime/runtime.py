@@ -452,7 +452,9 @@ class Runtime:
     # result) was decided by the first such call and cannot have changed (a packed batch's
     # layout is read-only), so the call is an output buffer, the backend's launch and a future.
     # The general path costs ~11 us of Python per call before the backend (2-core VM, a null
-    # backend: .dbg/stub.py, 2026-11-24); this one ~3 us.
+    # backend: .dbg/stub.py, 2026-11-24); this one ~5 us (6.6 against 11.5 us a call, the
+    # stub's own ~2 us in both). Asynchronous backends only: on the CPU a call is a job on the
+    # runtime's worker thread, whose cost is the work itself.
     def _replay(self, plan: Plan, batch: PackedBatch, overwrite: bool) -> Future:
         b = self.backend
         fut = Future(self, threaded=False)
