@@ -89,16 +89,24 @@ struct GemmOut {
       : O(O_), C(C_), alpha(T(L.alpha)), beta(T(L.beta)), tri(L.tri), has_c(has_c_),
         read_c(has_c_ && L.beta != 0.0),
         same(has_c_ && C_.p == O_.p && C_.row == O_.row) {}  // C is O itself (in place)
-  __device__ __forceinline__ void put(int R, int c, T acc) const {
-    const bool in = tri == 0 || (tri == 1 ? R >= c : R <= c);
-    if (in) {
+  __device__ __forceinline__ bool inside(int R, int c) const {
+    return tri == 0 || (tri == 1 ? R >= c : R <= c);
+  }
+  // put in two halves, so that a caller can have many loads of C in flight before it stores:
+  // what put needs of C (zero where it reads nothing), then the store.
+  __device__ __forceinline__ T load(int R, int c) const {
+    return (inside(R, c) ? read_c : has_c && !same) ? C(R, c) : T(0);
+  }
+  __device__ __forceinline__ void store(int R, int c, T acc, T cv) const {
+    if (inside(R, c)) {
       T v = alpha * acc;
-      if (read_c) v += beta * C(R, c);
+      if (read_c) v += beta * cv;
       O(R, c) = v;
     } else if (!same) {
-      O(R, c) = has_c ? C(R, c) : T(0);
+      O(R, c) = cv;
     }
   }
+  __device__ __forceinline__ void put(int R, int c, T acc) const { store(R, c, acc, load(R, c)); }
 };
 
 // The part of a GEMM task a block takes: its task, its BM x BN tile (row tiles slowest), the
@@ -212,15 +220,26 @@ blas_gemm(const unsigned long long* tbl, const long long* meta, const int* imeta
 // in chunks of 16 through S shared-memory stages filled by cp.async (zero-filled past the task's
 // edges, so partial tiles need no case of their own). Each view's orientation is a template flag
 // (AROW, BROW: the view has contiguous rows), so staging threads run along the contiguous
-// dimension and the shared layout (pipeline.cuh's sm) is fixed at compile time.
-template <int BM, int BN, int WTM, int S, bool AROW, bool BROW>
-__global__ void __launch_bounds__((BM / WTM) * (BN / 32) * 32)
+// dimension and the shared layout (pipeline.cuh's smw) is fixed at compile time.
+//
+// Fragments load two doubles a lane (128-bit), half the load instructions of 64-bit ones. The
+// MMA's k order is free as long as A and B agree, and so is the order of a tile's rows and
+// columns as long as the epilogue knows it: lane (g, t) takes k = 2t and 2t + 1 of each k-step
+// as the fragment's k = t and t + 4, adjacent where k is contiguous in shared memory; where it
+// is not, A pairs the fragment's rows g and g + 8 as tile rows 2g and 2g + 1, and B pairs two
+// 8-column blocks (ni, ni + 1) as interleaved columns. A warp skips its 16 x 8 blocks that lie
+// past the task's edge: over U[1, 512] sizes, 128 x 64 tiles spend 21% of their products on
+// padding, 16 x 8 blocks 5% (E[n^3] against the padded volumes). MINB: the blocks a
+// multiprocessor must hold (launch bounds; blas_cuda.mma_name chooses it).
+template <int BM, int BN, int WTM, int S, bool AROW, bool BROW, int MINB>
+__global__ void __launch_bounds__((BM / WTM) * (BN / 32) * 32, MINB)
 blas_gemm_mma(const unsigned long long* tbl, const long long* meta, const int* imeta,
               const int* tasks, int K, int lo, int hi, int extra) {
   constexpr int KB = 16, WM = BM / WTM, NT = WM * (BN / 32) * 32, MT = WTM / 16, NT8 = 4;
   // k is contiguous in global memory for A with contiguous rows, and for B without.
   constexpr bool KA = AROW, KBT = !BROW;
-  constexpr int SA = sm_size<KA, BM, KB>(), SB = sm_size<KBT, BN, KB>(), STAGE = SA + SB;
+  constexpr int SA = smw_size<KA, BM, KB>(), SB = smw_size<KBT, BN, KB>(), STAGE = SA + SB;
+  constexpr int PA = smw_stride<KA, BM, KB>(), PB = smw_stride<KBT, BN, KB>();
   static_assert(BM % WTM == 0 && WTM % 16 == 0 && BN % 32 == 0 && S >= 2, "tile shape");
   extern __shared__ __align__(16) unsigned char smem_raw[];
   double* sbuf = reinterpret_cast<double*>(smem_raw);
@@ -228,6 +247,27 @@ blas_gemm_mma(const unsigned long long* tbl, const long long* meta, const int* i
   if (!g.find(tbl, meta, tasks, K, lo, hi, extra)) return;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, gid = lane >> 2, tig = lane & 3;
   const int wm = warp % WM, wn = warp / WM;
+  // The warp's rows and columns inside the task (<= 0: none; its blocks past them are skipped).
+  const int mlim = g.mm - g.i0 - wm * WTM, nlim = g.nn - g.c0 - wn * 32;
+  const int rows = min(BM, g.mm - g.i0), cols = min(BN, g.nn - g.c0);
+  const int R0 = g.r0 + g.i0;
+  const bool read_c = g.has_c && g.L.beta != 0.0;
+  if (read_c && g.kk > 2 * KB) {
+    // C's tile into L2 now, so that the epilogue's loads of it, after the K loop, wait on L2
+    // rather than DRAM: a 128-byte line at a time along C's contiguous dimension (its last
+    // element too, for a run not aligned to lines).
+    const auto lines = [&](auto crow_) {
+      constexpr bool CROW = decltype(crow_)::value;
+      constexpr int LP = (CROW ? BN : BM) / 16 + 1;  // lines a run can touch
+      const int fl = CROW ? cols : rows, sl = CROW ? rows : cols;
+      for (int i = tid; i < sl * LP; i += NT) {
+        const int sx = i / LP, fx = min(16 * (i % LP), fl - 1);
+        prefetch_l2(&g.C(R0 + (CROW ? sx : fx), g.c0 + (CROW ? fx : sx)));
+      }
+    };
+    if (g.C.row) lines(Flag<true>());
+    else lines(Flag<false>());
+  }
   double acc[MT][NT8][4];
 #pragma unroll
   for (int mi = 0; mi < MT; ++mi)
@@ -246,81 +286,158 @@ blas_gemm_mma(const unsigned long long* tbl, const long long* meta, const int* i
     // The tile's corner of each operand: A(r0 + i0, k0) and B(k0, c0), as (o, k) = (row, k)
     // of A and (column, k) of B.
     const long long ra = g.r0 + g.i0, cb = g.c0, k0 = g.k0;
-    const Stager<KA, BM, KB, NT> sa(A + (AROW ? ra * lda + k0 : ra + k0 * lda), lda, tid);
-    const Stager<KBT, BN, KB, NT> sb(B + (BROW ? k0 * ldb + cb : k0 + cb * ldb), ldb, tid);
+    const Stager<KA, BM, KB, NT, true> sa(A + (AROW ? ra * lda + k0 : ra + k0 * lda), lda, tid);
+    const Stager<KBT, BN, KB, NT, true> sb(B + (BROW ? k0 * ldb + cb : k0 + cb * ldb), ldb, tid);
     const int ma = g.mm - g.i0, nb = g.nn - g.c0, kk = g.kk;
+    const bool fa = ma >= BM, fb = nb >= BN;  // the tile lies inside each operand
+    // This lane's first element of each fragment pair in a stage (the pairs above).
+    const int aoff = KA ? (wm * WTM + gid) * PA + 2 * tig : 2 * tig * PA + wm * WTM + 2 * gid;
+    const int boff = KBT ? (wn * 32 + gid) * PB + 2 * tig : 2 * tig * PB + wn * 32 + 2 * gid;
+    // Which of the warp's 16 x 8 blocks lie inside the task: all (the common case, one
+    // unrolled loop without a test), some (each block tested), or none.
+    const bool whole = mlim >= WTM && nlim >= 32, active = mlim > 0 && nlim > 0;
+    // One chunk's k-steps for the warp; CHECK: skip the blocks past the task's edge.
+    const auto chunk = [&](const double* sA, const double* sB, auto check) {
+      constexpr bool CHECK = decltype(check)::value;
+#pragma unroll
+      for (int ks = 0; ks < KB; ks += 8) {
+        double a[MT][4], b[NT8][2];
+#pragma unroll
+        for (int mi = 0; mi < MT; ++mi) {
+          if (CHECK && mi * 16 >= mlim) break;
+          if (KA) {  // (a0, a2) = rows g, (a1, a3) = rows g + 8: k pairs
+            const double2 u = *reinterpret_cast<const double2*>(sA + mi * 16 * PA + ks);
+            const double2 v = *reinterpret_cast<const double2*>(sA + (mi * 16 + 8) * PA + ks);
+            a[mi][0] = u.x; a[mi][2] = u.y; a[mi][1] = v.x; a[mi][3] = v.y;
+          } else {   // (a0, a1) = tile rows 2g, 2g + 1 at k = 2t; (a2, a3) at k = 2t + 1
+            const double2 u = *reinterpret_cast<const double2*>(sA + ks * PA + mi * 16);
+            const double2 v = *reinterpret_cast<const double2*>(sA + (ks + 1) * PA + mi * 16);
+            a[mi][0] = u.x; a[mi][1] = u.y; a[mi][2] = v.x; a[mi][3] = v.y;
+          }
+        }
+        if (KBT) {  // (b0, b1): column ni * 8 + g at k = 2t, 2t + 1
+#pragma unroll
+          for (int ni = 0; ni < NT8; ++ni) {
+            if (CHECK && ni * 8 >= nlim) break;
+            const double2 u = *reinterpret_cast<const double2*>(sB + ni * 8 * PB + ks);
+            b[ni][0] = u.x; b[ni][1] = u.y;
+          }
+        } else {  // blocks 2p, 2p + 1 interleaved in columns 16p ... 16p + 15
+#pragma unroll
+          for (int p = 0; p < NT8 / 2; ++p) {
+            if (CHECK && p * 16 >= nlim) break;
+#pragma unroll
+            for (int x = 0; x < 2; ++x) {
+              const double2 u = *reinterpret_cast<const double2*>(sB + (ks + x) * PB + p * 16);
+              b[2 * p][x] = u.x; b[2 * p + 1][x] = u.y;
+            }
+          }
+        }
+#pragma unroll
+        for (int mi = 0; mi < MT; ++mi) {
+          if (CHECK && mi * 16 >= mlim) break;
+#pragma unroll
+          for (int ni = 0; ni < NT8; ++ni) {
+            if (CHECK && (KBT ? ni : ni & ~1) * 8 >= nlim) break;
+            dmma_m16n8k8(acc[mi][ni], a[mi], b[ni]);
+          }
+        }
+      }
+    };
     k_pipeline_n<KB, S>(
         kk,
         [&](int buf, int l0) {
           double* sA = sbuf + buf * STAGE;
-          sa.stage(sA, l0 / KB, ma, kk - l0);
-          sb.stage(sA + SA, l0 / KB, nb, kk - l0);
+          const bool fk = kk - l0 >= KB;
+          if (fa && fk) sa.stage_full(sA, l0 / KB);
+          else sa.stage(sA, l0 / KB, ma, kk - l0);
+          if (fb && fk) sb.stage_full(sA + SA, l0 / KB);
+          else sb.stage(sA + SA, l0 / KB, nb, kk - l0);
           cp_async_commit();
         },
         [&](int buf) {
-          const double* sA = sbuf + buf * STAGE;
-          const double* sB = sA + SA;
-#pragma unroll
-          for (int ks = 0; ks < KB; ks += 8) {
-            double a[MT][4], b[NT8][2];
-#pragma unroll
-            for (int mi = 0; mi < MT; ++mi)
-#pragma unroll
-              for (int x = 0; x < 4; ++x)
-                a[mi][x] = sA[sm<KA, BM, KB>(wm * WTM + mi * 16 + gid + 8 * (x & 1),
-                                             ks + tig + 4 * (x >> 1))];
-#pragma unroll
-            for (int ni = 0; ni < NT8; ++ni)
-#pragma unroll
-              for (int x = 0; x < 2; ++x)
-                b[ni][x] = sB[sm<KBT, BN, KB>(wn * 32 + ni * 8 + gid, ks + tig + 4 * x)];
-#pragma unroll
-            for (int mi = 0; mi < MT; ++mi)
-#pragma unroll
-              for (int ni = 0; ni < NT8; ++ni) dmma_m16n8k8(acc[mi][ni], a[mi], b[ni]);
-          }
+          const double* sA = sbuf + buf * STAGE + aoff;
+          const double* sB = sbuf + buf * STAGE + SA + boff;
+          if (whole) chunk(sA, sB, Flag<false>());
+          else if (active) chunk(sA, sB, Flag<true>());
         });
   }
   // The epilogue goes through shared memory (the pipeline's buffers, free after its last
-  // barrier), one row of warps at a time: each warp parks its accumulators, then the block
-  // reads C and writes O along O's contiguous dimension. Written from the fragments directly,
-  // a warp's stores touched 8 rows x 4 columns at once, and a GEMM with k = 32 (memory-bound:
-  // C in, O out) ran 6.7x its floor (gemm-panel512, H200, 2026-11-21).
+  // barrier): every warp parks its accumulators, then the block reads C and writes O along
+  // O's contiguous dimension, EB elements a thread at a time with all of their loads of C in
+  // flight before the stores. It was 42% of the warps' stall samples and most of the
+  // instructions of a 384^3 GEMM (~1,200 a warp for every 16 elements a thread, in a general
+  // element-wise form that tested triangle, orientation and C per element: ncu source counters,
+  // H200, 2026-11-24); the common case (the whole output, C oriented as O) now steps pointers.
+  // Written from the fragments directly, a warp's stores touched 8 rows x 4 columns at once,
+  // and a GEMM with k = 32 ran 6.7x its floor (gemm-panel512, H200, 2026-11-21).
   constexpr int TP = BN + 1;  // odd stride: the column-wise reads are conflict-free
-  static_assert(WTM * TP <= S * STAGE, "a row of warps' tile fits in the staging buffers");
-  const GemmOut<double> out(g.L, g.O, g.C, g.has_c);
-  const int rows = min(BM, g.mm - g.i0), cols = min(BN, g.nn - g.c0);
+  // (blas_cuda.mma_smem sizes the buffers to hold the block's tile too)
+  static_assert(NT % BN == 0 && NT % BM == 0, "epilogue mapping");
+#pragma unroll
+  for (int mi = 0; mi < MT; ++mi)
+#pragma unroll
+    for (int ni = 0; ni < NT8; ++ni)
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        sbuf[(wm * WTM + mi * 16 + (KA ? gid + 8 * (e >> 1) : 2 * gid + (e >> 1))) * TP +
+             wn * 32 +
+             (KBT ? ni * 8 + 2 * tig + (e & 1)
+                  : (ni >> 1) * 16 + 4 * tig + 2 * (e & 1) + (ni & 1))] = acc[mi][ni][e];
+  __syncthreads();
+  // Thread (f, s): f along O's contiguous dimension, s = s0, s0 + step, ... along the other.
+  // (half the tile a round trip: the whole tile, 64 loads a thread, measured 2-7% slower on
+  // 256-512^3 GEMMs, H200, 2026-11-24)
+  constexpr int EB = BM * BN / NT / 2 > 16 ? BM * BN / NT / 2 : 16;
   const bool orow = g.O.row;
-  static_assert(NT % BN == 0 && NT % WTM == 0, "epilogue mapping");
-  for (int p = 0; p < WM; ++p) {
-    const int prow = p * WTM;
-    if (prow >= rows) break;
-    if (wm == p) {
+  const int F = orow ? BN : BM, step = NT / F, f = tid % F, s0 = tid / F;
+  const int fl = orow ? cols : rows, sl = orow ? rows : cols;
+  if (f >= fl) return;
+  if (g.L.tri == 0 && (!g.has_c || g.C.row == orow)) {
+    const double alpha = g.L.alpha, beta = g.L.beta;
+    const auto at = [&](const View<double>& v) {  // element (s0, f) of the tile in v
+      return v.p + (orow ? (long long)(R0 + s0) * v.ld + g.c0 + f
+                         : (long long)(R0 + f) + (long long)(g.c0 + s0) * v.ld);
+    };
+    double* po = at(g.O);
+    const double* pc = at(g.C);
+    const long long so = (long long)step * g.O.ld, sc = (long long)step * g.C.ld;
+    const double* ps = sbuf + (orow ? s0 * TP + f : f * TP + s0);
+    const int ss = orow ? step * TP : step;
+    for (int e0 = s0; e0 < sl; e0 += EB * step) {
+      double cv[EB];
+      if (read_c) {
 #pragma unroll
-      for (int mi = 0; mi < MT; ++mi)
+        for (int e = 0; e < EB; ++e) cv[e] = e0 + e * step < sl ? pc[e * sc] : 0.0;
+      }
 #pragma unroll
-        for (int ni = 0; ni < NT8; ++ni)
-#pragma unroll
-          for (int e = 0; e < 4; ++e)
-            sbuf[(mi * 16 + gid + 8 * (e >> 1)) * TP + wn * 32 + ni * 8 + 2 * tig + (e & 1)] =
-                acc[mi][ni][e];
+      for (int e = 0; e < EB; ++e) {
+        if (e0 + e * step >= sl) break;
+        double v = alpha * ps[e * ss];
+        if (read_c) v += beta * cv[e];
+        po[e * so] = v;
+      }
+      po += EB * so;
+      pc += EB * sc;
+      ps += EB * ss;
     }
-    __syncthreads();
-    // Threads along O's contiguous dimension, no division by a run-time size, and several
-    // elements per thread in flight (the loop unrolled): C's loads are what a short K waits on.
-    const int pr = min(WTM, rows - prow), R0 = g.r0 + g.i0 + prow;
-    if (orow) {
-      const int c = tid % BN;
-#pragma unroll 4
-      for (int r = tid / BN; r < pr; r += NT / BN)
-        if (c < cols) out.put(R0 + r, g.c0 + c, sbuf[r * TP + c]);
-    } else {
-      const int r = tid % WTM;
-#pragma unroll 4
-      for (int c = tid / WTM; c < cols; c += NT / WTM)
-        if (r < pr) out.put(R0 + r, g.c0 + c, sbuf[r * TP + c]);
+    return;
+  }
+  // Any other output (a triangle, C oriented unlike O): element by element.
+  const GemmOut<double> out(g.L, g.O, g.C, g.has_c);
+  for (int e0 = s0; e0 < sl; e0 += EB * step) {
+    double cv[EB];
+#pragma unroll
+    for (int e = 0; e < EB; ++e) {
+      const int sx = e0 + e * step;
+      cv[e] = sx < sl ? out.load(R0 + (orow ? sx : f), g.c0 + (orow ? f : sx)) : 0.0;
     }
-    __syncthreads();
+#pragma unroll
+    for (int e = 0; e < EB; ++e) {
+      const int sx = e0 + e * step;
+      const int r = orow ? sx : f, c = orow ? f : sx;
+      if (sx < sl) out.store(R0 + r, g.c0 + c, sbuf[r * TP + c], cv[e]);
+    }
   }
 }
 

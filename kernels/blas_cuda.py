@@ -81,18 +81,34 @@ def gemm_name(T: str, tile) -> str:
     return "vb::blas_gemm<{},{},{},{},{},{}>".format(T, *tile)
 
 
+def mma_min_blocks(tile) -> int:
+    """The blocks of a tile a multiprocessor must hold (blas_gemm_mma's launch bounds): a
+    fifth entry of the tile, else as many as fit at 255 registers a thread for warps of 64 rows
+    (two of the large tile) or 168 for warps of 32 (three of the small one), which their shared
+    memory allows (mma_smem: 111 and 74 KB at most). Unbounded, the row-major orientations
+    took 184 registers at 64 x 64, a block fewer."""
+    if len(tile) > 4:
+        return int(tile[4])
+    bm, bn, wtm = tile[:3]
+    threads = (bm // wtm) * (bn // 32) * 32
+    return max(1, 65536 // (threads * (256 if wtm >= 64 else 168)))
+
+
 def mma_name(tile, arow: bool, brow: bool) -> str:
-    return "vb::blas_gemm_mma<{},{},{},{},{},{}>".format(*tile, _b(arow), _b(brow))
+    """A tile is (BM, BN, WTM, stages), or with a fifth entry the kernel's MINB."""
+    return "vb::blas_gemm_mma<{},{},{},{},{},{},{}>".format(*tile[:4], _b(arow), _b(brow),
+                                                          mma_min_blocks(tile))
 
 
 def mma_smem(tile, arow: bool, brow: bool) -> int:
-    """Dynamic shared memory of blas_gemm_mma in bytes (pipeline.cuh's sm_size per stage)."""
-    bm, bn, _, stages = tile
+    """Dynamic shared memory of blas_gemm_mma in bytes (pipeline.cuh's smw_size per stage)."""
+    bm, bn, _, stages = tile[:4]
 
     def size(kcont: bool, o: int) -> int:
-        return o * (MMA_KB + 4) if kcont else MMA_KB * (o + 8)
+        return o * (MMA_KB + 8) if kcont else MMA_KB * (o + 2)
 
-    return stages * 8 * (size(arow, bm) + size(not brow, bn))
+    # The epilogue parks the block's tile (bm x (bn + 1)) in the same buffers.
+    return 8 * max(stages * (size(arow, bm) + size(not brow, bn)), bm * (bn + 1))
 
 
 def _b(v: bool) -> str:

@@ -7,6 +7,12 @@
 
 namespace vb {
 
+// A compile-time flag as a value, for generic lambdas (NVRTC has no <type_traits>).
+template <bool V>
+struct Flag {
+  static constexpr bool value = V;
+};
+
 // ------------------------------------------------------------------ asynchronous copies (sm_80+)
 // One element per copy, zero-filled when `pred` is false (src-size 0 reads nothing).
 template <int BYTES>
@@ -15,6 +21,15 @@ __device__ __forceinline__ void cp_async_zfill(void* smem, const void* gmem, boo
   int src_size = pred ? BYTES : 0;
   asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(sa), "l"(gmem), "n"(BYTES),
                "r"(src_size));
+}
+// One element per copy, always read (the caller knows it lies inside its operand).
+template <int BYTES>
+__device__ __forceinline__ void cp_async(void* smem, const void* gmem) {
+  unsigned sa = (unsigned)__cvta_generic_to_shared(smem);
+  asm volatile("cp.async.ca.shared.global [%0], [%1], %2;\n" ::"r"(sa), "l"(gmem), "n"(BYTES));
+}
+__device__ __forceinline__ void prefetch_l2(const void* gmem) {
+  asm volatile("prefetch.global.L2 [%0];\n" ::"l"(gmem));
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N>
@@ -110,14 +125,28 @@ __device__ __forceinline__ int sm(int o, int k) { return KCONT ? o * (KB + 4) + 
 template <bool KCONT, int O, int KB>
 __host__ __device__ constexpr int sm_size() { return KCONT ? O * (KB + 4) : KB * (O + 8); }
 
-// Stages K-chunks of one DMMA operand tile (O x KB, laid out by sm) with 8-byte cp.async:
+// The layout blas_gemm_mma reads with 128-bit fragment loads (two doubles a lane): the GEMM's
+// fragments pair k (or o) so that a lane's two elements of an operand are adjacent (blas.cu),
+// and a 128-bit load is served a quarter-warp (8 lanes: 2 o by 4 k, or 4 k by 2 o) at a time.
+// The pads make those 8 lanes' 16-byte slots distinct mod 128 bytes: a k-contiguous row stride
+// of 8 mod 16 doubles (lanes g = 0, 1 half a line apart), a k-major stride of 2 mod 8 (rows
+// k = 0, 2, 4, 6 two slots apart). Every stage stays a multiple of 16 bytes.
+template <bool KCONT, int O, int KB>
+__device__ __forceinline__ int smw(int o, int k) { return KCONT ? o * (KB + 8) + k : k * (O + 2) + o; }
+template <bool KCONT, int O, int KB>
+__host__ __device__ constexpr int smw_size() { return KCONT ? O * (KB + 8) : KB * (O + 2); }
+template <bool KCONT, int O, int KB>
+__host__ __device__ constexpr int smw_stride() { return KCONT ? KB + 8 : O + 2; }
+
+// Stages K-chunks of one DMMA operand tile (O x KB, laid out by sm, or smw when WIDE) with
+// 8-byte cp.async:
 // element (o, k) of the operand is at X + (KCONT ? o * ld + k : o + k * ld), and elements with
 // o >= mo or k past the operand's end read as zeros. Thread t takes elements t, t + NT, ... of the
 // chunk in the order the layout is contiguous in global memory, so a warp's copies coalesce; with
 // NT a multiple of KB (KCONT) or O, each thread keeps one k (or one o) and steps the other by a
 // constant, so a copy costs a compare, an address and the copy (the general index arithmetic per
 // element made staging, not DMMA, the limit: 22 TFLOP/s at 512^3, H200, 2026-11-21).
-template <bool KCONT, int O, int KB, int NT>
+template <bool KCONT, int O, int KB, int NT, bool WIDE = false>
 struct Stager {
   static constexpr int E = O * KB / NT, DV = KCONT ? NT / KB : NT / O;
   static_assert(O * KB % NT == 0 && (KCONT ? NT % KB : NT % O) == 0, "staging shape");
@@ -149,7 +178,22 @@ struct Stager {
       const int o = KCONT ? first + j * DV : fixed;
       const int k = KCONT ? fixed : first + j * DV;
       const bool ok = o < mo && k < kleft;
-      cp_async_zfill<8>(s + sm<KCONT, O, KB>(o, k), ok ? q : base, ok);
+      const int at = WIDE ? smw<KCONT, O, KB>(o, k) : sm<KCONT, O, KB>(o, k);
+      cp_async_zfill<8>(s + at, ok ? q : base, ok);
+    }
+  }
+  // The same chunk when every element lies inside the operand (all O rows, KB columns left):
+  // no bounds, no zero fill, so a copy is an address step and the copy. The predicated form
+  // costs ~9 PTX instructions a copy (compare, select, two size and address selects), and with
+  // 24 copies a thread a chunk it was most of the DMMA GEMM's ~490 instructions a warp a chunk
+  // (ncu, 384^3 GEMMs, H100, 2026-11-24).
+  __device__ __forceinline__ void stage_full(double* s, int c) const {
+    const double* q = p + c * chunk;
+#pragma unroll
+    for (int j = 0; j < E; ++j, q += step) {
+      const int o = KCONT ? first + j * DV : fixed;
+      const int k = KCONT ? fixed : first + j * DV;
+      cp_async<8>(s + (WIDE ? smw<KCONT, O, KB>(o, k) : sm<KCONT, O, KB>(o, k)), q);
     }
   }
 };
