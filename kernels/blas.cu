@@ -215,6 +215,114 @@ blas_gemm(const unsigned long long* tbl, const long long* meta, const int* imeta
   }
 }
 
+// C's tile of a GEMM block into L2 at the block's start, so that the epilogue's loads of it,
+// after the K loop, wait on L2 rather than DRAM: a 128-byte line at a time along C's contiguous
+// dimension (its last element too, for a run not aligned to lines).
+template <typename T, int BM, int BN, int NT>
+__device__ __forceinline__ void prefetch_c(const GemmTile<T, BM, BN>& g, int rows, int cols,
+                                           int R0, int tid) {
+  const auto lines = [&](auto crow_) {
+    constexpr bool CROW = decltype(crow_)::value;
+    constexpr int EL = 128 / sizeof(T), LP = (CROW ? BN : BM) / EL + 1;  // lines a run touches
+    const int fl = CROW ? cols : rows, sl = CROW ? rows : cols;
+    for (int i = tid; i < sl * LP; i += NT) {
+      const int sx = i / LP, fx = min(EL * (i % LP), fl - 1);
+      prefetch_l2(&g.C(R0 + (CROW ? sx : fx), g.c0 + (CROW ? fx : sx)));
+    }
+  };
+  if (g.C.row) lines(Flag<true>());
+  else lines(Flag<false>());
+}
+
+// The epilogue of the tiled GEMMs: the block's accumulators are parked in shared memory
+// (sbuf[r * (BN + 1) + c], the odd stride keeping column-wise reads conflict-free), and the
+// block reads C and writes O along O's contiguous dimension, EB elements a thread at a time with
+// all of their loads of C in flight before the stores. It was 42% of the warps' stall samples
+// and most of the instructions of a 384^3 DMMA GEMM (~1,200 a warp for every 16 elements a
+// thread, in an element-wise form that tested triangle, orientation and C per element: ncu
+// source counters, H200, 2026-11-24); the common case (the whole output, C oriented as O) now
+// steps pointers. Written from the fragments directly, a warp's stores touched 8 rows x 4
+// columns at once, and a GEMM with k = 32 ran 6.7x its floor (gemm-panel512, 2026-11-21).
+// Half the tile a round trip: the whole tile, 64 loads a thread, measured 2-7% slower on
+// 256-512^3 DMMA GEMMs (H200, 2026-11-24).
+template <typename T, int BM, int BN, int NT>
+__device__ __forceinline__ void store_tile(const GemmTile<T, BM, BN>& g, const T* sbuf, int rows,
+                                           int cols, int R0, bool read_c, int tid) {
+  constexpr int TP = BN + 1, EB = BM * BN / NT / 2 > 16 ? BM * BN / NT / 2 : 16;
+  static_assert(NT % BN == 0 && NT % BM == 0, "epilogue mapping");
+  // Thread (f, s): f along O's contiguous dimension, s = s0, s0 + step, ... along the other.
+  const bool orow = g.O.row;
+  const int F = orow ? BN : BM, step = NT / F, f = tid % F, s0 = tid / F;
+  const int fl = orow ? cols : rows, sl = orow ? rows : cols;
+  if (f >= fl) return;
+  if (g.L.tri == 0 && (!g.has_c || g.C.row == orow)) {
+    const T alpha = T(g.L.alpha), beta = T(g.L.beta);
+    const auto at = [&](const View<T>& v) {  // element (s0, f) of the tile in v
+      return v.p + (orow ? (long long)(R0 + s0) * v.ld + g.c0 + f
+                         : (long long)(R0 + f) + (long long)(g.c0 + s0) * v.ld);
+    };
+    T* po = at(g.O);
+    const T* pc = at(g.C);
+    const long long so = (long long)step * g.O.ld, sc = (long long)step * g.C.ld;
+    const T* ps = sbuf + (orow ? s0 * TP + f : f * TP + s0);
+    const int ss = orow ? step * TP : step;
+    for (int e0 = s0; e0 < sl; e0 += EB * step) {
+      T cv[EB];
+      if (read_c) {
+#pragma unroll
+        for (int e = 0; e < EB; ++e) cv[e] = e0 + e * step < sl ? pc[e * sc] : T(0);
+      }
+#pragma unroll
+      for (int e = 0; e < EB; ++e) {
+        if (e0 + e * step >= sl) break;
+        T v = alpha * ps[e * ss];
+        if (read_c) v += beta * cv[e];
+        po[e * so] = v;
+      }
+      po += EB * so;
+      pc += EB * sc;
+      ps += EB * ss;
+    }
+    return;
+  }
+  // Any other output (a triangle, C oriented unlike O): element by element.
+  const GemmOut<T> out(g.L, g.O, g.C, g.has_c);
+  for (int e0 = s0; e0 < sl; e0 += EB * step) {
+    T cv[EB];
+#pragma unroll
+    for (int e = 0; e < EB; ++e) {
+      const int sx = e0 + e * step;
+      cv[e] = sx < sl ? out.load(R0 + (orow ? sx : f), g.c0 + (orow ? f : sx)) : T(0);
+    }
+#pragma unroll
+    for (int e = 0; e < EB; ++e) {
+      const int sx = e0 + e * step;
+      const int r = orow ? sx : f, c = orow ? f : sx;
+      if (sx < sl) out.store(R0 + r, g.c0 + c, sbuf[r * TP + c], cv[e]);
+    }
+  }
+}
+
+// The operands of a GEMM task at its tile's corner: A(r0 + i0, k0) and B(k0, c0).
+template <typename T, int BM, int BN>
+struct GemmOperands {
+  const T* A;
+  const T* B;
+  long long lda, ldb;
+  __device__ __forceinline__ GemmOperands(const unsigned long long* tbl, const long long* meta,
+                                          int K, const GemmTile<T, BM, BN>& g, bool arow,
+                                          bool brow) {
+    const BlasLaunch& L = g.L;
+    lda = meta[(long long)L.slot[0] * 2 * K + K + g.q];
+    ldb = meta[(long long)L.slot[1] * 2 * K + K + g.q];
+    const long long ra = g.r0 + g.i0, cb = g.c0, k0 = g.k0;
+    A = reinterpret_cast<const T*>(tbl[3 + L.slot[0]]) + meta[(long long)L.slot[0] * 2 * K + g.q] +
+        (arow ? ra * lda + k0 : ra + k0 * lda);
+    B = reinterpret_cast<const T*>(tbl[3 + L.slot[1]]) + meta[(long long)L.slot[1] * 2 * K + g.q] +
+        (brow ? k0 * ldb + cb : k0 + cb * ldb);
+  }
+};
+
 // The same task as blas_gemm in float64 on FP64 tensor cores (pipeline.cuh: m16n8k8, the
 // full-rate shape). Warps of WTM x 32 (blocks of 16 x 8) tile the BM x BN block tile; K runs
 // in chunks of 16 through S shared-memory stages filled by cp.async (zero-filled past the task's
@@ -252,22 +360,7 @@ blas_gemm_mma(const unsigned long long* tbl, const long long* meta, const int* i
   const int rows = min(BM, g.mm - g.i0), cols = min(BN, g.nn - g.c0);
   const int R0 = g.r0 + g.i0;
   const bool read_c = g.has_c && g.L.beta != 0.0;
-  if (read_c && g.kk > 2 * KB) {
-    // C's tile into L2 now, so that the epilogue's loads of it, after the K loop, wait on L2
-    // rather than DRAM: a 128-byte line at a time along C's contiguous dimension (its last
-    // element too, for a run not aligned to lines).
-    const auto lines = [&](auto crow_) {
-      constexpr bool CROW = decltype(crow_)::value;
-      constexpr int LP = (CROW ? BN : BM) / 16 + 1;  // lines a run can touch
-      const int fl = CROW ? cols : rows, sl = CROW ? rows : cols;
-      for (int i = tid; i < sl * LP; i += NT) {
-        const int sx = i / LP, fx = min(16 * (i % LP), fl - 1);
-        prefetch_l2(&g.C(R0 + (CROW ? sx : fx), g.c0 + (CROW ? fx : sx)));
-      }
-    };
-    if (g.C.row) lines(Flag<true>());
-    else lines(Flag<false>());
-  }
+  if (read_c && g.kk > 2 * KB) prefetch_c<double, BM, BN, NT>(g, rows, cols, R0, tid);
   double acc[MT][NT8][4];
 #pragma unroll
   for (int mi = 0; mi < MT; ++mi)
@@ -276,18 +369,10 @@ blas_gemm_mma(const unsigned long long* tbl, const long long* meta, const int* i
 #pragma unroll
       for (int e = 0; e < 4; ++e) acc[mi][ni][e] = 0.0;
   if (g.multiplies()) {
-    const BlasLaunch& L = g.L;
-    const double* A = reinterpret_cast<const double*>(tbl[3 + L.slot[0]]) +
-                      meta[(long long)L.slot[0] * 2 * K + g.q];
-    const long long lda = meta[(long long)L.slot[0] * 2 * K + K + g.q];
-    const double* B = reinterpret_cast<const double*>(tbl[3 + L.slot[1]]) +
-                      meta[(long long)L.slot[1] * 2 * K + g.q];
-    const long long ldb = meta[(long long)L.slot[1] * 2 * K + K + g.q];
-    // The tile's corner of each operand: A(r0 + i0, k0) and B(k0, c0), as (o, k) = (row, k)
-    // of A and (column, k) of B.
-    const long long ra = g.r0 + g.i0, cb = g.c0, k0 = g.k0;
-    const Stager<KA, BM, KB, NT, true> sa(A + (AROW ? ra * lda + k0 : ra + k0 * lda), lda, tid);
-    const Stager<KBT, BN, KB, NT, true> sb(B + (BROW ? k0 * ldb + cb : k0 + cb * ldb), ldb, tid);
+    // The tile's corner of each operand, as (o, k) = (row, k) of A and (column, k) of B.
+    const GemmOperands<double, BM, BN> op(tbl, meta, K, g, AROW, BROW);
+    const Stager<double, KA, BM, KB, NT, kSmw> sa(op.A, op.lda, tid);
+    const Stager<double, KBT, BN, KB, NT, kSmw> sb(op.B, op.ldb, tid);
     const int ma = g.mm - g.i0, nb = g.nn - g.c0, kk = g.kk;
     const bool fa = ma >= BM, fb = nb >= BN;  // the tile lies inside each operand
     // This lane's first element of each fragment pair in a stage (the pairs above).
@@ -362,18 +447,9 @@ blas_gemm_mma(const unsigned long long* tbl, const long long* meta, const int* i
           else if (active) chunk(sA, sB, Flag<true>());
         });
   }
-  // The epilogue goes through shared memory (the pipeline's buffers, free after its last
-  // barrier): every warp parks its accumulators, then the block reads C and writes O along
-  // O's contiguous dimension, EB elements a thread at a time with all of their loads of C in
-  // flight before the stores. It was 42% of the warps' stall samples and most of the
-  // instructions of a 384^3 GEMM (~1,200 a warp for every 16 elements a thread, in a general
-  // element-wise form that tested triangle, orientation and C per element: ncu source counters,
-  // H200, 2026-11-24); the common case (the whole output, C oriented as O) now steps pointers.
-  // Written from the fragments directly, a warp's stores touched 8 rows x 4 columns at once,
-  // and a GEMM with k = 32 ran 6.7x its floor (gemm-panel512, H200, 2026-11-21).
-  constexpr int TP = BN + 1;  // odd stride: the column-wise reads are conflict-free
-  // (blas_cuda.mma_smem sizes the buffers to hold the block's tile too)
-  static_assert(NT % BN == 0 && NT % BM == 0, "epilogue mapping");
+  // The epilogue (store_tile) reads the accumulators from the pipeline's buffers, free after
+  // its last barrier (blas_cuda.mma_smem sizes them to hold the block's tile too).
+  constexpr int TP = BN + 1;
 #pragma unroll
   for (int mi = 0; mi < MT; ++mi)
 #pragma unroll
@@ -385,60 +461,87 @@ blas_gemm_mma(const unsigned long long* tbl, const long long* meta, const int* i
              (KBT ? ni * 8 + 2 * tig + (e & 1)
                   : (ni >> 1) * 16 + 4 * tig + 2 * (e & 1) + (ni & 1))] = acc[mi][ni][e];
   __syncthreads();
-  // Thread (f, s): f along O's contiguous dimension, s = s0, s0 + step, ... along the other.
-  // (half the tile a round trip: the whole tile, 64 loads a thread, measured 2-7% slower on
-  // 256-512^3 GEMMs, H200, 2026-11-24)
-  constexpr int EB = BM * BN / NT / 2 > 16 ? BM * BN / NT / 2 : 16;
-  const bool orow = g.O.row;
-  const int F = orow ? BN : BM, step = NT / F, f = tid % F, s0 = tid / F;
-  const int fl = orow ? cols : rows, sl = orow ? rows : cols;
-  if (f >= fl) return;
-  if (g.L.tri == 0 && (!g.has_c || g.C.row == orow)) {
-    const double alpha = g.L.alpha, beta = g.L.beta;
-    const auto at = [&](const View<double>& v) {  // element (s0, f) of the tile in v
-      return v.p + (orow ? (long long)(R0 + s0) * v.ld + g.c0 + f
-                         : (long long)(R0 + f) + (long long)(g.c0 + s0) * v.ld);
-    };
-    double* po = at(g.O);
-    const double* pc = at(g.C);
-    const long long so = (long long)step * g.O.ld, sc = (long long)step * g.C.ld;
-    const double* ps = sbuf + (orow ? s0 * TP + f : f * TP + s0);
-    const int ss = orow ? step * TP : step;
-    for (int e0 = s0; e0 < sl; e0 += EB * step) {
-      double cv[EB];
-      if (read_c) {
+  store_tile<double, BM, BN, NT>(g, sbuf, rows, cols, R0, read_c, tid);
+}
+
+// The same task as blas_gemm in float32 on FMA, tiled for throughput: each of 256 threads
+// computes TM x TM outputs of the block's BM x BM tile (BM = 16 TM) from 128-bit loads of 4
+// consecutive rows of A and columns of B (k-major shared tiles, pipeline.cuh's smk, whatever the
+// operands' orientation), so that a k-step is TM / 2 loads for TM^2 FMAs; K runs in chunks of
+// 16 through S cp.async stages, and the epilogue is store_tile's. The thread's rows are
+// ty 4 + {0..3} (+ BM / 2 when TM = 8), its columns alike, so a warp's loads of A broadcast
+// and its loads of B cover 64 consecutive columns. blas_gemm, with one 4-byte load per FMA
+// pair and no pipeline, ran float32 GEMMs at 0.37x bucketed cuBLAS (Nmax 512, H200,
+// 2026-11-24).
+template <int BM, int S, bool AROW, bool BROW>
+__global__ void __launch_bounds__(256, BM >= 128 ? 2 : 3)
+blas_gemm_simt(const unsigned long long* tbl, const long long* meta, const int* imeta,
+               const int* tasks, int K, int lo, int hi, int extra) {
+  constexpr int BN = BM, TM = BM / 16, NT = 256, KB = 16, H = TM / 4;
+  constexpr bool KA = AROW, KBT = !BROW;
+  constexpr int P = BM + 4, SA = KB * P, STAGE = 2 * SA;
+  static_assert(TM == 4 || TM == 8, "tile shape");
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  float* sbuf = reinterpret_cast<float*>(smem_raw);
+  GemmTile<float, BM, BN> g;
+  if (!g.find(tbl, meta, tasks, K, lo, hi, extra)) return;
+  const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
+  const int rows = min(BM, g.mm - g.i0), cols = min(BN, g.nn - g.c0);
+  const int R0 = g.r0 + g.i0;
+  const bool read_c = g.has_c && g.L.beta != 0.0;
+  if (read_c && g.kk > 2 * KB) prefetch_c<float, BM, BN, NT>(g, rows, cols, R0, tid);
+  float acc[TM][TM];
 #pragma unroll
-        for (int e = 0; e < EB; ++e) cv[e] = e0 + e * step < sl ? pc[e * sc] : 0.0;
-      }
+  for (int i = 0; i < TM; ++i)
 #pragma unroll
-      for (int e = 0; e < EB; ++e) {
-        if (e0 + e * step >= sl) break;
-        double v = alpha * ps[e * ss];
-        if (read_c) v += beta * cv[e];
-        po[e * so] = v;
-      }
-      po += EB * so;
-      pc += EB * sc;
-      ps += EB * ss;
-    }
-    return;
+    for (int j = 0; j < TM; ++j) acc[i][j] = 0.f;
+  if (g.multiplies()) {
+    const GemmOperands<float, BM, BN> op(tbl, meta, K, g, AROW, BROW);
+    const Stager<float, KA, BM, KB, NT, kSmk> sa(op.A, op.lda, tid);
+    const Stager<float, KBT, BN, KB, NT, kSmk> sb(op.B, op.ldb, tid);
+    const int ma = g.mm - g.i0, nb = g.nn - g.c0, kk = g.kk;
+    const bool fa = ma >= BM, fb = nb >= BN;
+    k_pipeline_n<KB, S>(
+        kk,
+        [&](int buf, int l0) {
+          float* sA = sbuf + buf * STAGE;
+          const bool fk = kk - l0 >= KB;
+          if (fa && fk) sa.stage_full(sA, l0 / KB);
+          else sa.stage(sA, l0 / KB, ma, kk - l0);
+          if (fb && fk) sb.stage_full(sA + SA, l0 / KB);
+          else sb.stage(sA + SA, l0 / KB, nb, kk - l0);
+          cp_async_commit();
+        },
+        [&](int buf) {
+          const float* sA = sbuf + buf * STAGE + ty * 4;
+          const float* sB = sbuf + buf * STAGE + SA + tx * 4;
+#pragma unroll
+          for (int k = 0; k < KB; ++k) {
+            float a[TM], b[TM];
+#pragma unroll
+            for (int h = 0; h < H; ++h) {
+              const float4 u = *reinterpret_cast<const float4*>(sA + k * P + h * (BM / 2));
+              const float4 v = *reinterpret_cast<const float4*>(sB + k * P + h * (BN / 2));
+              a[4 * h] = u.x; a[4 * h + 1] = u.y; a[4 * h + 2] = u.z; a[4 * h + 3] = u.w;
+              b[4 * h] = v.x; b[4 * h + 1] = v.y; b[4 * h + 2] = v.z; b[4 * h + 3] = v.w;
+            }
+#pragma unroll
+            for (int i = 0; i < TM; ++i)
+#pragma unroll
+              for (int j = 0; j < TM; ++j) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
+          }
+        });
   }
-  // Any other output (a triangle, C oriented unlike O): element by element.
-  const GemmOut<double> out(g.L, g.O, g.C, g.has_c);
-  for (int e0 = s0; e0 < sl; e0 += EB * step) {
-    double cv[EB];
+  // Park the accumulators for store_tile (blas_cuda.simt_smem sizes the buffers to hold them).
+  constexpr int TP = BN + 1;
 #pragma unroll
-    for (int e = 0; e < EB; ++e) {
-      const int sx = e0 + e * step;
-      cv[e] = sx < sl ? out.load(R0 + (orow ? sx : f), g.c0 + (orow ? f : sx)) : 0.0;
-    }
+  for (int i = 0; i < TM; ++i)
 #pragma unroll
-    for (int e = 0; e < EB; ++e) {
-      const int sx = e0 + e * step;
-      const int r = orow ? sx : f, c = orow ? f : sx;
-      if (sx < sl) out.store(R0 + r, g.c0 + c, sbuf[r * TP + c], cv[e]);
-    }
-  }
+    for (int j = 0; j < TM; ++j)
+      sbuf[((i / 4) * (BM / 2) + ty * 4 + i % 4) * TP + (j / 4) * (BN / 2) + tx * 4 + j % 4] =
+          acc[i][j];
+  __syncthreads();
+  store_tile<float, BM, BN, NT>(g, sbuf, rows, cols, R0, read_c, tid);
 }
 
 // The diagonal-block solve of one small triangle (blas_diag's), shared by blas_diag and

@@ -20,8 +20,8 @@ from vbatch.ops.errors import InputError
 
 OP = "blas"
 SOURCE = "blas.cu"
-TEMPLATES = ("vb::blas_gemm", "vb::blas_gemm_mma", "vb::blas_diag", "vb::blas_trsv",
-             "vb::blas_copy")
+TEMPLATES = ("vb::blas_gemm", "vb::blas_gemm_mma", "vb::blas_gemm_simt", "vb::blas_diag",
+             "vb::blas_trsv", "vb::blas_copy")
 DTYPES = ("float64", "float32")
 # Recursion base of triangular ops: the diagonal kernel holds a block of NB x NB (and NB rows of
 # NC right-hand-side columns) in shared memory: 41.5 KB in float64 at 32 x 128, under the
@@ -40,6 +40,11 @@ GEMM_TILES = ((32, 32, 16, 2, 2), (64, 64, 16, 4, 4))
 # tile lost to the 64 x 64 one, hence the K rule in mma_tile.
 MMA_TILES = ((64, 64, 32, 3), (128, 64, 64, 3))
 MMA_KB = 16
+# float32 GEMM tiles for launches with a task past 32 rows or columns (blas_gemm_simt): (BM,
+# stages), square, 256 threads of (BM / 16)^2 outputs; the large one where the output reaches
+# 128 each way. The FMA tiles above remain for launches of tasks within 32 x 32.
+SIMT_TILES = ((64, 3), (128, 3))
+SIMT_KB = 16
 # Whole-triangle solves (blas_trsv): a problem with at most WHOLE_RHS right-hand sides is solved
 # in one task (one block reads its triangle once) instead of the recursion's chain; the column
 # counts a block takes at once, the smallest that covers a launch's widest task. The crossover,
@@ -111,6 +116,17 @@ def mma_smem(tile, arow: bool, brow: bool) -> int:
     return 8 * max(stages * (size(arow, bm) + size(not brow, bn)), bm * (bn + 1))
 
 
+def simt_name(tile, arow: bool, brow: bool) -> str:
+    return "vb::blas_gemm_simt<{},{},{},{}>".format(*tile, _b(arow), _b(brow))
+
+
+def simt_smem(tile) -> int:
+    """Dynamic shared memory of blas_gemm_simt in bytes: its stages (k-major, rows padded by
+    4), or the block's tile parked for the epilogue (bm x (bm + 1)), whichever is larger."""
+    bm, stages = tile
+    return 4 * max(stages * 2 * SIMT_KB * (bm + 4), bm * (bm + 1))
+
+
 def _b(v: bool) -> str:
     return "true" if v else "false"
 
@@ -134,6 +150,9 @@ def kernel_names(dtypes=DTYPES, nbs=None, orders=None) -> list[str]:
         out += [gemm_name(T, tile) for tile in GEMM_TILES]
         if T == "double":
             out += [mma_name(tile, ar, br) for tile in MMA_TILES
+                    for ar in (False, True) for br in (False, True)]
+        else:
+            out += [simt_name(tile, ar, br) for tile in SIMT_TILES
                     for ar in (False, True) for br in (False, True)]
         out += [diag_name(T, False), diag_name(T, True), copy_name(T)]
         out += [trsv_name(T, c) for c in TRSV_COLS]
@@ -204,6 +223,11 @@ def selection(lc, plan, dtype, layouts: dict, config) -> Selection:
             sel = Selection(mma_name(tile, rows[0], rows[1]), (lc.count * _tiles(a, tile),),
                             ((tile[0] // tile[2]) * (tile[1] // 32) * 32,),
                             mma_smem(tile, rows[0], rows[1]), extra)
+        elif T == "float" and max(mm, nn) > GEMM_TILES[0][0]:
+            tile = SIMT_TILES[1] if min(mm, nn) >= SIMT_TILES[1][0] else SIMT_TILES[0]
+            sel = Selection(simt_name(tile, rows[0], rows[1]),
+                            (lc.count * _tiles(a, (tile[0], tile[0])),), (256,),
+                            simt_smem(tile), extra)
         else:
             tile = GEMM_TILES[0] if mm <= GEMM_TILES[0][0] and nn <= GEMM_TILES[0][1] \
                 else GEMM_TILES[1]

@@ -138,24 +138,32 @@ __host__ __device__ constexpr int smw_size() { return KCONT ? O * (KB + 8) : KB 
 template <bool KCONT, int O, int KB>
 __host__ __device__ constexpr int smw_stride() { return KCONT ? KB + 8 : O + 2; }
 
-// Stages K-chunks of one DMMA operand tile (O x KB, laid out by sm, or smw when WIDE) with
-// 8-byte cp.async:
-// element (o, k) of the operand is at X + (KCONT ? o * ld + k : o + k * ld), and elements with
-// o >= mo or k past the operand's end read as zeros. Thread t takes elements t, t + NT, ... of the
-// chunk in the order the layout is contiguous in global memory, so a warp's copies coalesce; with
-// NT a multiple of KB (KCONT) or O, each thread keeps one k (or one o) and steps the other by a
-// constant, so a copy costs a compare, an address and the copy (the general index arithmetic per
-// element made staging, not DMMA, the limit: 22 TFLOP/s at 512^3, H200, 2026-11-21).
-template <bool KCONT, int O, int KB, int NT, bool WIDE = false>
+// k-major for every orientation, rows padded by 4 elements: the SIMT GEMM reads 4 consecutive
+// o of one k with a 128-bit load (float), whatever the operand's orientation in global memory.
+template <int O>
+__device__ __forceinline__ int smk(int o, int k) { return k * (O + 4) + o; }
+
+// How a Stager lays a tile out in shared memory: sm, smw or smk.
+enum StageLayout { kSm = 0, kSmw = 1, kSmk = 2 };
+
+// Stages K-chunks of one operand tile (O x KB elements of T, laid out by LAYOUT) with cp.async,
+// one element a copy: element (o, k) of the operand is at X + (KCONT ? o * ld + k : o + k * ld),
+// and elements with o >= mo or k past the operand's end read as zeros. Thread t takes elements
+// t, t + NT, ... of the chunk in the order the layout is contiguous in global memory, so a
+// warp's copies coalesce; with NT a multiple of KB (KCONT) or O, each thread keeps one k (or
+// one o) and steps the other by a constant, so a copy costs a compare, an address and the copy
+// (the general index arithmetic per element made staging, not DMMA, the limit: 22 TFLOP/s at
+// 512^3, H200, 2026-11-21).
+template <typename T, bool KCONT, int O, int KB, int NT, int LAYOUT = kSm>
 struct Stager {
   static constexpr int E = O * KB / NT, DV = KCONT ? NT / KB : NT / O;
   static_assert(O * KB % NT == 0 && (KCONT ? NT % KB : NT % O) == 0, "staging shape");
-  const double* base;
-  const double* p;   // this thread's first element, chunk 0
+  const T* base;
+  const T* p;        // this thread's first element, chunk 0
   long long step;    // between its elements
   long long chunk;   // between chunks
   int fixed, first;  // its fixed coordinate (k, or o) and its first varying one
-  __device__ __forceinline__ Stager(const double* X, long long ld, int tid) : base(X) {
+  __device__ __forceinline__ Stager(const T* X, long long ld, int tid) : base(X) {
     if (KCONT) {
       fixed = tid % KB;
       first = tid / KB;
@@ -170,16 +178,20 @@ struct Stager {
       chunk = KB * ld;
     }
   }
+  static __device__ __forceinline__ int at(int o, int k) {
+    return LAYOUT == kSmw ? smw<KCONT, O, KB>(o, k)
+         : LAYOUT == kSmk ? smk<O>(o, k)
+                          : sm<KCONT, O, KB>(o, k);
+  }
   // Chunk c (columns k0 = c KB ...) into s; mo: rows o that exist; kleft: columns left from k0.
-  __device__ __forceinline__ void stage(double* s, int c, int mo, int kleft) const {
-    const double* q = p + c * chunk;
+  __device__ __forceinline__ void stage(T* s, int c, int mo, int kleft) const {
+    const T* q = p + c * chunk;
 #pragma unroll
     for (int j = 0; j < E; ++j, q += step) {
       const int o = KCONT ? first + j * DV : fixed;
       const int k = KCONT ? fixed : first + j * DV;
       const bool ok = o < mo && k < kleft;
-      const int at = WIDE ? smw<KCONT, O, KB>(o, k) : sm<KCONT, O, KB>(o, k);
-      cp_async_zfill<8>(s + at, ok ? q : base, ok);
+      cp_async_zfill<sizeof(T)>(s + at(o, k), ok ? q : base, ok);
     }
   }
   // The same chunk when every element lies inside the operand (all O rows, KB columns left):
@@ -187,13 +199,13 @@ struct Stager {
   // costs ~9 PTX instructions a copy (compare, select, two size and address selects), and with
   // 24 copies a thread a chunk it was most of the DMMA GEMM's ~490 instructions a warp a chunk
   // (ncu, 384^3 GEMMs, H100, 2026-11-24).
-  __device__ __forceinline__ void stage_full(double* s, int c) const {
-    const double* q = p + c * chunk;
+  __device__ __forceinline__ void stage_full(T* s, int c) const {
+    const T* q = p + c * chunk;
 #pragma unroll
     for (int j = 0; j < E; ++j, q += step) {
       const int o = KCONT ? first + j * DV : fixed;
       const int k = KCONT ? fixed : first + j * DV;
-      cp_async<8>(s + (WIDE ? smw<KCONT, O, KB>(o, k) : sm<KCONT, O, KB>(o, k)), q);
+      cp_async<sizeof(T)>(s + at(o, k), q);
     }
   }
 };

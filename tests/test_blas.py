@@ -189,6 +189,36 @@ def test_gemm_float64_kernels_and_tiles_on_cuda(kernel, form, ta, tb):
             f"syrk {kernel} {form} problem {i}: error {err:.3e}"
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("form", ["packedF", "packedC"])
+@pytest.mark.parametrize("ta,tb", [(False, False), (True, False), (False, True), (True, True)])
+def test_gemm_float32_tiles_on_cuda(form, ta, tb):
+    """float32 GEMM on both SIMT tiles (tasks of 128 and up each way beside 33-127, with edges
+    past every tile) and the small FMA tile, in every orientation of A and B, alpha and beta
+    both applied; and a SYRK, whose triangle takes the element-wise epilogue."""
+    rng = np.random.default_rng(11)
+    shapes = [(256, 300, 37), (257, 255, 129), (130, 129, 16), (5, 400, 3), (129, 1, 65),
+              (0, 12, 5), (33, 31, 1), (64, 64, 64), (65, 63, 0), (31, 32, 33)]
+    A = [rng.standard_normal((k, m) if ta else (m, k)).astype(np.float32) for m, n, k in shapes]
+    B = [rng.standard_normal((n, k) if tb else (k, n)).astype(np.float32) for m, n, k in shapes]
+    C = [rng.standard_normal((m, n)).astype(np.float32) for m, n, k in shapes]
+    a, b, c = (_form(x, form, "cuda", np.float32) for x in (A, B, C))
+    rt = vbatch.Runtime("cuda")
+    out = _mats(rt.gemm(a, b, c, alpha=0.75, beta=-1.0, trans_a=ta, trans_b=tb).result())
+    _check_gemm(A, B, C, out, 0.75, -1.0, ta, tb, np.float32, f"simt {form}")
+    sq = [rng.standard_normal((n, k)).astype(np.float32) for n, k in ((300, 40), (130, 129))]
+    cs = [rng.standard_normal((x.shape[0],) * 2).astype(np.float32) for x in sq]
+    got = _mats(rt.syrk(_form(sq, form, "cuda", np.float32), _form(cs, form, "cuda", np.float32),
+                        alpha=1.0, beta=1.0, lower=not ta).result())
+    for i, (x, c0, o) in enumerate(zip(sq, cs, got)):
+        ref = syrk_reference(x.astype(np.float64), c0, 1.0, 1.0, trans=False, lower=not ta)
+        assert np.all(np.isfinite(o)) and o.shape == ref.shape
+        err = np.abs(o - ref).max()
+        scale = (np.abs(x) @ np.abs(x).T + np.abs(c0)).max()
+        assert err <= 3 * _gamma(x.shape[1] + 2, _eps(np.float32)) * scale, \
+            f"syrk simt {form} problem {i}: error {err:.3e}"
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_gemm_beta_zero_does_not_read_c_and_overwrite_writes_c(device):
     rng = np.random.default_rng(2)

@@ -114,6 +114,7 @@ def test_every_selected_blas_kernel_is_in_kernel_names():
     tiles = {blas.mma_tile(m, n) for m, n in ((300, 300), (300, 64), (64, 64))}
     assert tiles == set(blas.MMA_TILES)
     assert not any("mma" in x for x in blas.kernel_names(("float32",)))
+    assert not any("simt" in x for x in blas.kernel_names(("float64",)))
 
 
 def test_fused_thread_counts_between_the_powers_of_two_are_compiled():
@@ -133,9 +134,10 @@ def test_kernel_names_is_the_whole_set_once():
     want = sum(2 * (nbs * per_nb[dt] + 2) + 2 for dt in sel.DTYPES)
     # The blas family, per dtype (no order or panel width: its kernels read layouts at run
     # time): two GEMM tiles, the two diagonal kernels, the copy, the whole-triangle solve per
-    # column count; in float64 also the DMMA GEMM tiles, one per orientation of A and B.
+    # column count; in float64 also the DMMA GEMM tiles, in float32 the SIMT ones, one per
+    # orientation of A and B.
     want += len(sel.DTYPES) * (len(blas.GEMM_TILES) + 3 + len(blas.TRSV_COLS)) \
-        + 4 * len(blas.MMA_TILES)
+        + 4 * len(blas.MMA_TILES) + 4 * len(blas.SIMT_TILES)
     # The frontal family (vbatch.sparse): per dtype and order, the extend-add and the solve's
     # two row exchanges.
     want += len(sel.DTYPES) * 2 * 3
