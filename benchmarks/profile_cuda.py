@@ -276,7 +276,6 @@ def cmd_tiles(args):
 
     cands = [tuple(int(x) for x in c.split(",")) for c in args.tiles]
     real = bc.mma_tile
-    small = bc.MMA_TILES[0]
     for name in args.cases:
         case = cb.parse_case(name)
         d = cb.draw(case, 12345)
@@ -287,7 +286,7 @@ def cmd_tiles(args):
         print(f"== {name}")
         for cand in [None] + cands:
             bc.mma_tile = real if cand is None else (
-                lambda mm, nn, kk=0, c=cand: c if min(mm, nn) >= 128 else small)
+                lambda mm, nn, kk=0, c=cand: c if min(mm, nn) >= 128 else real(mm, nn, kk))
             try:
                 rt = vbatch.Runtime("cuda")
                 run = lambda: getattr(rt, case.op)(**args_, **fields)  # noqa: E731

@@ -37,8 +37,12 @@ GEMM_TILES = ((32, 32, 16, 2, 2), (64, 64, 16, 4, 4))
 # per issued instruction, DP tensor pipe 38% busy). Of seven tiles tried on the harness's cases
 # (`profile_cuda.py tiles`, H200, 2026-11-23), it was the fastest on square GEMMs: 6.24 against
 # 7.60 ms at Nmax 512, 8.67 against 10.52 at 1024; on a K of 32 (the panel case) every large
-# tile lost to the 64 x 64 one, hence the K rule in mma_tile.
-MMA_TILES = ((64, 64, 32, 3), (128, 64, 64, 3))
+# tile lost to the 64 x 64 one, hence the K rule in mma_tile. Swept again with the new
+# epilogue (2026-11-24: 128 x 64 x 2 or 3 stages 4.36 ms at Nmax 512; 8 or 16 warps of 32 x 32,
+# 128 x 128, 64 x 128: 5.0-6.3), it stays. The one-warp 32 x 32 tile takes launches of tasks
+# within 32 x 32: uniform Nmax 32, one launch of it 0.022 ms of kernel time, where six launches
+# of the 64 x 64 one took 0.090.
+MMA_TILES = ((32, 32, 32, 2), (64, 64, 32, 3), (128, 64, 64, 3))
 MMA_KB = 16
 # float32 GEMM tiles for launches with a task past 32 rows or columns (blas_gemm_simt): (BM,
 # stages), square, 256 threads of (BM / 16)^2 outputs; the large one where the output reaches
@@ -192,12 +196,17 @@ def _row(layouts: dict, name: str, t: int) -> bool:
     return (layouts.get(name) == "C") != bool(t)
 
 
-def mma_tile(mm: int, nn: int, kk: int = MMA_TILES[1][0]) -> tuple:
+def mma_tile(mm: int, nn: int, kk: int = MMA_TILES[2][0]) -> tuple:
     """The DMMA tile of a launch whose tasks are at most mm x nn x kk: the large one where the
     output reaches 128 each way and K is at least 128 (measured: module constants); a short K,
-    where C in and O out dominate, keeps the 64 x 64 tile and more blocks per multiprocessor."""
-    big = MMA_TILES[1][0]
-    return MMA_TILES[1] if min(mm, nn) >= big and kk >= big else MMA_TILES[0]
+    where C in and O out dominate, keeps the 64 x 64 tile and more blocks per multiprocessor;
+    tasks within 32 x 32 take one warp each (a 64 x 64 block of 4 warps for a problem of 32 or
+    less left three of them idle, and held three blocks a multiprocessor where a warp's block
+    takes twelve)."""
+    big = MMA_TILES[2][0]
+    if max(mm, nn) <= MMA_TILES[0][0]:
+        return MMA_TILES[0]
+    return MMA_TILES[2] if min(mm, nn) >= big and kk >= big else MMA_TILES[1]
 
 
 def _tiles(a: np.ndarray, tile) -> int:

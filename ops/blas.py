@@ -37,7 +37,7 @@ from pydantic import BaseModel, ConfigDict, model_validator
 
 from vbatch.ops.batch import MatrixList, PackedBatch
 from vbatch.ops.errors import InputError
-from vbatch.ops.kinds import LAUNCH_KINDS, TaskKind, by_log2, kind, single
+from vbatch.ops.kinds import LAUNCH_KINDS, TaskKind, by_log2, by_log2_past_32, kind, single
 from vbatch.ops.op import Buffer, Op
 from vbatch.ops.op import register as register_op
 from vbatch.ops.operands import (
@@ -74,7 +74,7 @@ def _copy_flops(args, rows, cols, width):
 _BASE = {
     COPY: TaskKind(name=COPY, op=FAMILY, args=ARGS, window=by_log2, launches=single(COPY),
                    flops=_copy_flops, doc="X := alpha B on views (rows = m, width = n)"),
-    GEMM: TaskKind(name=GEMM, op=FAMILY, args=ARGS, window=by_log2, launches=single(GEMM),
+    GEMM: TaskKind(name=GEMM, op=FAMILY, args=ARGS, window=by_log2_past_32, launches=single(GEMM),
                    flops=_gemm_flops,
                    doc="O := alpha A B + beta C on a row block (rows = mm, cols = kk, "
                        "width = nn)"),

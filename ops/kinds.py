@@ -110,6 +110,14 @@ def by_rows(rows: np.ndarray, options: dict) -> np.ndarray:
     return -(-np.asarray(rows, dtype=np.int64) // nb)
 
 
+def by_log2_past_32(rows: np.ndarray, options: dict) -> np.ndarray:
+    """As :func:`by_log2`, with every size up to 32 in one window: for a GEMM those tasks are
+    one tile each, so one launch takes them all without blocks that exit. Six launches (1, 2,
+    3-4, ... 17-32) cost a uniform Nmax 32 GEMM of 2000 problems ~0.09 ms of kernel time for
+    work of a few microseconds, each launch's latency paid in turn (H200, 2026-11-24)."""
+    return np.maximum(by_log2(rows, options), 5)
+
+
 def by_log2(rows: np.ndarray, options: dict) -> np.ndarray:
     """Sizes within a factor of two of each other: ``ceil(log2(rows))``. For kinds whose
     launches tile every task over one grid sized by the largest (a GEMM): blocks past a small

@@ -158,6 +158,20 @@ def blas(rng, dtype) -> int:
     # The last two reach the large DMMA tile (every dimension >= 128, K >= 128) in float64.
     shapes = [(0, 3, 2), (1, 1, 1), (31, 33, 32), (65, 64, 63), (100, 7, 129), (5, 70, 0),
               (257, 256, 130), (300, 260, 131)]
+    # Every task within 32 x 32 (K past one chunk): one launch of the one-warp DMMA tile.
+    small = [(0, 3, 2), (1, 1, 1), (31, 32, 33), (32, 17, 40), (5, 32, 0), (32, 32, 32)]
+    for order in ("F", "C"):
+        A = [rng.standard_normal((m, k)).astype(dtype) for m, n, k in small]
+        B = [rng.standard_normal((n, k)).astype(dtype) for m, n, k in small]
+        C = [rng.standard_normal((m, n)).astype(dtype) for m, n, k in small]
+        out = rt.gemm(dev(A, order), dev(B, order), dev(C, order), alpha=-1.5, beta=0.5,
+                      trans_b=True).result()
+        for i, (x, y, z) in enumerate(zip(A, B, C)):
+            ref = -1.5 * x.astype(np.float64) @ y.T + 0.5 * z
+            if not np.allclose(out.matrix(i).get(), ref, rtol=100 * eps,
+                               atol=100 * eps * (1 + x.shape[1])):
+                print(f"gemm small {order} problem {i}")
+                bad += 1
     for order in ("F", "C"):
         A = [rng.standard_normal((m, k)).astype(dtype) for m, n, k in shapes]
         B = [rng.standard_normal((k, n)).astype(dtype) for m, n, k in shapes]

@@ -190,6 +190,27 @@ def test_gemm_float64_kernels_and_tiles_on_cuda(kernel, form, ta, tb):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("form", ["packedF", "packedC"])
+@pytest.mark.parametrize("ta,tb", [(False, False), (True, False), (False, True), (True, True)])
+def test_gemm_within_32_on_cuda(dtype, form, ta, tb):
+    """A batch whose every task is within 32 x 32 (K beyond it too): one launch of the
+    one-warp DMMA tile in float64, of the small FMA tile in float32."""
+    rng = np.random.default_rng(12)
+    shapes = [(0, 3, 2), (1, 1, 1), (31, 32, 33), (32, 17, 40), (5, 32, 0), (32, 32, 32),
+              (16, 1, 70), (2, 31, 1)]
+    A = [rng.standard_normal((k, m) if ta else (m, k)) for m, n, k in shapes]
+    B = [rng.standard_normal((n, k) if tb else (k, n)) for m, n, k in shapes]
+    C = [rng.standard_normal((m, n)) for m, n, k in shapes]
+    a, b, c = (_form(x, form, "cuda", dtype) for x in (A, B, C))
+    rt = vbatch.Runtime("cuda")
+    plan = rt.plan_for("gemm", a=a, b=b, c=c, trans_a=ta, trans_b=tb)
+    assert len(plan.launches) == 1
+    out = _mats(rt.gemm(a, b, c, alpha=-1.5, beta=0.5, trans_a=ta, trans_b=tb).result())
+    _check_gemm(A, B, C, out, -1.5, 0.5, ta, tb, dtype, f"within 32 {form}")
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("form", ["packedF", "packedC"])
 @pytest.mark.parametrize("ta,tb", [(False, False), (True, False), (False, True), (True, True)])
 def test_gemm_float32_tiles_on_cuda(form, ta, tb):
