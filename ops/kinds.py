@@ -111,11 +111,16 @@ def by_rows(rows: np.ndarray, options: dict) -> np.ndarray:
 
 
 def by_log2_past_32(rows: np.ndarray, options: dict) -> np.ndarray:
-    """As :func:`by_log2`, with every size up to 32 in one window: for a GEMM those tasks are
-    one tile each, so one launch takes them all without blocks that exit. Six launches (1, 2,
-    3-4, ... 17-32) cost a uniform Nmax 32 GEMM of 2000 problems ~0.09 ms of kernel time for
-    work of a few microseconds, each launch's latency paid in turn (H200, 2026-11-24)."""
-    return np.maximum(by_log2(rows, options), 5)
+    """As :func:`by_log2`, with every size up to 32 in one window, and the windows numbered
+    from the largest sizes down. Up to 32 a GEMM task is one tile, so one launch takes them all
+    without blocks that exit: six launches (1, 2, 3-4, ... 17-32) cost a uniform Nmax 32 GEMM
+    of 2000 problems ~0.09 ms of kernel time for work of a few microseconds (H200,
+    2026-11-24). Largest first: the planner issues a level's groups in window order, round
+    robin over the streams, and the launch of the longest blocks must start first (as the
+    longest tasks do inside a group); numbered upward, the 257-512 launch of a uniform Nmax 512
+    GEMM started behind a small one on its stream while the 129-256 launch took the device, and
+    the call ran 4.85 ms against 4.33."""
+    return 40 - np.maximum(by_log2(rows, options), 5)
 
 
 def by_log2(rows: np.ndarray, options: dict) -> np.ndarray:
