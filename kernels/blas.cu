@@ -432,13 +432,7 @@ blas_gemm_mma(const unsigned long long* tbl, const long long* meta, const int* i
     k_pipeline_n<KB, S>(
         kk,
         [&](int buf, int l0) {
-          double* sA = sbuf + buf * STAGE;
-          const bool fk = kk - l0 >= KB;
-          if (fa && fk) sa.stage_full(sA, l0 / KB);
-          else sa.stage(sA, l0 / KB, ma, kk - l0);
-          if (fb && fk) sb.stage_full(sA + SA, l0 / KB);
-          else sb.stage(sA + SA, l0 / KB, nb, kk - l0);
-          cp_async_commit();
+          stage_ab<KB>(sa, sb, sbuf + buf * STAGE, SA, l0, kk, ma, nb, fa, fb);
         },
         [&](int buf) {
           const double* sA = sbuf + buf * STAGE + aoff;
@@ -504,13 +498,7 @@ blas_gemm_simt(const unsigned long long* tbl, const long long* meta, const int* 
     k_pipeline_n<KB, S>(
         kk,
         [&](int buf, int l0) {
-          float* sA = sbuf + buf * STAGE;
-          const bool fk = kk - l0 >= KB;
-          if (fa && fk) sa.stage_full(sA, l0 / KB);
-          else sa.stage(sA, l0 / KB, ma, kk - l0);
-          if (fb && fk) sb.stage_full(sA + SA, l0 / KB);
-          else sb.stage(sA + SA, l0 / KB, nb, kk - l0);
-          cp_async_commit();
+          stage_ab<KB>(sa, sb, sbuf + buf * STAGE, SA, l0, kk, ma, nb, fa, fb);
         },
         [&](int buf) {
           const float* sA = sbuf + buf * STAGE + ty * 4;

@@ -46,7 +46,9 @@ MMA_TILES = ((32, 32, 32, 2), (64, 64, 32, 3), (128, 64, 64, 3))
 MMA_KB = 16
 # float32 GEMM tiles for launches with a task past 32 rows or columns (blas_gemm_simt): (BM,
 # stages), square, 256 threads of (BM / 16)^2 outputs; the large one where the output reaches
-# 128 each way. The FMA tiles above remain for launches of tasks within 32 x 32.
+# 128 each way. The FMA tiles above remain for launches of tasks within 32 x 32. At the 128
+# registers two blocks a multiprocessor allow, ptxas spills 72-96 bytes in the 128 tile's
+# builds (sm_90, 2026-11-24).
 SIMT_TILES = ((64, 3), (128, 3))
 SIMT_KB = 16
 # Whole-triangle solves (blas_trsv): a problem with at most WHOLE_RHS right-hand sides is solved
@@ -93,9 +95,11 @@ def gemm_name(T: str, tile) -> str:
 def mma_min_blocks(tile) -> int:
     """The blocks of a tile a multiprocessor must hold (blas_gemm_mma's launch bounds): a
     fifth entry of the tile, else as many as fit at 255 registers a thread for warps of 64 rows
-    (two of the large tile) or 168 for warps of 32 (three of the small one), which their shared
-    memory allows (mma_smem: 111 and 74 KB at most). Unbounded, the row-major orientations
-    took 184 registers at 64 x 64, a block fewer."""
+    (two of the 128 x 64 tile) or 168 for warps of 32 (three of the 64 x 64, twelve of the
+    one-warp 32 x 32), which their shared memory allows but for the last (mma_smem: 111, 74 and
+    25 KB at most: nine). Unbounded, the row-major orientations took 184 registers at 64 x 64,
+    a block fewer; bounded, ptxas spills 48-56 bytes in the row-major-A builds of the 32 x 32
+    and 64 x 64 tiles (sm_90, 2026-11-24)."""
     if len(tile) > 4:
         return int(tile[4])
     bm, bn, wtm = tile[:3]

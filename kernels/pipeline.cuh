@@ -210,4 +210,17 @@ struct Stager {
   }
 };
 
+// Stages chunk l0 / KB of both operands of a GEMM tile (A at s, B at s + offb) and commits it,
+// without bounds where a tile lies inside its operand (fa, fb) and the chunk inside K (kk).
+template <int KB, typename SA, typename SB, typename T>
+__device__ __forceinline__ void stage_ab(const SA& sa, const SB& sb, T* s, int offb, int l0,
+                                         int kk, int ma, int nb, bool fa, bool fb) {
+  const bool fk = kk - l0 >= KB;
+  if (fa && fk) sa.stage_full(s, l0 / KB);
+  else sa.stage(s, l0 / KB, ma, kk - l0);
+  if (fb && fk) sb.stage_full(s + offb, l0 / KB);
+  else sb.stage(s + offb, l0 / KB, nb, kk - l0);
+  cp_async_commit();
+}
+
 }  // namespace vb
