@@ -255,7 +255,12 @@ __device__ __forceinline__ void store_tile(const GemmTile<T, BM, BN>& g, const T
   const int F = orow ? BN : BM, step = NT / F, f = tid % F, s0 = tid / F;
   const int fl = orow ? cols : rows, sl = orow ? rows : cols;
   if (f >= fl) return;
-  if (g.L.tri == 0 && (!g.has_c || g.C.row == orow)) {
+  // The whole tile inside the triangle written (SYRK's tiles off the diagonal) takes the
+  // pointer path too: SYRK of A n x n, n ~ U[1, 512], 2000 problems, 4.08 -> 3.70 ms in
+  // float64, 4.41 -> 4.03 in float32 (H200, 2026-11-24).
+  const bool whole = g.L.tri == 0 ||
+                     (g.L.tri == 1 ? R0 >= g.c0 + cols - 1 : R0 + rows - 1 <= g.c0);
+  if (whole && (!g.has_c || g.C.row == orow)) {
     const T alpha = T(g.L.alpha), beta = T(g.L.beta);
     const auto at = [&](const View<T>& v) {  // element (s0, f) of the tile in v
       return v.p + (orow ? (long long)(R0 + s0) * v.ld + g.c0 + f
@@ -285,7 +290,7 @@ __device__ __forceinline__ void store_tile(const GemmTile<T, BM, BN>& g, const T
     }
     return;
   }
-  // Any other output (a triangle, C oriented unlike O): element by element.
+  // Any other tile (across the triangle's edge, or C oriented unlike O): element by element.
   const GemmOut<T> out(g.L, g.O, g.C, g.has_c);
   for (int e0 = s0; e0 < sl; e0 += EB * step) {
     T cv[EB];
