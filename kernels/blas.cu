@@ -115,7 +115,9 @@ struct GemmOut {
 template <typename T, int BM, int BN>
 struct GemmTile {
   int q, r0, mm, k0, kk, nn, i0, c0;
-  bool has_c, any_in;
+  int R0, rows, cols;  // the tile's first row (absolute), its rows and columns inside the task
+  bool has_c, read_c, any_in;
+  static constexpr int TP = BN + 1;  // row stride of the tile as parked for store_tile
   BlasLaunch L;
   View<T> O, C;
   __device__ __forceinline__ bool find(const unsigned long long* tbl, const long long* meta,
@@ -136,10 +138,12 @@ struct GemmTile {
     O = view_of<T>(tbl, meta, K, q, L.slot[3], L.row[3]);
     has_c = L.slot[2] != 7;
     C = has_c ? view_of<T>(tbl, meta, K, q, L.slot[2], L.row[2]) : O;
+    read_c = has_c && L.beta != 0.0;
+    R0 = r0 + i0;
+    rows = min(BM, mm - i0);
+    cols = min(BN, nn - c0);
     // Whether the tile lies (partly) inside the triangle written: if not, no product is needed.
-    const int R_lo = r0 + i0, R_hi = r0 + min(i0 + BM, mm) - 1;
-    const int c_lo = c0, c_hi = min(c0 + BN, nn) - 1;
-    any_in = L.tri == 0 || (L.tri == 1 ? R_hi >= c_lo : R_lo <= c_hi);
+    any_in = L.tri == 0 || (L.tri == 1 ? R0 + rows - 1 >= c0 : R0 <= c0 + cols - 1);
     return true;
   }
   __device__ __forceinline__ bool multiplies() const { return any_in && kk > 0 && L.alpha != 0.0; }
@@ -219,8 +223,8 @@ blas_gemm(const unsigned long long* tbl, const long long* meta, const int* imeta
 // after the K loop, wait on L2 rather than DRAM: a 128-byte line at a time along C's contiguous
 // dimension (its last element too, for a run not aligned to lines).
 template <typename T, int BM, int BN, int NT>
-__device__ __forceinline__ void prefetch_c(const GemmTile<T, BM, BN>& g, int rows, int cols,
-                                           int R0, int tid) {
+__device__ __forceinline__ void prefetch_c(const GemmTile<T, BM, BN>& g, int tid) {
+  const int rows = g.rows, cols = g.cols, R0 = g.R0;
   const auto lines = [&](auto crow_) {
     constexpr bool CROW = decltype(crow_)::value;
     constexpr int EL = 128 / sizeof(T), LP = (CROW ? BN : BM) / EL + 1;  // lines a run touches
@@ -235,20 +239,21 @@ __device__ __forceinline__ void prefetch_c(const GemmTile<T, BM, BN>& g, int row
 }
 
 // The epilogue of the tiled GEMMs: the block's accumulators are parked in shared memory
-// (sbuf[r * (BN + 1) + c], the odd stride keeping column-wise reads conflict-free), and the
+// (sbuf[r * TP + c], TP = BN + 1: the odd stride keeps column-wise reads conflict-free), and the
 // block reads C and writes O along O's contiguous dimension, EB elements a thread at a time with
 // all of their loads of C in flight before the stores. It was 42% of the warps' stall samples
 // and most of the instructions of a 384^3 DMMA GEMM (~1,200 a warp for every 16 elements a
 // thread, in an element-wise form that tested triangle, orientation and C per element: ncu
-// source counters, H200, 2026-11-24); the common case (the whole output, C oriented as O) now
-// steps pointers. Written from the fragments directly, a warp's stores touched 8 rows x 4
+// source counters, H200, 2026-11-24); a tile written whole (no triangle, or wholly inside it)
+// with C oriented as O now steps pointers. Written from the fragments directly, a warp's stores touched 8 rows x 4
 // columns at once, and a GEMM with k = 32 ran 6.7x its floor (gemm-panel512, 2026-11-21).
 // Half the tile a round trip: the whole tile, 64 loads a thread, measured 2-7% slower on
 // 256-512^3 DMMA GEMMs (H200, 2026-11-24).
 template <typename T, int BM, int BN, int NT>
-__device__ __forceinline__ void store_tile(const GemmTile<T, BM, BN>& g, const T* sbuf, int rows,
-                                           int cols, int R0, bool read_c, int tid) {
-  constexpr int TP = BN + 1, EB = BM * BN / NT / 2 > 16 ? BM * BN / NT / 2 : 16;
+__device__ __forceinline__ void store_tile(const GemmTile<T, BM, BN>& g, const T* sbuf, int tid) {
+  constexpr int TP = GemmTile<T, BM, BN>::TP, EB = BM * BN / NT / 2 > 16 ? BM * BN / NT / 2 : 16;
+  const int rows = g.rows, cols = g.cols, R0 = g.R0;
+  const bool read_c = g.read_c;
   static_assert(NT % BN == 0 && NT % BM == 0, "epilogue mapping");
   // Thread (f, s): f along O's contiguous dimension, s = s0, s0 + step, ... along the other.
   const bool orow = g.O.row;
@@ -362,10 +367,7 @@ blas_gemm_mma(const unsigned long long* tbl, const long long* meta, const int* i
   const int wm = warp % WM, wn = warp / WM;
   // The warp's rows and columns inside the task (<= 0: none; its blocks past them are skipped).
   const int mlim = g.mm - g.i0 - wm * WTM, nlim = g.nn - g.c0 - wn * 32;
-  const int rows = min(BM, g.mm - g.i0), cols = min(BN, g.nn - g.c0);
-  const int R0 = g.r0 + g.i0;
-  const bool read_c = g.has_c && g.L.beta != 0.0;
-  if (read_c && g.kk > 2 * KB) prefetch_c<double, BM, BN, NT>(g, rows, cols, R0, tid);
+  if (g.read_c && g.kk > 2 * KB) prefetch_c<double, BM, BN, NT>(g, tid);
   double acc[MT][NT8][4];
 #pragma unroll
   for (int mi = 0; mi < MT; ++mi)
@@ -448,7 +450,7 @@ blas_gemm_mma(const unsigned long long* tbl, const long long* meta, const int* i
   }
   // The epilogue (store_tile) reads the accumulators from the pipeline's buffers, free after
   // its last barrier (blas_cuda.mma_smem sizes them to hold the block's tile too).
-  constexpr int TP = BN + 1;
+  constexpr int TP = decltype(g)::TP;
 #pragma unroll
   for (int mi = 0; mi < MT; ++mi)
 #pragma unroll
@@ -460,7 +462,7 @@ blas_gemm_mma(const unsigned long long* tbl, const long long* meta, const int* i
              (KBT ? ni * 8 + 2 * tig + (e & 1)
                   : (ni >> 1) * 16 + 4 * tig + 2 * (e & 1) + (ni & 1))] = acc[mi][ni][e];
   __syncthreads();
-  store_tile<double, BM, BN, NT>(g, sbuf, rows, cols, R0, read_c, tid);
+  store_tile<double, BM, BN, NT>(g, sbuf, tid);
 }
 
 // The same task as blas_gemm in float32 on FMA, tiled for throughput: each of 256 threads
@@ -485,10 +487,7 @@ blas_gemm_simt(const unsigned long long* tbl, const long long* meta, const int* 
   GemmTile<float, BM, BN> g;
   if (!g.find(tbl, meta, tasks, K, lo, hi, extra)) return;
   const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
-  const int rows = min(BM, g.mm - g.i0), cols = min(BN, g.nn - g.c0);
-  const int R0 = g.r0 + g.i0;
-  const bool read_c = g.has_c && g.L.beta != 0.0;
-  if (read_c && g.kk > 2 * KB) prefetch_c<float, BM, BN, NT>(g, rows, cols, R0, tid);
+  if (g.read_c && g.kk > 2 * KB) prefetch_c<float, BM, BN, NT>(g, tid);
   float acc[TM][TM];
 #pragma unroll
   for (int i = 0; i < TM; ++i)
@@ -526,7 +525,7 @@ blas_gemm_simt(const unsigned long long* tbl, const long long* meta, const int* 
         });
   }
   // Park the accumulators for store_tile (blas_cuda.simt_smem sizes the buffers to hold them).
-  constexpr int TP = BN + 1;
+  constexpr int TP = decltype(g)::TP;
 #pragma unroll
   for (int i = 0; i < TM; ++i)
 #pragma unroll
@@ -534,7 +533,7 @@ blas_gemm_simt(const unsigned long long* tbl, const long long* meta, const int* 
       sbuf[((i / 4) * (BM / 2) + ty * 4 + i % 4) * TP + (j / 4) * (BN / 2) + tx * 4 + j % 4] =
           acc[i][j];
   __syncthreads();
-  store_tile<float, BM, BN, NT>(g, sbuf, rows, cols, R0, read_c, tid);
+  store_tile<float, BM, BN, NT>(g, sbuf, tid);
 }
 
 // The diagonal-block solve of one small triangle (blas_diag's), shared by blas_diag and

@@ -46,9 +46,9 @@ MMA_TILES = ((32, 32, 32, 2), (64, 64, 32, 3), (128, 64, 64, 3))
 MMA_KB = 16
 # float32 GEMM tiles for launches with a task past 32 rows or columns (blas_gemm_simt): (BM,
 # stages), square, 256 threads of (BM / 16)^2 outputs; the large one where the output reaches
-# 128 each way. The FMA tiles above remain for launches of tasks within 32 x 32. At the 128
-# registers two blocks a multiprocessor allow, ptxas spills 72-96 bytes in the 128 tile's
-# builds (sm_90, 2026-11-24).
+# 128 each way. The FMA tiles above remain for launches of tasks within 32 x 32. At the
+# register bounds of their launch bounds (128 for the large tile, 80 for the small), ptxas
+# spills up to ~90 bytes in some orientations' builds (sm_90, 2026-11-24).
 SIMT_TILES = ((64, 3), (128, 3))
 SIMT_KB = 16
 # Whole-triangle solves (blas_trsv): a problem with at most WHOLE_RHS right-hand sides is solved

@@ -119,7 +119,7 @@ def by_log2_past_32(rows: np.ndarray, options: dict) -> np.ndarray:
     robin over the streams, and the launch of the longest blocks must start first (as the
     longest tasks do inside a group); numbered upward, the 257-512 launch of a uniform Nmax 512
     GEMM started behind a small one on its stream while the 129-256 launch took the device, and
-    the call ran 4.85 ms against 4.33."""
+    the call ran 4.89 ms against 4.33 (4.44 numbered from the largest)."""
     return 40 - np.maximum(by_log2(rows, options), 5)
 
 
