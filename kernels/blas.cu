@@ -536,36 +536,23 @@ blas_gemm_simt(const unsigned long long* tbl, const long long* meta, const int* 
   store_tile<float, BM, BN, NT>(g, sbuf, tid);
 }
 
-// The diagonal-block solve of one small triangle (blas_diag's), shared by blas_diag and
-// blas_trsv: rows [0, w) of sX, columns one per thread (c < ncol), sT the triangle.
-template <typename T, int LD_T, int LD_X>
-__device__ __forceinline__ void solve_block(const T (*sT)[LD_T], T (*sX)[LD_X], int w, int c,
-                                            bool lower, bool unit) {
-  if (lower) {
-    for (int i = 0; i < w; ++i) {
-      T s = sX[i][c];
-      for (int j = 0; j < i; ++j) s -= sT[i][j] * sX[j][c];
-      sX[i][c] = unit ? s : s / sT[i][i];
-    }
-  } else {
-    for (int i = w - 1; i >= 0; --i) {
-      T s = sX[i][c];
-      for (int j = i + 1; j < w; ++j) s -= sT[i][j] * sX[j][c];
-      sX[i][c] = unit ? s : s / sT[i][i];
-    }
-  }
-}
-
 // One diagonal block X[o:o+w, :nn] := T[o:o+w, o:o+w]^{-1} X[...] (MUL false) or T X (MUL
 // true), w <= NB, on views: operand 0 the triangle (its lower or upper part, per bit 16; bit 17:
-// unit diagonal, not read), operand 1 the right-hand sides. The block holds the triangle and NC
-// columns of X in shared memory (blockIdx.y: which NC columns); each thread solves or multiplies
-// one column, reading the triangle by broadcast.
+// unit diagonal, not read), operand 1 the right-hand sides. The block holds the triangle, its
+// diagonal (solve: its reciprocals) and NC columns of X in shared memory (blockIdx.y: which NC
+// columns); each thread solves or multiplies one column held in registers, reading the triangle
+// by broadcast. The loops are unrolled over NB (entries past w are zeros), column-oriented: after
+// x_j is final, every later row subtracts T(i, j) x_j, so the dependent chain is one FMA and one
+// multiply a row, and the rest is independent FMAs. The row-oriented loop over shared memory
+// it replaces was a chain of w^2 / 2 dependent FMAs (blas_diag at 4.7x its floor in trsm512 and
+// 46x with 16 right-hand sides in potrs512, H100, 2026-11-24). A solve multiplies by the
+// diagonal's reciprocal (one more rounding than LAPACK's division; still backward stable).
 template <typename T, int NB, int NC, bool MUL>
 __global__ void __launch_bounds__(NC)
 blas_diag(const unsigned long long* tbl, const long long* meta, const int* imeta,
           const int* tasks, int K, int lo, int hi, int extra) {
   __shared__ T sT[NB][NB + 1];
+  __shared__ T sD[NB];
   __shared__ T sX[NB][NC + 1];
   int t[6];
   if (!blas_task(tasks, lo, hi, t)) return;
@@ -582,8 +569,12 @@ blas_diag(const unsigned long long* tbl, const long long* meta, const int* imeta
   for (int e = tid; e < NB * NB; e += NC) {
     int i, j;
     if (Tv.row) { j = e % NB; i = e / NB; } else { i = e % NB; j = e / NB; }
-    const bool in = i < w && j < w && (lower ? j <= i : j >= i) && !(unit && i == j);
+    const bool in = i < w && j < w && i != j && (lower ? j < i : j > i);
     sT[i][j] = in ? Tv(o + i, o + j) : T(0);
+  }
+  if (tid < NB) {
+    const T d = (unit || tid >= w) ? T(1) : Tv(o + tid, o + tid);
+    sD[tid] = MUL ? d : T(1) / d;
   }
   for (int e = tid; e < NB * NC; e += NC) {
     int i, c;
@@ -593,25 +584,49 @@ blas_diag(const unsigned long long* tbl, const long long* meta, const int* imeta
   __syncthreads();
   if (tid < ncol) {
     const int c = tid;
+    T x[NB];
+#pragma unroll
+    for (int i = 0; i < NB; ++i) x[i] = i < w ? sX[i][c] : T(0);
     if (!MUL) {
-      solve_block<T, NB + 1, NC + 1>(sT, sX, w, c, lower, unit);
+      if (lower) {
+#pragma unroll
+        for (int j = 0; j < NB; ++j) {
+          x[j] *= sD[j];
+#pragma unroll
+          for (int i = j + 1; i < NB; ++i) x[i] -= sT[i][j] * x[j];
+        }
+      } else {
+#pragma unroll
+        for (int j = NB - 1; j >= 0; --j) {
+          x[j] *= sD[j];
+#pragma unroll
+          for (int i = 0; i < j; ++i) x[i] -= sT[i][j] * x[j];
+        }
+      }
     } else {
       // In place: lower rows from the bottom up (row i reads rows <= i, not yet overwritten),
       // upper from the top down.
       if (lower) {
-        for (int i = w - 1; i >= 0; --i) {
-          T s = unit ? sX[i][c] : T(0);
-          for (int j = 0; j <= i; ++j) s += sT[i][j] * sX[j][c];
-          sX[i][c] = s;
+#pragma unroll
+        for (int i = NB - 1; i >= 0; --i) {
+          T s = sD[i] * x[i];
+#pragma unroll
+          for (int j = 0; j < i; ++j) s += sT[i][j] * x[j];
+          x[i] = s;
         }
       } else {
-        for (int i = 0; i < w; ++i) {
-          T s = unit ? sX[i][c] : T(0);
-          for (int j = i; j < w; ++j) s += sT[i][j] * sX[j][c];
-          sX[i][c] = s;
+#pragma unroll
+        for (int i = 0; i < NB; ++i) {
+          T s = sD[i] * x[i];
+#pragma unroll
+          for (int j = i + 1; j < NB; ++j) s += sT[i][j] * x[j];
+          x[i] = s;
         }
       }
     }
+#pragma unroll
+    for (int i = 0; i < NB; ++i)
+      if (i < w) sX[i][c] = x[i];
   }
   __syncthreads();
   for (int e = tid; e < NB * NC; e += NC) {
@@ -632,14 +647,23 @@ blas_diag(const unsigned long long* tbl, const long long* meta, const int* imeta
 // contiguous dimension: a triangle with contiguous rows is read row by row (left-looking: the
 // block's rows dotted with the solved part of X, a warp per row), one with contiguous columns
 // column by column (right-looking: after solving a block, every row not yet solved subtracts
-// the block's columns times it, a thread per row).
-template <typename T, int NCOL>
+// the block's columns times it, a thread per row). Each element of the triangle is read once.
+// XS: X's NCOL columns live in shared memory for the whole solve (dynamic, rows rounded up to
+// BS, blas_cuda.trsv_smem); else in global memory, a block of rows staged at a time. Every
+// update reads X again (left-looking: each row of the block reads the solved rows), so from
+// global memory the reads grew with NCOL: with 16 right-hand sides the solve took 4.0 ms at
+// Nmax 512 against 3.0 for the recursion (POTRS, H200, 2026-11-23).
+template <typename T, int NCOL, bool XS>
 __global__ void __launch_bounds__(256)
 blas_trsv(const unsigned long long* tbl, const long long* meta, const int* imeta,
           const int* tasks, int K, int lo, int hi, int extra) {
   constexpr int BS = 32, NT = 256, NW = NT / 32;
+  // Row stride of X in shared memory: padded so that lanes reading one column of consecutive
+  // rows (left-looking) fall in different banks.
+  constexpr int XP = NCOL == 1 ? 1 : NCOL + 1;
   __shared__ T sT[BS][BS + 1];
-  __shared__ T sX[BS][NCOL + 1];
+  __shared__ T sXb[XS ? 1 : BS * XP];
+  extern __shared__ __align__(16) unsigned char trsv_dyn[];
   int t[6];
   if (!blas_task(tasks, lo, hi, t)) return;
   const int q = t[0], o = t[1], w = t[2], nn = t[5];
@@ -652,7 +676,18 @@ blas_trsv(const unsigned long long* tbl, const long long* meta, const int* imeta
   const View<T> Tv = view_of<T>(tbl, meta, K, q, L.slot[0], L.row[0]);
   const View<T> X = view_of<T>(tbl, meta, K, q, L.slot[1], L.row[1]);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int nblk = (w + BS - 1) / BS;
+  const int nblk = (w + BS - 1) / BS, wr = nblk * BS;
+  T* const sXa = reinterpret_cast<T*>(trsv_dyn);
+  if (XS) {
+    // (zeros past the problem's rows and columns: the updates read every column)
+    for (int e = tid; e < wr * NCOL; e += NT) {
+      int i, c;
+      if (X.row) { c = e % NCOL; i = e / NCOL; } else { i = e % wr; c = e / wr; }
+      sXa[i * XP + c] = (i < w && c < ncol) ? X(o + i, c0 + c) : T(0);
+    }
+  }
+  // Row r, column c of the solve's right-hand sides, wherever they live.
+  auto xs = [&](int r, int c) -> T& { return XS ? sXa[r * XP + c] : X(o + r, c0 + c); };
   for (int s = 0; s < nblk; ++s) {
     const int b0 = (lower ? s : nblk - 1 - s) * BS, bw = min(BS, w - b0);
     for (int e = tid; e < BS * BS; e += NT) {
@@ -661,11 +696,14 @@ blas_trsv(const unsigned long long* tbl, const long long* meta, const int* imeta
       const bool in = i < bw && j < bw && (lower ? j <= i : j >= i) && !(unit && i == j);
       sT[i][j] = in ? Tv(o + b0 + i, o + b0 + j) : T(0);
     }
-    for (int e = tid; e < BS * NCOL; e += NT) {
-      int i, c;
-      if (X.row) { c = e % NCOL; i = e / NCOL; } else { i = e % BS; c = e / BS; }
-      // (zeros past the block's rows and columns: the update below reads every column)
-      sX[i][c] = (i < bw && c < ncol) ? X(o + b0 + i, c0 + c) : T(0);
+    // The block's rows: in place (XS), else staged (zeros past its rows and columns).
+    T* const xb = XS ? sXa + b0 * XP : sXb;
+    if (!XS) {
+      for (int e = tid; e < BS * NCOL; e += NT) {
+        int i, c;
+        if (X.row) { c = e % NCOL; i = e / NCOL; } else { i = e % BS; c = e / BS; }
+        xb[i * XP + c] = (i < bw && c < ncol) ? X(o + b0 + i, c0 + c) : T(0);
+      }
     }
     __syncthreads();
     if (Tv.row) {
@@ -675,18 +713,21 @@ blas_trsv(const unsigned long long* tbl, const long long* meta, const int* imeta
         T acc[NCOL];
 #pragma unroll
         for (int c = 0; c < NCOL; ++c) acc[c] = T(0);
+        // (unrolled so that several loads of the triangle are in flight at once: the loop is
+        // latency-bound otherwise, a few warps a multiprocessor)
+#pragma unroll 4
         for (int j = s0 + lane; j < s1; j += 32) {
           const T tij = Tv(o + b0 + i, o + j);
 #pragma unroll
           for (int c = 0; c < NCOL; ++c)
-            if (c < ncol) acc[c] += tij * X(o + j, c0 + c);
+            if (XS || c < ncol) acc[c] += tij * xs(j, c);
         }
 #pragma unroll
         for (int c = 0; c < NCOL; ++c) {
           T v = acc[c];
 #pragma unroll
           for (int d = 16; d > 0; d >>= 1) v += __shfl_xor_sync(0xffffffffu, v, d);
-          if (lane == 0 && c < ncol) sX[i][c] -= v;
+          if (lane == 0 && c < ncol) xb[i * XP + c] -= v;
         }
       }
       __syncthreads();
@@ -695,9 +736,9 @@ blas_trsv(const unsigned long long* tbl, const long long* meta, const int* imeta
     // x_j (times the diagonal's reciprocal) and every row after it (lower) or before it
     // subtracts T(i, j) x_j. A thread per column, as blas_diag does, is a chain of w^2 / 2
     // dependent shared-memory reads: with one right-hand side it made this kernel 8x its
-    // floor (potrs512-nrhs1, H200, 2026-11-23).
+    // floor (potrs512-nrhs1, H200, 2026-11-23). Lanes past bw keep their (padding) rows.
     for (int c = warp; c < ncol; c += NW) {
-      T x = sX[lane][c];
+      T x = xb[lane * XP + c];
       const T dinv = (unit || lane >= bw) ? T(1) : T(1) / sT[lane][lane];
       for (int jj = 0; jj < bw; ++jj) {
         const int j = lower ? jj : bw - 1 - jj;
@@ -705,13 +746,15 @@ blas_trsv(const unsigned long long* tbl, const long long* meta, const int* imeta
         const T xj = __shfl_sync(0xffffffffu, x, j);
         if (lower ? lane > j : lane < j) x -= sT[lane][j] * xj;
       }
-      sX[lane][c] = x;
+      xb[lane * XP + c] = x;
     }
     __syncthreads();
-    for (int e = tid; e < BS * NCOL; e += NT) {
-      int i, c;
-      if (X.row) { c = e % NCOL; i = e / NCOL; } else { i = e % BS; c = e / BS; }
-      if (i < bw && c < ncol) X(o + b0 + i, c0 + c) = sX[i][c];
+    if (!XS) {
+      for (int e = tid; e < BS * NCOL; e += NT) {
+        int i, c;
+        if (X.row) { c = e % NCOL; i = e / NCOL; } else { i = e % BS; c = e / BS; }
+        if (i < bw && c < ncol) X(o + b0 + i, c0 + c) = xb[i * XP + c];
+      }
     }
     if (!Tv.row) {
       // Right-looking: the rows not solved yet are those after the block (lower) or before.
@@ -720,17 +763,25 @@ blas_trsv(const unsigned long long* tbl, const long long* meta, const int* imeta
         T acc[NCOL];
 #pragma unroll
         for (int c = 0; c < NCOL; ++c) acc[c] = T(0);
+#pragma unroll 8
         for (int jj = 0; jj < bw; ++jj) {
           const T trj = Tv(o + r, o + b0 + jj);
 #pragma unroll
-          for (int c = 0; c < NCOL; ++c) acc[c] += trj * sX[jj][c];
+          for (int c = 0; c < NCOL; ++c) acc[c] += trj * xb[jj * XP + c];
         }
 #pragma unroll
         for (int c = 0; c < NCOL; ++c)
-          if (c < ncol) X(o + r, c0 + c) -= acc[c];
+          if (XS || c < ncol) xs(r, c) -= acc[c];
       }
     }
     __syncthreads();
+  }
+  if (XS) {
+    for (int e = tid; e < wr * NCOL; e += NT) {
+      int i, c;
+      if (X.row) { c = e % NCOL; i = e / NCOL; } else { i = e % wr; c = e / wr; }
+      if (i < w && c < ncol) X(o + i, c0 + c) = sXa[i * XP + c];
+    }
   }
 }
 

@@ -54,10 +54,19 @@ SIMT_KB = 16
 # Whole-triangle solves (blas_trsv): a problem with at most WHOLE_RHS right-hand sides is solved
 # in one task (one block reads its triangle once) instead of the recursion's chain; the column
 # counts a block takes at once, the smallest that covers a launch's widest task. The crossover,
-# POTRS at Nmax 512 (`profile_cuda.py whole`, H200, 2026-11-23), whole against recursive, ms:
-# 1 rhs 0.88 / 2.52, 2: 1.15 / 2.53, 4: 1.24 / 2.56, 8: 3.01 / 2.71, 16: 4.04 / 2.98.
+# POTRS (`profile_cuda.py whole`, float64, H200, 2026-11-24, X in shared memory), whole against
+# recursive, ms:
+#   Nmax 128:  1 rhs 0.22 / 0.42, 4: 0.26 / 0.43, 8: 0.51 / 0.43, 16: 0.61 / 0.46
+#   Nmax 512:  1 rhs 0.76 / 2.29, 4: 0.96 / 2.26, 8: 2.41 / 2.49, 16: 2.78 / 2.70
+#   Nmax 1024: 1 rhs 1.12 / 3.12, 4: 1.65 / 3.14, 8: 3.70 / 3.19, 16: 4.90 / 3.50
+# (with X in global memory, 2026-11-23: Nmax 512, 1 rhs 0.88, 4: 1.24, 16: 4.04).
 WHOLE_RHS = 4
 TRSV_COLS = (1, 4)  # the last covers WHOLE_RHS (more columns: more blocks, each reading T)
+# A launch keeps its right-hand sides in shared memory for the whole solve (blas_trsv's XS)
+# when its widest triangle's rows of NCOL columns fit in this much (two blocks a
+# multiprocessor with the kernel's static 8.4 KB; H200: 227 KB a block, 228 an SM); else they
+# stay in global memory, a block of rows staged at a time.
+TRSV_SMEM = 100 * 1024
 COPY_TILE = 32
 MAX_GRID_Y = 65535
 MAX_GRID_X = 2**31 - 1
@@ -143,8 +152,14 @@ def diag_name(T: str, mul: bool) -> str:
     return f"vb::blas_diag<{T},{DIAG_NB},{DIAG_NC},{'true' if mul else 'false'}>"
 
 
-def trsv_name(T: str, ncol: int) -> str:
-    return f"vb::blas_trsv<{T},{ncol}>"
+def trsv_name(T: str, ncol: int, xs: bool) -> str:
+    return f"vb::blas_trsv<{T},{ncol},{'true' if xs else 'false'}>"
+
+
+def trsv_smem(w: int, ncol: int, itemsize: int) -> int:
+    """blas_trsv's dynamic shared memory with X held there (XS): rows rounded up to 32, each
+    padded to ncol + 1 (ncol > 1; blas.cu's XP)."""
+    return -(-w // 32) * 32 * (ncol + (ncol > 1)) * itemsize
 
 
 def copy_name(T: str) -> str:
@@ -163,7 +178,7 @@ def kernel_names(dtypes=DTYPES, nbs=None, orders=None) -> list[str]:
             out += [simt_name(tile, ar, br) for tile in SIMT_TILES
                     for ar in (False, True) for br in (False, True)]
         out += [diag_name(T, False), diag_name(T, True), copy_name(T)]
-        out += [trsv_name(T, c) for c in TRSV_COLS]
+        out += [trsv_name(T, c, xs) for c in TRSV_COLS for xs in (False, True)]
     return out
 
 
@@ -256,8 +271,10 @@ def selection(lc, plan, dtype, layouts: dict, config) -> Selection:
                 raise ValueError(f"cuda backend: a triangular product block of "
                                  f"{mm} rows (at most {DIAG_NB})")
             ncol = next((c for c in TRSV_COLS if c >= nn), TRSV_COLS[-1])
-            sel = Selection(trsv_name(T, ncol), (lc.count, math.ceil(nn / ncol)), (256,), 0,
-                            extra)
+            smem = trsv_smem(mm, ncol, np.dtype(dtype).itemsize)
+            xs = smem <= TRSV_SMEM
+            sel = Selection(trsv_name(T, ncol, xs), (lc.count, math.ceil(nn / ncol)), (256,),
+                            smem if xs else 0, extra)
         else:
             sel = Selection(diag_name(T, lc.kind == TRMM),
                             (lc.count, math.ceil(nn / DIAG_NC)), (DIAG_NC,), 0, extra)

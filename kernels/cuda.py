@@ -495,7 +495,9 @@ class CudaBackend(Backend):
             mod = modules[lc.family]
             sel = mod.selection(lc, plan, layout.dtype, orders, config)
             kern = _kernel(sel.name, sel.source)
-            if sel.smem > 48 * 1024 and kern.max_dynamic_shared_size_bytes < sel.smem:
+            # (the opt-in is needed past 48 KB of static and dynamic memory together)
+            if (sel.smem + kern.shared_size_bytes > 48 * 1024
+                    and kern.max_dynamic_shared_size_bytes < sel.smem):
                 kern.max_dynamic_shared_size_bytes = sel.smem
             grid3 = sel.grid + (1,) * (3 - len(sel.grid))
             block3 = sel.block + (1,) * (3 - len(sel.block))

@@ -19,6 +19,7 @@ import cupy
 import numpy as np
 
 import vbatch
+from vbatch.kernels import blas_cuda
 from vbatch.ops.generate import make_indefinite, spd_list
 
 BAD, INF = 7, 9  # problem indices: indefinite at column 40, +inf pivot at column 50
@@ -213,9 +214,15 @@ def blas(rng, dtype) -> int:
         T = [np.tril(rng.uniform(-1, 1, (n, n)) / max(n, 1)) + 2 * np.eye(n) for n in ns]
         R = [rng.standard_normal((n, r)) for n, r in zip(ns, (2, 1, 3, 130, 4, 5, 1))]
         t, r = dev([x.astype(dtype) for x in T], order), dev([x.astype(dtype) for x in R], order)
-        for side_ok in ("trsm", "trmm"):
+        # The whole-triangle solves (problems with few right-hand sides) keep X in shared
+        # memory; a runtime run with the budget for it at zero (kernels are chosen at a plan's
+        # first run) keeps it in global memory.
+        real = blas_cuda.TRSV_SMEM
+        runs = [("trsm", rt.trsm, real), ("trmm", rt.trmm, real),
+                ("trsm", vbatch.Runtime("cuda").trsm, 0)]
+        for side_ok, fn, budget in runs:
+            blas_cuda.TRSV_SMEM = budget
             for trans in (False, True):
-                fn = rt.trsm if side_ok == "trsm" else rt.trmm
                 X = fn(t, r, trans_a=trans).result()
                 for i, (tt, rr) in enumerate(zip(T, R)):
                     op = tt.T if trans else tt
@@ -223,8 +230,9 @@ def blas(rng, dtype) -> int:
                     res = op @ x - rr if side_ok == "trsm" else x - op @ rr
                     den = np.linalg.norm(op) * (np.linalg.norm(x) + np.linalg.norm(rr)) or 1
                     if not np.linalg.norm(res) / den <= 4 * max(len(tt), 1) * eps:
-                        print(f"{side_ok} trans={trans} {order} problem {i}")
+                        print(f"{side_ok} trans={trans} {order} budget {budget} problem {i}")
                         bad += 1
+        blas_cuda.TRSV_SMEM = real
         S = spd_list(ns, dtype, rng)
         S[5] = make_indefinite(S[5], 20)
         res = rt.posv(dev(S, order), r).result()

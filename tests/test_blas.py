@@ -439,6 +439,43 @@ def test_potrs_each_problem_its_own_right_hand_sides(device, dtype, form):
         assert ref.shape == x.shape
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("form", ["packedF", "packedC"])
+def test_whole_triangle_solves_on_cuda(dtype, form, monkeypatch):
+    """Every problem with few right-hand sides solved whole (blas_trsv): one and four columns a
+    block, more columns than a block takes (several blocks a problem), X in shared memory and
+    in global memory (the shared-memory budget set to zero); both triangles (POTRS's forward and
+    backward phases, an upper triangle read as is and transposed), both layouts."""
+    from vbatch.kernels import blas_cuda
+
+    monkeypatch.setattr(blas_cuda, "WHOLE_RHS", 40)
+    rng = np.random.default_rng(17)
+    shapes = [(1, 1), (31, 4), (32, 16), (33, 5), (100, 17), (64, 40), (129, 2), (300, 3),
+              (0, 3), (7, 0)]
+    A = [_spd(rng, n, dtype) for n, _ in shapes]
+    L = [np.linalg.cholesky(a.astype(np.float64)).astype(dtype) if len(a) else a for a in A]
+    L = [f + np.triu(np.full_like(f, np.nan), 1) for f in L]
+    B = [rng.standard_normal((n, r)).astype(dtype) for n, r in shapes]
+    T, Bt = _tri_case(rng, dtype, "left", False, False, shapes)
+    for budget in (blas_cuda.TRSV_SMEM, 0):
+        monkeypatch.setattr(blas_cuda, "TRSV_SMEM", budget)
+        rt = vbatch.Runtime("cuda")
+        ll, b = _form(L, form, "cuda", dtype), _form(B, form, "cuda", dtype)
+        plan = rt.plan_for("potrs", l=ll, b=b)
+        assert all(lc.kind == "blas.trsm" for lc in plan.launches if lc.kind != "blas.copy")
+        X = _mats(rt.potrs(ll, b).result())
+        for i, (a, bb, x) in enumerate(zip(A, B, X)):
+            assert x.shape == bb.shape and np.all(np.isfinite(x)), f"{budget} problem {i}"
+            assert _backward(a, x, bb) <= C_TOL * max(len(a), 1) * _eps(dtype), \
+                f"{budget} problem {i}"
+        for ta in (False, True):
+            Xt = _mats(rt.trsm(_form(T, form, "cuda", dtype), _form(Bt, form, "cuda", dtype),
+                               alpha=0.5, lower=False, trans_a=ta).result())
+            _check_trsm(T, Bt, Xt, 0.5, "left", False, ta, False, dtype,
+                        f"{form} ta={ta} budget {budget}")
+
+
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_posv_failed_problem_keeps_its_right_hand_side(device, dtype):
