@@ -786,12 +786,16 @@ blas_trsv(const unsigned long long* tbl, const long long* meta, const int* imeta
 }
 
 // X[:mm, :nn] := alpha S[:mm, :nn] on views (operand 0 S, operand 1 X); alpha = 0 writes zeros
-// without reading S (BLAS), and a copy onto itself with alpha = 1 does nothing. Tiles of 32 x 32
-// (blockIdx.y), threads along the destination's contiguous dimension.
-template <typename T>
+// without reading S (BLAS), and a copy onto itself with alpha = 1 does nothing. Tiles of CT x CT
+// (a multiple of 32; blas_cuda.COPY_TILE)
+// (blockIdx.y), threads along the destination's contiguous dimension, every load of a thread in
+// flight before its stores. Tiles of 32 x 32 (4 elements a thread) spent most of a block in
+// its start (the task's row, its views): 2.8x the copy's floor in trsm512 (H200, 2026-11-24).
+template <typename T, int CT>
 __global__ void __launch_bounds__(256)
 blas_copy(const unsigned long long* tbl, const long long* meta, const int* imeta,
           const int* tasks, int K, int lo, int hi, int extra) {
+  constexpr int E = CT / 8, F = CT / 32;
   int t[6];
   if (!blas_task(tasks, lo, hi, t)) return;
   const int q = t[0], mm = t[2], nn = t[5];
@@ -799,16 +803,28 @@ blas_copy(const unsigned long long* tbl, const long long* meta, const int* imeta
   const View<T> S = view_of<T>(tbl, meta, K, q, L.slot[0], L.row[0]);
   const View<T> X = view_of<T>(tbl, meta, K, q, L.slot[1], L.row[1]);
   if (L.alpha == 1.0 && S.p == X.p && S.row == X.row) return;
-  const int tiles_n = (nn + 31) / 32;
+  const int tiles_n = (nn + CT - 1) / CT;
   const int tm = blockIdx.y / tiles_n, tn = blockIdx.y % tiles_n;
-  if (tm * 32 >= mm) return;
+  if (tm * CT >= mm) return;
   const T alpha = T(L.alpha);
   const int fast = threadIdx.x % 32, slow = threadIdx.x / 32;
-  for (int e = 0; e < 4; ++e) {
-    const int i = tm * 32 + (X.row ? slow + 8 * e : fast);
-    const int c = tn * 32 + (X.row ? fast : slow + 8 * e);
-    if (i < mm && c < nn) X(i, c) = L.alpha == 0.0 ? T(0) : alpha * S(i, c);
-  }
+  T v[E][F];
+#pragma unroll
+  for (int e = 0; e < E; ++e)
+#pragma unroll
+    for (int f = 0; f < F; ++f) {
+      const int i = tm * CT + (X.row ? slow + 8 * e : fast + 32 * f);
+      const int c = tn * CT + (X.row ? fast + 32 * f : slow + 8 * e);
+      v[e][f] = (i < mm && c < nn && L.alpha != 0.0) ? S(i, c) : T(0);
+    }
+#pragma unroll
+  for (int e = 0; e < E; ++e)
+#pragma unroll
+    for (int f = 0; f < F; ++f) {
+      const int i = tm * CT + (X.row ? slow + 8 * e : fast + 32 * f);
+      const int c = tn * CT + (X.row ? fast + 32 * f : slow + 8 * e);
+      if (i < mm && c < nn) X(i, c) = alpha * v[e][f];
+    }
 }
 
 }  // namespace vb

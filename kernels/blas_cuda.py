@@ -25,8 +25,12 @@ TEMPLATES = ("vb::blas_gemm", "vb::blas_gemm_mma", "vb::blas_gemm_simt", "vb::bl
 DTYPES = ("float64", "float32")
 # Recursion base of triangular ops: the diagonal kernel holds a block of NB x NB (and NB rows of
 # NC right-hand-side columns) in shared memory: 41.5 KB in float64 at 32 x 128, under the
-# 48 KB a kernel gets without opting in.
+# 48 KB a kernel gets without opting in. Launches whose tasks have at most DIAG_NC_SMALL
+# right-hand sides take a one-warp block of that many columns (17 KB: a dozen blocks a
+# multiprocessor, where the 128-column block held five and left 7/8 of its threads idle with
+# 16 right-hand sides).
 DIAG_NB, DIAG_NC = 32, 128
+DIAG_NC_SMALL = 32
 # GEMM tiles on FMA (float32, and float64 with fp64_gemm="fma"): (BM, BN, BK, TM, TN), 256
 # threads each; the small one for tasks that fit in it.
 GEMM_TILES = ((32, 32, 16, 2, 2), (64, 64, 16, 4, 4))
@@ -62,12 +66,18 @@ SIMT_KB = 16
 # (with X in global memory, 2026-11-23: Nmax 512, 1 rhs 0.88, 4: 1.24, 16: 4.04).
 WHOLE_RHS = 4
 TRSV_COLS = (1, 4)  # the last covers WHOLE_RHS (more columns: more blocks, each reading T)
-# A launch keeps its right-hand sides in shared memory for the whole solve (blas_trsv's XS)
-# when its widest triangle's rows of NCOL columns fit in this much (two blocks a
+# A float64 launch keeps its right-hand sides in shared memory for the whole solve (blas_trsv's
+# XS) when its widest triangle's rows of NCOL columns fit in this much (two blocks a
 # multiprocessor with the kernel's static 8.4 KB; H200: 227 KB a block, 228 an SM); else they
-# stay in global memory, a block of rows staged at a time.
+# stay in global memory, a block of rows staged at a time. float32 keeps them in global memory:
+# POTRS of Nmax 512, one right-hand side, float32 0.73 ms with X in shared memory against
+# 0.50-0.52 without; float64 0.70 against 0.78 (H200, 2026-11-25; not understood yet: the
+# float32 build takes 60 registers against 48, four blocks a multiprocessor against five).
 TRSV_SMEM = 100 * 1024
-COPY_TILE = 32
+TRSV_XS_DTYPES = ("float64",)
+# The copy's tile (blas_copy: 256 threads, CT^2 / 256 elements each). 32 x 32 spent most of
+# each block in its start: 2.8x the copy's floor in trsm512 (H200, 2026-11-24).
+COPY_TILE = 64
 MAX_GRID_Y = 65535
 MAX_GRID_X = 2**31 - 1
 ABSENT = 7
@@ -148,8 +158,8 @@ def _b(v: bool) -> str:
     return "true" if v else "false"
 
 
-def diag_name(T: str, mul: bool) -> str:
-    return f"vb::blas_diag<{T},{DIAG_NB},{DIAG_NC},{'true' if mul else 'false'}>"
+def diag_name(T: str, mul: bool, nc: int = DIAG_NC) -> str:
+    return f"vb::blas_diag<{T},{DIAG_NB},{nc},{'true' if mul else 'false'}>"
 
 
 def trsv_name(T: str, ncol: int, xs: bool) -> str:
@@ -163,7 +173,7 @@ def trsv_smem(w: int, ncol: int, itemsize: int) -> int:
 
 
 def copy_name(T: str) -> str:
-    return f"vb::blas_copy<{T}>"
+    return f"vb::blas_copy<{T},{COPY_TILE}>"
 
 
 def kernel_names(dtypes=DTYPES, nbs=None, orders=None) -> list[str]:
@@ -177,8 +187,10 @@ def kernel_names(dtypes=DTYPES, nbs=None, orders=None) -> list[str]:
         else:
             out += [simt_name(tile, ar, br) for tile in SIMT_TILES
                     for ar in (False, True) for br in (False, True)]
-        out += [diag_name(T, False), diag_name(T, True), copy_name(T)]
-        out += [trsv_name(T, c, xs) for c in TRSV_COLS for xs in (False, True)]
+        out += [diag_name(T, mul, nc) for nc in (DIAG_NC_SMALL, DIAG_NC)
+                for mul in (False, True)] + [copy_name(T)]
+        out += [trsv_name(T, c, xs) for c in TRSV_COLS
+                for xs in ((False, True) if dt in TRSV_XS_DTYPES else (False,))]
     return out
 
 
@@ -221,9 +233,12 @@ def mma_tile(mm: int, nn: int, kk: int = MMA_TILES[2][0]) -> tuple:
     where C in and O out dominate, keeps the 64 x 64 tile and more blocks per multiprocessor;
     tasks within 32 x 32 take one warp each (a 64 x 64 block of 4 warps for a problem of 32 or
     less left three of them idle, and held three blocks a multiprocessor where a warp's block
-    takes twelve)."""
+    takes twelve), and so do outputs at most 32 wide (a triangular solve's joins with few
+    right-hand sides, where the 64 x 64 block left half of its warps idle: POTRS of Nmax 512
+    with 16, 2.64-2.71 ms against 2.80-2.81, H100, 2026-11-25; outputs at most 32 tall were
+    no faster that way, TRSM of Nmax 512 9.70-9.81 against 9.69-9.87)."""
     big = MMA_TILES[2][0]
-    if max(mm, nn) <= MMA_TILES[0][0]:
+    if nn <= MMA_TILES[0][0]:
         return MMA_TILES[0]
     return MMA_TILES[2] if min(mm, nn) >= big and kk >= big else MMA_TILES[1]
 
@@ -272,12 +287,13 @@ def selection(lc, plan, dtype, layouts: dict, config) -> Selection:
                                  f"{mm} rows (at most {DIAG_NB})")
             ncol = next((c for c in TRSV_COLS if c >= nn), TRSV_COLS[-1])
             smem = trsv_smem(mm, ncol, np.dtype(dtype).itemsize)
-            xs = smem <= TRSV_SMEM
+            xs = smem <= TRSV_SMEM and np.dtype(dtype).name in TRSV_XS_DTYPES
             sel = Selection(trsv_name(T, ncol, xs), (lc.count, math.ceil(nn / ncol)), (256,),
                             smem if xs else 0, extra)
         else:
-            sel = Selection(diag_name(T, lc.kind == TRMM),
-                            (lc.count, math.ceil(nn / DIAG_NC)), (DIAG_NC,), 0, extra)
+            nc = DIAG_NC_SMALL if nn <= DIAG_NC_SMALL else DIAG_NC
+            sel = Selection(diag_name(T, lc.kind == TRMM, nc), (lc.count, math.ceil(nn / nc)),
+                            (nc,), 0, extra)
     elif lc.kind == COPY:
         tiles = int((((a[:, 1] + COPY_TILE - 1) // COPY_TILE)
                      * ((a[:, 4] + COPY_TILE - 1) // COPY_TILE)).max())
@@ -295,7 +311,7 @@ def selection(lc, plan, dtype, layouts: dict, config) -> Selection:
 
 def check_plan(plan) -> None:
     """A task whose tiles exceed the grid's second dimension is named at submit (the copy
-    kernel's 32 x 32 tiles, the most any task of the family can need; GEMM grids are
+    kernel's tiles, the most any task of the family can need; GEMM grids are
     one-dimensional)."""
     t = plan.tasks
     codes = [i for i, k in enumerate(plan.kinds) if k.op == OP]

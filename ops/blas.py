@@ -78,9 +78,14 @@ _BASE = {
                    flops=_gemm_flops,
                    doc="O := alpha A B + beta C on a row block (rows = mm, cols = kk, "
                        "width = nn)"),
-    TRSM: TaskKind(name=TRSM, op=FAMILY, args=ARGS, window=by_log2, launches=single(TRSM),
+    # Diagonal blocks of at most 32 rows (the recursion's base) share one window: one kernel
+    # takes any of them at the same cost, and windows of 1, 2, 3-4, ... 17-32 rows made up to
+    # six launches a step of a solve's chain.
+    TRSM: TaskKind(name=TRSM, op=FAMILY, args=ARGS, window=by_log2_past_32,
+                   launches=single(TRSM),
                    flops=_diag_flops, doc="a diagonal block's solve (rows = w, width = nn)"),
-    TRMM: TaskKind(name=TRMM, op=FAMILY, args=ARGS, window=by_log2, launches=single(TRMM),
+    TRMM: TaskKind(name=TRMM, op=FAMILY, args=ARGS, window=by_log2_past_32,
+                   launches=single(TRMM),
                    flops=_diag_flops, doc="a diagonal block's product (rows = w, width = nn)"),
 }
 
@@ -102,12 +107,15 @@ def gemm_kind(a: str, b: str, c: str, o: str, ta: int, tb: int, tc: int, alpha: 
                 alpha=alpha, beta=beta, uplo=uplo, skip_failed=int(skip_failed))
 
 
-def diag_kind(which: str, t: str, x: str, tt: int, tx: int, lower: int, unit: int) -> TaskKind:
+def diag_kind(which: str, t: str, x: str, tt: int, tx: int, lower: int, unit: int,
+              skip_failed: int = 0) -> TaskKind:
     """A diagonal block's solve (``which = TRSM``) or product (``TRMM``): triangle view
     ``t`` (transposed when ``tt``; ``lower``: the lower triangle of the view), right-hand sides
-    ``x`` (transposed when ``tx``)."""
+    ``x`` (transposed when ``tx``). ``skip_failed`` as :func:`gemm_kind`'s: only a plan in which
+    an earlier task can fail sets it (POSV), since reading ``info`` costs every block a read of
+    host memory (5-8% of a TRSM or POTRS of Nmax 512, H100, 2026-11-25)"""
     return kind(_BASE[which], (which,), t=t, x=x, tt=int(tt), tx=int(tx), lower=int(lower),
-                unit=int(unit), skip_failed=1)
+                unit=int(unit), skip_failed=int(skip_failed))
 
 
 for _lk in _BASE:  # the launch kinds belong to the family from import on
@@ -472,19 +480,21 @@ def triangular_graph(req: TriangularRequest, opts: dict, solve: bool) -> TaskGra
     m, n, tt, tx, lower = req.views()
     which = TRSM if solve else TRMM
     d = diag_kind(which, "a", "x", tt, tx, lower, req.unit_diagonal)
-    g = gemm_kind("a", "x", "x", "x", tt, tx, tx, "minus" if solve else "one", "one",
-                  skip_failed=1)
+    g = gemm_kind("a", "x", "x", "x", tt, tx, tx, "minus" if solve else "one", "one")
     return chain_graph(m, n, [(d, g, bool(lower), solve)], copy_kind("b", "x", tx, "alpha"),
                        int(opts["blas_nb"]), int(opts.get("blas_whole_rhs", 0)))
 
 
-def potrs_phases(t: str, x: str) -> list[tuple]:
+def potrs_phases(t: str, x: str, skip_failed: int = 0) -> list[tuple]:
     """``L Y = B`` forward, then ``L^T X = Y`` backward (the lower triangle of ``t`` read
-    both times: ``L^T``'s upper triangle is L's lower one, through a transposed view)."""
-    fwd = (diag_kind(TRSM, t, x, 0, 0, 1, 0), gemm_kind(t, x, x, x, 0, 0, 0, "minus", "one",
-                                                        skip_failed=1), True, True)
-    bwd = (diag_kind(TRSM, t, x, 1, 0, 0, 0), gemm_kind(t, x, x, x, 1, 0, 0, "minus", "one",
-                                                        skip_failed=1), False, True)
+    both times: ``L^T``'s upper triangle is L's lower one, through a transposed view).
+    ``skip_failed``: the solve leaves alone the problems whose factorization failed earlier in
+    the same plan (POSV)."""
+    sf = int(skip_failed)
+    fwd = (diag_kind(TRSM, t, x, 0, 0, 1, 0, sf), gemm_kind(t, x, x, x, 0, 0, 0, "minus", "one",
+                                                            skip_failed=sf), True, True)
+    bwd = (diag_kind(TRSM, t, x, 1, 0, 0, 0, sf), gemm_kind(t, x, x, x, 1, 0, 0, "minus", "one",
+                                                            skip_failed=sf), False, True)
     return [fwd, bwd]
 
 

@@ -350,6 +350,10 @@ class Runtime:
                                          f"{', '.join(OPS)})")], what="submission")
             op = OPS[op]
         key, hit = self._known(op, fields)
+        if hit is not None and hit[2] is not None and type(after) is tuple and not after:
+            return self._replay_known(op, hit[1], hit[2], fields)
+        if hit is not None:
+            hit = (_rebuild(op.request, hit[0], fields), hit[1])
         if hit is None:
             req = validated(op.request, **fields)
             if self._coalescer is not None:
@@ -364,8 +368,11 @@ class Runtime:
         else:
             req, plan = hit
             first = getattr(req, op._ins[0][1])
-        return self._submit(op, req, first, after, bool(fields.get("overwrite", False)), False,
-                            plan)
+        overwrite = bool(fields.get("overwrite", False))
+        fut = self._submit(op, req, first, after, overwrite, False, plan)
+        if key is not None and type(after) is tuple and not after and fut._error is None:
+            self._learn(key, op, req, overwrite)
+        return fut
 
     # ------------------------------------------------------------------ the known-call path
     # A call whose operands are all packed batches (their metadata is read-only, so validation
@@ -396,13 +403,13 @@ class Runtime:
         hit = self._seen.get(key)
         if hit is None:
             return key, None
-        refs, template, plan = hit
+        refs, template, plan, recipe = hit
         if len(refs) != len(batches) or any(r() is not b for r, b in zip(refs, batches)):
             return key, None
         if fields.get("overwrite") is True and not all(
                 getattr(b.data.flags, "writeable", True) for b in batches):
             return key, None  # the slow path names the read-only operand
-        return key, (_rebuild(op.request, template, fields), plan)
+        return key, (template, plan, recipe)
 
     def _remember(self, key: tuple, fields: dict, req, plan: Plan) -> None:
         values = dict(req.__dict__)
@@ -417,7 +424,91 @@ class Runtime:
                 refs.append(weakref.ref(v))
         if len(self._seen) >= self.KNOWN:
             self._seen.clear()
-        self._seen[key] = (tuple(refs), (values, req.__pydantic_fields_set__), plan)
+        self._seen[key] = (tuple(refs), (values, req.__pydantic_fields_set__), plan, None)
+
+    # ------------------------------------------------------------------ the known-call replay
+    # A known call (above) on an asynchronous backend, with nothing to wait for and every
+    # operand a packed batch already on the backend's memory, replays what its second run
+    # decided: which buffers the kernels read, which outputs to allocate and how, the scalars,
+    # and the form of each output. No request, no memory checks, no staging. Measured on the
+    # 2-core VM with a null backend (.dbg stub, 2026-11-25): a GEMM of three packed batches
+    # ~15.5 -> ~8 us a call.
+    def _learn(self, key: tuple, op: Op, req, overwrite: bool) -> None:
+        entry = self._seen.get(key)
+        if entry is None or entry[3] is not None or self._pool is not None:
+            return
+        b = self.backend
+        ins = []
+        for name, operand, written in op._ins:
+            given = getattr(req, operand)
+            if given is None:
+                ins.append((name, None))
+                continue
+            if type(given) is not PackedBatch or given.kind != b.kind:
+                return  # staged (uploaded or gathered) per call
+            if written and not overwrite and not given.cache().get(("fits", b.name)):
+                return  # the memory check may have something to say next time
+            ins.append((name, operand))
+        outs = []
+        for name, operand, like, buf in op._outs:
+            given = getattr(req, operand)
+            if given is None:
+                m, n = buf.shape(req)
+                form = getattr(req, buf.form)
+                if type(form) is not PackedBatch or form.kind != b.kind:
+                    return
+                order = form.order if type(form) is PackedBatch else "C"
+                outs.append((name, 0, (m, n, form.dtype, order), form.frontend, _listed(form)))
+            elif type(given) is not PackedBatch or given.kind != b.kind:
+                return
+            elif overwrite:
+                outs.append((name, 2, like, None, _listed(given)))
+            else:
+                outs.append((name, 1, like, given.frontend, _listed(given)))
+        scalars = op.scalars(req) if op.scalars is not None else None
+        self._seen[key] = entry[:3] + ((tuple(ins), tuple(outs), scalars),)
+
+    def _replay_known(self, op: Op, plan: Plan, recipe: tuple, fields: dict) -> Future:
+        b = self.backend
+        fut = Future(self, threaded=False)
+        ins, outs, scalars = recipe
+        staged: dict = {}
+        for name, field in ins:
+            if field is None:
+                staged[name] = None
+            else:
+                v = fields[field]
+                staged[name] = v.batch if type(v) is Views else v
+        try:
+            for name, how, arg, _, _ in outs:
+                if how == 0:
+                    staged[name] = b.new_buffer(*arg)
+                elif how == 1:
+                    staged[name] = b.new_output(staged[arg])
+                else:
+                    staged[name] = staged[arg]
+            ex = b.begin(plan, staged, (), self.config, scalars)
+            b.launch_all(ex, plan.launches)
+            b.flush(ex)
+            completion = b.end(ex)
+        except BaseException as exc:  # noqa: BLE001 - delivered through the future, as _run_async
+            fut._fail(exc)
+            return fut
+        result = op.result
+
+        def finish(info: np.ndarray):
+            out = {}
+            for name, how, _, frontend, listed in outs:
+                work = b.batch_of(staged[name])
+                if how != 2:
+                    work = work.with_frontend(frontend)
+                out[name] = Views(work) if listed else work
+            return result(out, info, plan)
+
+        fut._completion, fut._finish = completion, finish
+        with self._lock:
+            self._tails[completion.queue] = completion
+        return fut
 
     def _submit(self, op: Op, req, batch, after, overwrite: bool, fast: bool,
                 plan: Plan | None = None) -> Future:
