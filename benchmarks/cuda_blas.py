@@ -45,8 +45,8 @@ In-place methods (bucket32, grouped, magma) get their output operand restored, u
 every call. Padding, pointer arrays and MAGMA's device metadata are built once beforehand.
 
 Time: wall clock of the call with the data on the GPU, device synchronized, median of --reps
-after one warm-up. For vbatch also its host time (issuing the call, plus ``result()`` after the
-GPU finished) and its GPU span (events around the call).
+after WARMUP warm-up calls (every method the same). For vbatch also its host time (issuing
+the call, plus ``result()`` after the GPU finished) and its GPU span (events around the call).
 
 Floor: max(flops / peak, bytes / bandwidth), peak 60 TFLOP/s FP64 and 51 TFLOP/s FP32 (the
 H200's measured DGEMM and SGEMM ceilings, anchors README), bandwidth 4.2 TB/s (its measured
@@ -593,14 +593,24 @@ def applies(method: str, case: Case, magma=None, dtype=None) -> str | None:
 
 
 # ----------------------------------------------------------------------------- timing
+# A repeated vbatch call replays its first run's decisions from the second call on, captures
+# the plan's CUDA graph on its second call and, for plans of a few launches, a graph per
+# pointer table seen twice (kernels/cuda.py: a repeated call alternates two output buffers), so
+# its fourth call is the first in the steady state (as in cuda_potrf.py). With one warm-up the
+# median of 5 reps caught the captures: gemm-square32 0.121 ms against ~0.045 in the steady
+# state (H200, 2026-11-25).
+WARMUP = 4
+
+
 def timed(fn, reps: int, sync: Callable[[], None], before=None) -> tuple[float, Any]:
-    """Median wall-clock ms of fn() + sync(), after one warm-up call; ``before`` (untimed) runs
-    and is synchronized ahead of every call, the warm-up too."""
-    if before is not None:
-        before()
+    """Median wall-clock ms of fn() + sync(), after WARMUP warm-up calls; ``before``
+    (untimed) runs and is synchronized ahead of every call, the warm-ups too."""
+    for _ in range(WARMUP):
+        if before is not None:
+            before()
+            sync()
+        out = fn()
         sync()
-    out = fn()
-    sync()
     ts = []
     for _ in range(reps):
         if before is not None:
