@@ -21,16 +21,16 @@ from vbatch.ops.errors import InputError
 OP = "blas"
 SOURCE = "blas.cu"
 TEMPLATES = ("vb::blas_gemm", "vb::blas_gemm_mma", "vb::blas_gemm_simt", "vb::blas_diag",
-             "vb::blas_trsv", "vb::blas_copy")
+             "vb::blas_diag_narrow", "vb::blas_trsv", "vb::blas_copy")
 DTYPES = ("float64", "float32")
 # Recursion base of triangular ops: the diagonal kernel holds a block of NB x NB (and NB rows of
 # NC right-hand-side columns) in shared memory: 41.5 KB in float64 at 32 x 128, under the
-# 48 KB a kernel gets without opting in. Launches whose tasks have at most DIAG_NC_SMALL
-# right-hand sides take a one-warp block of that many columns (17 KB: a dozen blocks a
-# multiprocessor, where the 128-column block held five and left 7/8 of its threads idle with
-# 16 right-hand sides).
+# 48 KB a kernel gets without opting in. Launches whose tasks have at most 32 right-hand sides
+# take blas_diag_narrow: DIAG_NARROW_WARPS warps, each solving its columns a lane per row
+# (17 KB of shared memory; the 128-column block left 7/8 of its threads idle with 16
+# right-hand sides, and a column per thread is a long dependent chain).
 DIAG_NB, DIAG_NC = 32, 128
-DIAG_NC_SMALL = 32
+DIAG_NARROW, DIAG_NARROW_WARPS = 32, 4
 # GEMM tiles on FMA (float32, and float64 with fp64_gemm="fma"): (BM, BN, BK, TM, TN), 256
 # threads each; the small one for tasks that fit in it.
 GEMM_TILES = ((32, 32, 16, 2, 2), (64, 64, 16, 4, 4))
@@ -158,8 +158,11 @@ def _b(v: bool) -> str:
     return "true" if v else "false"
 
 
-def diag_name(T: str, mul: bool, nc: int = DIAG_NC) -> str:
-    return f"vb::blas_diag<{T},{DIAG_NB},{nc},{'true' if mul else 'false'}>"
+def diag_name(T: str, mul: bool, narrow: bool = False) -> str:
+    m = "true" if mul else "false"
+    if narrow:
+        return f"vb::blas_diag_narrow<{T},{DIAG_NARROW_WARPS},{m}>"
+    return f"vb::blas_diag<{T},{DIAG_NB},{DIAG_NC},{m}>"
 
 
 def trsv_name(T: str, ncol: int, xs: bool) -> str:
@@ -187,7 +190,7 @@ def kernel_names(dtypes=DTYPES, nbs=None, orders=None) -> list[str]:
         else:
             out += [simt_name(tile, ar, br) for tile in SIMT_TILES
                     for ar in (False, True) for br in (False, True)]
-        out += [diag_name(T, mul, nc) for nc in (DIAG_NC_SMALL, DIAG_NC)
+        out += [diag_name(T, mul, narrow) for narrow in (False, True)
                 for mul in (False, True)] + [copy_name(T)]
         out += [trsv_name(T, c, xs) for c in TRSV_COLS
                 for xs in ((False, True) if dt in TRSV_XS_DTYPES else (False,))]
@@ -291,9 +294,12 @@ def selection(lc, plan, dtype, layouts: dict, config) -> Selection:
             sel = Selection(trsv_name(T, ncol, xs), (lc.count, math.ceil(nn / ncol)), (256,),
                             smem if xs else 0, extra)
         else:
-            nc = DIAG_NC_SMALL if nn <= DIAG_NC_SMALL else DIAG_NC
-            sel = Selection(diag_name(T, lc.kind == TRMM, nc), (lc.count, math.ceil(nn / nc)),
-                            (nc,), 0, extra)
+            if nn <= DIAG_NARROW:
+                sel = Selection(diag_name(T, lc.kind == TRMM, True), (lc.count, 1),
+                                (32 * DIAG_NARROW_WARPS,), 0, extra)
+            else:
+                sel = Selection(diag_name(T, lc.kind == TRMM), (lc.count, math.ceil(nn / DIAG_NC)),
+                                (DIAG_NC,), 0, extra)
     elif lc.kind == COPY:
         tiles = int((((a[:, 1] + COPY_TILE - 1) // COPY_TILE)
                      * ((a[:, 4] + COPY_TILE - 1) // COPY_TILE)).max())

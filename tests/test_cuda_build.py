@@ -133,10 +133,10 @@ def test_kernel_names_is_the_whole_set_once():
     nbs = len(sel.NB_SUPPORTED)
     want = sum(2 * (nbs * per_nb[dt] + 2) + 2 for dt in sel.DTYPES)
     # The blas family, per dtype (no order or panel width: its kernels read layouts at run
-    # time): two GEMM tiles, the two diagonal kernels in two widths, the copy, the
-    # whole-triangle solve per column count with X in global memory, and in shared memory for
-    # the dtypes that use it; in float64 also the DMMA GEMM tiles, in float32 the SIMT ones,
-    # one per orientation of A and B.
+    # time): two GEMM tiles, the diagonal kernel (wide and narrow, solve and product), the
+    # copy, the whole-triangle solve per column count with X in global memory, and in shared
+    # memory for the dtypes that use it; in float64 also the DMMA GEMM tiles, in float32 the
+    # SIMT ones, one per orientation of A and B.
     want += len(sel.DTYPES) * (len(blas.GEMM_TILES) + 5 + len(blas.TRSV_COLS)) \
         + len(blas.TRSV_XS_DTYPES) * len(blas.TRSV_COLS) \
         + 4 * len(blas.MMA_TILES) + 4 * len(blas.SIMT_TILES)
