@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The GPU machine's checks, in one command (device tool; run from the repository root):
-#   wheels carried in .whl (../shared/device/wheels.sh), real matrices in .dbg/matrices;
+#   wheels carried in .whl (`../shared/device/wheels.sh pymetis==2025.2.2`: the image lacks
+#   pydantic and pymetis), real matrices in .dbg/matrices;
 #   every kernel compiled ahead (NVRTC, in parallel); the whole test suite; compute-sanitizer
 #   memcheck and racecheck over tests/gpu_sanitize.py, run beside the suite to fit the lease.
 # Logs go to $OUT (the device tool's folder) or ./gpu-check. Exit status: the first failure's.
@@ -13,6 +14,12 @@ if [ -d .whl ]; then
     --target /tmp/site .whl/*.whl || exit 1
   export PYTHONPATH=/tmp/site:$PWD
 fi
+# Without these the sparse tests, the multifrontal example and the sanitizer script stop at an
+# import after minutes of device time: say so before spending any.
+python3 -c 'import pydantic, pymetis' || {
+  echo "gpu_check: carry the wheels of pydantic and pymetis in .whl (see the top of this file)" >&2
+  exit 1
+}
 export PYTHONUNBUFFERED=1 VBATCH_MATRICES=${VBATCH_MATRICES:-$PWD/.dbg/matrices}
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 t0=$(date +%s)
