@@ -1,6 +1,9 @@
 """The analysis of a sparse SPD matrix: ordering, elimination tree, supernodes, fronts, maps.
 
-From the pattern alone (so :meth:`Factor.refactor` reuses all of it):
+First the matrix is read (:func:`lower_triangle`): its index arrays checked, duplicates summed,
+its triangles compared when both are stored, and its lower triangle made canonical (a
+:class:`Lower`). The rest comes from that pattern alone (so :meth:`Factor.refactor` reuses all
+of it, and matrices of one pattern in a batch share one analysis):
 
 1. **Ordering.** By default the fewest entries of L among METIS nested dissection (pymetis, on
    the pattern of ``A + A^T``), reverse Cuthill-McKee and the natural order (:func:`order`);
@@ -19,8 +22,8 @@ From the pattern alone (so :meth:`Factor.refactor` reuses all of it):
    of A's lower-triangle entries lands in the fronts' packed workspace, and where each row of a
    child's update block lands in its parent front.
 
-Steps 2-5 walk columns one at a time, which Python cannot do at n = 10^6; they are compiled with
-numba. Measured on the 2-core VM (2026-11-23), the elimination tree and column counts of the
+Reading the matrix, the permuted patterns and steps 2-5 walk columns one at a time, which Python
+cannot do at n = 10^6; they are compiled with numba. Measured on the 2-core VM (2026-11-23), the elimination tree and column counts of the
 300^2 Laplacian (n = 90,000, ND order): 0.010 s compiled, 1.48 s as the same functions in Python
 (``.py_func``); L has 15x the entries at 1000^2, so the Python walks alone would take tens of
 seconds there. The maps (step 5's last
@@ -30,6 +33,7 @@ part) are vectorized numpy: a sorted key per (front, row) and one ``searchsorted
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numba
 import numpy as np
@@ -45,6 +49,315 @@ import scipy.sparse as sp
 # explicit zeros.
 RELAX_WIDTH = 32
 RELAX_ZEROS = 0.10
+
+
+# ------------------------------------------------------------------ compiled pattern work
+# scipy's sparse constructors cost 20-60 us each (index-dtype checks, format checks), and the
+# analysis of one small matrix took ~40 of them: 7 s for the batch of 1000 2-D Laplacians on the
+# 2-core VM, against ~0.4 s of compiled walks (cProfile, docs/notes.md 2026-11-25). The pattern
+# work below is compiled instead, on plain index arrays.
+@numba.njit(cache=True)
+def _canon_lower(n, ptr, idx, val, csr, tol):
+    """The canonical lower triangle (CSC: rows sorted within each column, duplicates summed)
+    of the symmetric matrix that the compressed arrays ``ptr, idx, val`` stand for (CSC, or
+    CSR when ``csr``). One stored triangle is read as the whole matrix (an upper one through
+    its transpose); with both stored, the two must agree within ``tol * max|A|``.
+
+    Returns ``(code, i1, i2, x1, x2, ptr, rows, vals)``; ``code`` 0 is a good matrix, else
+    (the arrays empty): 1 ``len(ptr)`` is ``i1``, not n + 1; 2 ``ptr[0]`` is ``i1``; 3 ``ptr``
+    decreases at ``i1``; 4 ``ptr[n]`` is ``i1``, past ``len(idx)`` or ``len(val)`` (``i2``,
+    the shorter); 5 ``idx[i1]`` is ``i2``, out of range; 6 ``i1`` stored entries (after
+    summing duplicates) are not finite; 7 not symmetric: ``max |A - A^T|`` is ``x1``, ``max |A|``
+    is ``x2``."""
+    e64 = np.zeros(0, np.int64)
+    ev = np.zeros(0, val.dtype)
+    if len(ptr) != n + 1:
+        return 1, len(ptr), 0, 0.0, 0.0, e64, e64, ev
+    if ptr[0] != 0:
+        return 2, ptr[0], 0, 0.0, 0.0, e64, e64, ev
+    for j in range(n):
+        if ptr[j + 1] < ptr[j]:
+            return 3, j + 1, 0, 0.0, 0.0, e64, e64, ev
+    nz = ptr[n]
+    if nz > len(idx) or nz > len(val):
+        return 4, nz, min(len(idx), len(val)), 0.0, 0.0, e64, e64, ev
+    for e in range(nz):
+        if idx[e] < 0 or idx[e] >= n:
+            return 5, e, idx[e], 0.0, 0.0, e64, e64, ev
+    canonical = True
+    for j in range(n):
+        for e in range(ptr[j] + 1, ptr[j + 1]):
+            if idx[e] <= idx[e - 1]:
+                canonical = False
+    if canonical:
+        return _canon_sorted(n, ptr, idx, val, csr, tol)
+    # Every entry as (r, c) = (max, min) of its row and column, and its triangle (0 lower,
+    # 1 upper, 2 diagonal); two stable counting sorts order them by (c, r).
+    r = np.empty(nz, np.int64)
+    c = np.empty(nz, np.int64)
+    tri = np.empty(nz, np.int8)
+    for j in range(n):
+        for e in range(ptr[j], ptr[j + 1]):
+            i = idx[e]
+            row, col = (j, i) if csr else (i, j)
+            if row > col:
+                r[e], c[e], tri[e] = row, col, 0
+            elif row < col:
+                r[e], c[e], tri[e] = col, row, 1
+            else:
+                r[e], c[e], tri[e] = row, row, 2
+    cnt = np.zeros(n + 1, np.int64)
+    for e in range(nz):
+        cnt[r[e] + 1] += 1
+    for k in range(n):
+        cnt[k + 1] += cnt[k]
+    by_r = np.empty(nz, np.int64)
+    for e in range(nz):
+        by_r[cnt[r[e]]] = e
+        cnt[r[e]] += 1
+    cnt[:] = 0
+    for e in range(nz):
+        cnt[c[e] + 1] += 1
+    for k in range(n):
+        cnt[k + 1] += cnt[k]
+    order = np.empty(nz, np.int64)
+    for q in range(nz):
+        e = by_r[q]
+        order[cnt[c[e]]] = e
+        cnt[c[e]] += 1
+    # Sum each (r, c) per triangle; find which triangles are stored, the largest |A| and the
+    # largest disagreement between the triangles.
+    any_low = False
+    any_up = False
+    for e in range(nz):
+        if tri[e] == 0:
+            any_low = True
+        elif tri[e] == 1:
+            any_up = True
+    keep = 1 if (any_up and not any_low) else 0  # the triangle read
+    optr = np.zeros(n + 1, np.int64)
+    orow = np.empty(nz, np.int64)
+    oval = np.empty(nz, val.dtype)
+    k = 0
+    bad = 0
+    big = 0.0
+    diff = 0.0
+    q = 0
+    while q < nz:
+        e = order[q]
+        rr, cc = r[e], c[e]
+        s0 = s1 = s2 = 0.0  # the sums of the lower, upper and diagonal entries here
+        h0 = h1 = h2 = False
+        while q < nz and r[order[q]] == rr and c[order[q]] == cc:
+            t = tri[order[q]]
+            v = np.float64(val[order[q]])
+            if t == 0:
+                s0 += v
+                h0 = True
+            elif t == 1:
+                s1 += v
+                h1 = True
+            else:
+                s2 += v
+                h2 = True
+            q += 1
+        for has, sv in ((h0, s0), (h1, s1), (h2, s2)):
+            if has:
+                if not np.isfinite(sv):
+                    bad += 1
+                elif abs(sv) > big:
+                    big = abs(sv)
+        if any_low and any_up and rr != cc and abs(s0 - s1) > diff:
+            diff = abs(s0 - s1)
+        if rr == cc:
+            has, sv = h2, s2
+        elif keep == 0:
+            has, sv = h0, s0
+        else:
+            has, sv = h1, s1
+        if has:
+            orow[k] = rr
+            oval[k] = sv
+            optr[cc + 1] += 1
+            k += 1
+    if bad:
+        return 6, bad, 0, 0.0, 0.0, e64, e64, ev
+    if diff > tol * big:
+        return 7, 0, 0, diff, big, e64, e64, ev
+    for j in range(n):
+        optr[j + 1] += optr[j]
+    return 0, 0, 0, 0.0, 0.0, optr, orow[:k].copy(), oval[:k].copy()
+
+
+@numba.njit(cache=True)
+def _canon_sorted(n, ptr, idx, val, csr, tol):
+    """:func:`_canon_lower` for arrays already canonical (indices increasing within each
+    compressed row or column, as scipy makes them): no sorting. In the arrays' own view ``M``
+    (CSC; ``M = A^T`` for CSR) a column's stored rows split into a head above the diagonal and
+    a tail from it; the triangle read is either the tails as they are, or the heads and the
+    diagonal transposed. Both stored: each tail entry ``M(r, c)`` meets its mirror ``M(c, r)``
+    in column ``r``'s head, which a pointer per column walks in increasing ``c``. 2-D
+    Laplacian of 576 rows, both triangles: 56 us the general way, ~10 here (2-core VM)."""
+    split = np.empty(n, np.int64)  # first entry of each column at or below the diagonal
+    low_m = False
+    up_m = False
+    bad = 0
+    big = 0.0
+    for j in range(n):
+        k = ptr[j]
+        while k < ptr[j + 1] and idx[k] < j:
+            k += 1
+        split[j] = k
+        if k > ptr[j]:
+            up_m = True
+        if ptr[j + 1] > k and idx[ptr[j + 1] - 1] > j:
+            low_m = True
+    for e in range(ptr[n]):
+        v = np.float64(val[e])
+        if not np.isfinite(v):
+            bad += 1
+        elif abs(v) > big:
+            big = abs(v)
+    e64 = np.zeros(0, np.int64)
+    ev = np.zeros(0, val.dtype)
+    if bad:
+        return 6, bad, 0, 0.0, 0.0, e64, e64, ev
+    if low_m and up_m:
+        diff = 0.0
+        walk = ptr[:n].copy()
+        for c in range(n):
+            for e in range(split[c], ptr[c + 1]):
+                r = idx[e]
+                if r == c:
+                    continue
+                while walk[r] < split[r] and idx[walk[r]] < c:
+                    diff = max(diff, abs(np.float64(val[walk[r]])))
+                    walk[r] += 1
+                if walk[r] < split[r] and idx[walk[r]] == c:
+                    diff = max(diff, abs(np.float64(val[e]) - np.float64(val[walk[r]])))
+                    walk[r] += 1
+                else:
+                    diff = max(diff, abs(np.float64(val[e])))
+        for r in range(n):
+            for e in range(walk[r], split[r]):
+                diff = max(diff, abs(np.float64(val[e])))
+        if diff > tol * big:
+            return 7, 0, 0, diff, big, e64, e64, ev
+    # In A's terms (A = M, or M^T for CSR): the lower triangle is read unless only the upper
+    # one is stored. It is M's tails for CSC, M's heads transposed for CSR (and the other way
+    # round when the upper one is read).
+    low_a, up_a = (up_m, low_m) if csr else (low_m, up_m)
+    read_upper = up_a and not low_a
+    optr = np.zeros(n + 1, np.int64)
+    if csr == read_upper:  # the tails, as stored
+        for j in range(n):
+            optr[j + 1] = optr[j] + ptr[j + 1] - split[j]
+        orow = np.empty(optr[n], np.int64)
+        oval = np.empty(optr[n], val.dtype)
+        for j in range(n):
+            m = ptr[j + 1] - split[j]
+            orow[optr[j]: optr[j] + m] = idx[split[j]: ptr[j + 1]]
+            oval[optr[j]: optr[j] + m] = val[split[j]: ptr[j + 1]]
+        return 0, 0, 0, 0.0, 0.0, optr, orow, oval
+    # the heads and diagonals, transposed: M(i, j), i <= j, becomes row j of column i
+    for j in range(n):
+        for e in range(ptr[j], split[j]):
+            optr[idx[e] + 1] += 1
+        if split[j] < ptr[j + 1] and idx[split[j]] == j:
+            optr[j + 1] += 1
+    for k in range(n):
+        optr[k + 1] += optr[k]
+    pos = optr[:n].copy()
+    orow = np.empty(optr[n], np.int64)
+    oval = np.empty(optr[n], val.dtype)
+    for j in range(n):  # increasing j: each output column's rows come in increasing order
+        last = split[j] + 1 if split[j] < ptr[j + 1] and idx[split[j]] == j else split[j]
+        for e in range(ptr[j], last):
+            i = idx[e]
+            orow[pos[i]] = j
+            oval[pos[i]] = val[e]
+            pos[i] += 1
+    return 0, 0, 0, 0.0, 0.0, optr, orow, oval
+
+
+@numba.njit(cache=True)
+def _sym_graph(n, ptr, idx):
+    """The adjacency of ``L + L^T`` without the diagonal (CSR, sorted), from the canonical
+    lower triangle ``L`` (CSC): row ``r`` lists the columns ``c < r`` that hold an entry in row
+    ``r`` (met in increasing ``c``), then the rows below ``r`` in column ``r``."""
+    deg = np.zeros(n + 1, np.int64)
+    for c in range(n):
+        for p in range(ptr[c], ptr[c + 1]):
+            r = idx[p]
+            if r != c:
+                deg[r + 1] += 1
+                deg[c + 1] += 1
+    for k in range(n):
+        deg[k + 1] += deg[k]
+    pos = deg[:n].copy()
+    adj = np.empty(deg[n], np.int64)
+    for c in range(n):
+        for p in range(ptr[c], ptr[c + 1]):
+            r = idx[p]
+            if r != c:
+                adj[pos[r]] = c
+                pos[r] += 1
+    for c in range(n):
+        for p in range(ptr[c], ptr[c + 1]):
+            r = idx[p]
+            if r != c:
+                adj[pos[c]] = r
+                pos[c] += 1
+    return deg, adj
+
+
+@numba.njit(cache=True)
+def _permuted_lower(n, ptr, idx, ipos, by_rows):
+    """The pattern of the permuted matrix's lower triangle: entry ``(r, c)`` of the canonical
+    ``L`` (CSC) goes to ``(max, min)`` of ``(ipos[r], ipos[c])``. By rows (CSR, columns
+    increasing) when ``by_rows``, else by columns (CSC, rows increasing). Two stable counting
+    sorts; the input has no duplicates, so neither has the output."""
+    nz = ptr[n]
+    R = np.empty(nz, np.int64)
+    C = np.empty(nz, np.int64)
+    for c in range(n):
+        for p in range(ptr[c], ptr[c + 1]):
+            a, b = ipos[idx[p]], ipos[c]
+            R[p], C[p] = (a, b) if a >= b else (b, a)
+    major, minor = (R, C) if by_rows else (C, R)
+    cnt = np.zeros(n + 1, np.int64)
+    for p in range(nz):
+        cnt[minor[p] + 1] += 1
+    for k in range(n):
+        cnt[k + 1] += cnt[k]
+    tmp = np.empty(nz, np.int64)
+    for p in range(nz):
+        tmp[cnt[minor[p]]] = p
+        cnt[minor[p]] += 1
+    optr = np.zeros(n + 1, np.int64)
+    for p in range(nz):
+        optr[major[p] + 1] += 1
+    for k in range(n):
+        optr[k + 1] += optr[k]
+    pos = optr[:n].copy()
+    out = np.empty(nz, np.int64)
+    for q in range(nz):
+        p = tmp[q]
+        out[pos[major[p]]] = minor[p]
+        pos[major[p]] += 1
+    return optr, out
+
+
+@numba.njit(cache=True)
+def _tree_height(parent):
+    """Fronts on the longest leaf-to-root path of a forest whose parents come after their
+    children."""
+    h = np.ones(len(parent), np.int64)
+    for f in range(len(parent)):
+        p = parent[f]
+        if p >= 0 and h[p] < h[f] + 1:
+            h[p] = h[f] + 1
+    return h.max() if len(h) else 0
 
 
 # ------------------------------------------------------------------ compiled column walks
@@ -214,7 +527,80 @@ def _fronts(n, cptr, cidx, snode, sfirst, slast, nsn):
 
 
 # ------------------------------------------------------------------ the analysis
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
+class Lower:
+    """A matrix's lower triangle, canonical CSC (rows increasing within each column, no
+    duplicates; int64 indices): what the analysis reads and its maps index. ``data`` is the
+    matrix's values in that order (``None`` where only the pattern is kept)."""
+
+    n: int
+    indptr: np.ndarray
+    indices: np.ndarray
+    data: np.ndarray | None = None
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return (self.n, self.n)
+
+    @property
+    def nnz(self) -> int:
+        return len(self.indices)
+
+    def same_pattern(self, other: "Lower") -> bool:
+        return (self.n == other.n and np.array_equal(self.indptr, other.indptr)
+                and np.array_equal(self.indices, other.indices))
+
+    def pattern_key(self) -> tuple:
+        """A key equal for equal patterns (the bytes themselves: a dict compares them on a
+        hit, so two patterns never share an analysis by a hash collision)."""
+        return (self.n, self.indptr.tobytes(), self.indices.tobytes())
+
+    def tocsc(self) -> sp.csc_matrix:
+        data = np.ones(self.nnz) if self.data is None else self.data
+        return sp.csc_matrix((data, self.indices, self.indptr), shape=self.shape)
+
+
+def lower_triangle(A, dtype=np.float64) -> Lower:
+    """The canonical lower triangle of the symmetric matrix ``A`` (scipy sparse, square; one
+    stored triangle stands for the whole matrix, an upper one through its transpose; both
+    stored must agree within ``1e3 eps |A|max``), its values in ``dtype``. Raises
+    ``ValueError`` saying what is wrong (the caller names the matrix)."""
+    n = A.shape[0]
+    if A.format not in ("csr", "csc"):
+        A = A.tocsc()
+    val = np.asarray(A.data)
+    if val.dtype != dtype:
+        val = val.astype(dtype)
+    tol = 1e3 * float(np.finfo(dtype).eps)
+    code, i1, i2, x1, x2, ptr, rows, vals = _canon_lower(
+        n, np.asarray(A.indptr), np.asarray(A.indices), val, A.format == "csr", tol)
+    if code == 0:
+        return Lower(n, ptr, rows, vals)
+    why = {
+        1: f"indptr has {i1} entries, expected {n + 1}",
+        2: f"indptr starts at {i1}, expected 0",
+        3: f"indptr decreases at position {i1}",
+        4: f"indptr ends at {i1}, past the {i2} stored indices or values",
+        5: f"index {i2} at position {i1} is out of range [0, {n})",
+    }
+    if code in why:
+        raise ValueError(f"malformed index arrays: {why[code]}")
+    if code == 6:
+        raise ValueError(f"{i1} stored entries are NaN or infinite")
+    raise ValueError(f"not symmetric: max |A - A^T| = {x1:.3g} (|A|max {x2:.3g}); store one "
+                     f"triangle, or both equal")
+
+
+def _as_lower(lower) -> Lower:
+    """A :class:`Lower` as given, or from a scipy matrix that already is one (canonical lower
+    CSC, as the tests build)."""
+    if isinstance(lower, Lower):
+        return lower
+    return Lower(lower.shape[0], np.asarray(lower.indptr, np.int64),
+                 np.asarray(lower.indices, np.int64), lower.data)
+
+
+@dataclass(frozen=True, eq=False)
 class Analysis:
     """The symbolic factorization of one matrix (module docstring). Columns are numbered in the
     factor's order: column ``j`` of L is column ``perm[j]`` of A.
@@ -237,18 +623,24 @@ class Analysis:
     offset: np.ndarray
     amap: np.ndarray
     rel: np.ndarray
-    lower: sp.csc_matrix  # A's lower triangle (the pattern the maps index)
+    lower: Lower  # the pattern of A's lower triangle that the maps index (data None)
 
     @property
     def fronts(self) -> int:
         return len(self.first)
 
-    @property
+    @cached_property
+    def update_rel(self) -> np.ndarray:
+        """``rel`` of the update rows alone, front after front (what the extend-add reads)."""
+        fid = np.repeat(np.arange(self.fronts), self.size)
+        return self.rel[np.arange(len(self.rows)) - self.fptr[fid] >= self.width[fid]]
+
+    @cached_property
     def nnz_l(self) -> int:
         w, s = self.width.astype(np.int64), self.size.astype(np.int64)
         return int((w * s - w * (w - 1) // 2).sum())
 
-    @property
+    @cached_property
     def flops(self) -> float:
         """Flops of the numeric factorization: each front's partial Cholesky (its pivots'
         columns and the Schur complement of its update block)."""
@@ -257,13 +649,15 @@ class Analysis:
         return float((w**3 / 3 + w * w * u + w * u * u).sum())
 
 
-def order(lower: sp.csc_matrix, ordering) -> np.ndarray:
-    """The fill-reducing permutation (``perm[new] = old``). ``"auto"``: of METIS nested
+def order(lower, ordering) -> np.ndarray:
+    """The fill-reducing permutation (``perm[new] = old``) of the matrix whose lower triangle
+    is ``lower`` (a :class:`Lower`, or a canonical scipy CSC). ``"auto"``: of METIS nested
     dissection, reverse Cuthill-McKee and the natural order, the one whose factor has the
     fewest entries (counted exactly, from the elimination tree, before amalgamation). ND wins
     on meshes; a banded matrix such as bcsstk16 keeps its band (natural: 610,800 entries of L,
     RCM 627,487, ND 740,913)."""
-    n = lower.shape[0]
+    lower = _as_lower(lower)
+    n = lower.n
     if not isinstance(ordering, str):
         perm = np.asarray(ordering, dtype=np.int64)
         if perm.shape != (n,) or not np.array_equal(np.sort(perm), np.arange(n)):
@@ -274,64 +668,72 @@ def order(lower: sp.csc_matrix, ordering) -> np.ndarray:
                          f"got {ordering!r}")
     if ordering == "natural" or n <= 2:
         return np.arange(n, dtype=np.int64)
-    g = (lower + lower.T).tocsr()
-    g.setdiag(0)
-    g.eliminate_zeros()
-    g.sort_indices()
-    if g.nnz == 0:
+    gptr, gadj = _sym_graph(n, lower.indptr, lower.indices)
+    if len(gadj) == 0:
         return np.arange(n, dtype=np.int64)
     if ordering == "rcm":
-        return _rcm(g)
+        return _rcm(n, gptr, gadj)
     if ordering == "nd":
-        return _nd(g)
-    cands = [np.arange(n, dtype=np.int64), _rcm(g), _nd(g)]
+        return _nd(gptr, gadj)
+    cands = [np.arange(n, dtype=np.int64), _rcm(n, gptr, gadj), _nd(gptr, gadj)]
     return min(cands, key=lambda p: fill(lower, p))
 
 
-def _nd(g: sp.csr_matrix) -> np.ndarray:
+def _nd(gptr: np.ndarray, gadj: np.ndarray) -> np.ndarray:
     import pymetis
 
     # pymetis gives (perm, iperm); its first is ours, new -> old: measured on the shared
     # matrices, it gives the fill of SuperLU's MMD (494_bus 1536 against 1400 entries of L,
     # bcsstk09 47160 against 59920) where the second gives 3-4x more.
-    adj = pymetis.CSRAdjacency(g.indptr.astype(np.int32), g.indices.astype(np.int32))
+    adj = pymetis.CSRAdjacency(gptr.astype(np.int32), gadj.astype(np.int32))
     perm, _ = pymetis.nested_dissection(adj)
     return np.asarray(perm, dtype=np.int64)
 
 
-def _rcm(g: sp.csr_matrix) -> np.ndarray:
+def _rcm(n: int, gptr: np.ndarray, gadj: np.ndarray) -> np.ndarray:
     from scipy.sparse.csgraph import reverse_cuthill_mckee
 
+    g = sp.csr_matrix((np.ones(len(gadj), np.int8), gadj.astype(np.int32),
+                       gptr.astype(np.int32)), shape=(n, n))
     return np.asarray(reverse_cuthill_mckee(g, symmetric_mode=True), dtype=np.int64)
 
 
-def fill(lower: sp.csc_matrix, perm: np.ndarray) -> int:
+def fill(lower, perm: np.ndarray) -> int:
     """Entries of the Cholesky factor of ``lower`` permuted by ``perm`` (diagonal included)."""
-    a = _lower_pattern(lower, perm)
-    n = lower.shape[0]
-    parent = _etree(n, a.indptr, a.indices)
-    return int(_colcounts(n, a.indptr, a.indices, parent).sum())
+    lower = _as_lower(lower)
+    n = lower.n
+    ptr, idx = _permuted_lower(n, lower.indptr, lower.indices, _inverse(perm), True)
+    parent = _etree(n, ptr, idx)
+    return int(_colcounts(n, ptr, idx, parent).sum())
 
 
-def analyze(lower: sp.csc_matrix, ordering="auto", relax_width: int = RELAX_WIDTH,
+def _inverse(perm: np.ndarray) -> np.ndarray:
+    ipos = np.empty(len(perm), np.int64)
+    ipos[perm] = np.arange(len(perm))
+    return ipos
+
+
+def analyze(lower, ordering="auto", relax_width: int = RELAX_WIDTH,
             relax_zeros: float = RELAX_ZEROS) -> Analysis:
     """The analysis of the SPD matrix whose lower triangle (diagonal included) is ``lower``
-    (CSC, canonical: sorted, no duplicates)."""
-    n = lower.shape[0]
+    (a :class:`Lower`, or a scipy CSC in canonical form: sorted, no duplicates)."""
+    lower = _as_lower(lower)
+    n = lower.n
+    lptr, lidx = lower.indptr, lower.indices
     perm = order(lower, ordering)
-    a = _lower_pattern(lower, perm)
-    parent = _etree(n, a.indptr, a.indices)  # CSR of the lower pattern: row k, columns <= k
+    # CSR of the permuted lower pattern: row k, columns <= k
+    rptr, ridx = _permuted_lower(n, lptr, lidx, _inverse(perm), True)
+    parent = _etree(n, rptr, ridx)
     post = _postorder(parent)
     perm = perm[post]
-    a = _lower_pattern(lower, perm)
-    csr = a  # rows: the strictly lower entries of each row (and the diagonal)
+    ipos = _inverse(perm)
+    rptr, ridx = _permuted_lower(n, lptr, lidx, ipos, True)
     # A postorder is a relabelling of the same tree: the permuted matrix's parent array is the
     # old one renumbered, not a second elimination-tree pass.
-    ipost = np.empty(n, np.int64)
-    ipost[post] = np.arange(n)
+    ipost = _inverse(post)
     old = parent[post]
     parent = np.where(old >= 0, ipost[np.maximum(old, 0)], -1)
-    count = _colcounts(n, csr.indptr, csr.indices, parent)
+    count = _colcounts(n, rptr, ridx, parent)
     # Supernodes: j joins j + 1 (its parent) when count[j] == count[j + 1] + 1, that is when
     # L's structure in column j is j's row and column j + 1's (no explicit zero; j + 1 may have
     # other children, whose update rows lie in that structure too).
@@ -349,13 +751,12 @@ def analyze(lower: sp.csc_matrix, ordering="auto", relax_width: int = RELAX_WIDT
     new_id = np.cumsum(keep) - 1
     snode = new_id[rep[snode]]
     nsn = int(keep.sum())
-    sfirst = np.full(nsn, n, np.int64)
-    np.minimum.at(sfirst, snode, np.arange(n))
-    slast = np.zeros(nsn, np.int64)
-    np.maximum.at(slast, snode, np.arange(n))
-    col = a.tocsc()  # by columns: rows >= column
-    fptr, frows, fparent = _fronts(n, col.indptr.astype(np.int64), col.indices.astype(np.int64),
-                                   snode.astype(np.int64), sfirst, slast, nsn)
+    # snode is nondecreasing (supernodes are runs of columns): each one's first and last
+    cols = np.arange(n)
+    sfirst = np.flatnonzero(np.concatenate([[True], snode[1:] != snode[:-1]]))
+    slast = np.append(sfirst[1:], n) - 1
+    cptr, cidx = _permuted_lower(n, lptr, lidx, ipos, False)  # by columns: rows >= column
+    fptr, frows, fparent = _fronts(n, cptr, cidx, snode, sfirst, slast, nsn)
     size = np.diff(fptr)
     width = slast - sfirst + 1
     offset = np.zeros(nsn, np.int64)
@@ -369,10 +770,8 @@ def analyze(lower: sp.csc_matrix, ordering="auto", relax_width: int = RELAX_WIDT
 
     # A's entries: the e-th stored entry of lower (column-major data order) at (r, c) of the
     # permuted matrix, r >= c, in front snode[c], column c - first, row place(...).
-    ipos = np.empty(n, np.int64)
-    ipos[perm] = np.arange(n)
-    lc = lower.tocoo()
-    r0, c0 = ipos[lc.row], ipos[lc.col]
+    r0 = ipos[lidx]
+    c0 = ipos[np.repeat(cols, np.diff(lptr))]
     r, c = np.maximum(r0, c0), np.minimum(r0, c0)
     f = snode[c]
     amap = offset[f] + (c - sfirst[f]) * size[f] + place(f, r)
@@ -382,20 +781,5 @@ def analyze(lower: sp.csc_matrix, ordering="auto", relax_width: int = RELAX_WIDT
     child = fid[is_upd]
     rel[is_upd] = place(fparent[child], frows[is_upd])
     return Analysis(n=n, perm=perm, first=sfirst, width=width, size=size, fptr=fptr, rows=frows,
-                    parent=fparent, offset=offset, amap=amap, rel=rel, lower=lower)
-
-
-def _lower_pattern(lower: sp.csc_matrix, perm: np.ndarray) -> sp.csr_matrix:
-    """The pattern of the permuted matrix's lower triangle, by rows (CSR, sorted)."""
-    n = lower.shape[0]
-    ipos = np.empty(n, np.int64)
-    ipos[perm] = np.arange(n)
-    c = lower.tocoo()
-    r0, c0 = ipos[c.row], ipos[c.col]
-    r, cc = np.maximum(r0, c0), np.minimum(r0, c0)
-    m = sp.csr_matrix((np.ones(len(r), np.int8), (r, cc)), shape=(n, n))
-    m.sum_duplicates()
-    m.sort_indices()
-    m.indptr = m.indptr.astype(np.int64)
-    m.indices = m.indices.astype(np.int64)
-    return m
+                    parent=fparent, offset=offset, amap=amap, rel=rel,
+                    lower=Lower(n, lptr, lidx))

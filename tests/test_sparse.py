@@ -127,6 +127,112 @@ def test_auto_ordering_fill_against_superlu_mmd():
         assert ours <= 1.25 * lu.L.nnz, f"{name}: nnz(L) {ours} against MMD's {lu.L.nnz}"
 
 
+def _tril_reference(B, dtype=np.float64) -> sp.csc_matrix:
+    """What the analysis must read, through scipy: the lower triangle of the duplicates-summed
+    matrix, or the transposed upper one where only that is stored."""
+    A = sp.csc_matrix(B, dtype=dtype, copy=True)
+    A.sum_duplicates()
+    only_upper = sp.triu(A, 1).nnz and not sp.tril(A, -1).nnz
+    out = sp.csc_matrix(sp.tril(A.T) if only_upper else sp.tril(A))
+    out.sum_duplicates()
+    out.sort_indices()
+    return out
+
+
+@pytest.mark.parametrize("fmt", ["csr", "csc", "coo"])
+def test_lower_triangle_equals_scipy_in_every_form(fmt):
+    """The compiled reading of a matrix (sorted and unsorted indices, duplicates, one triangle
+    either way, both, the diagonal alone) gives scipy's lower triangle exactly; both triangles
+    that disagree are refused."""
+    from vbatch.sparse.analysis import lower_triangle
+
+    rng = np.random.default_rng(7)
+    refused = 0
+    for t in range(400):
+        n = int(rng.integers(1, 13))
+        M = sp.random(n, n, density=rng.uniform(0, 0.8), random_state=rng, format="coo")
+        M = M + sp.diags(rng.uniform(1, 2, n))
+        kind = t % 4
+        B = sp.coo_matrix([M + M.T, sp.tril(M), sp.triu(M), M][kind])
+        if t % 3 == 0 and B.nnz:  # a duplicate of one entry, split in two halves
+            k = int(rng.integers(0, B.nnz))
+            B = sp.coo_matrix((np.r_[B.data, -0.5 * B.data[k], 0.5 * B.data[k]],
+                               (np.r_[B.row, B.row[k], B.row[k]],
+                                np.r_[B.col, B.col[k], B.col[k]])), shape=B.shape)
+        C = B.asformat(fmt)
+        if fmt != "coo" and t % 2:  # unsorted indices within rows/columns
+            C = C.copy()
+            for j in range(n):
+                a, b = C.indptr[j], C.indptr[j + 1]
+                perm = rng.permutation(b - a)
+                C.indices[a:b] = C.indices[a:b][perm]
+                C.data[a:b] = C.data[a:b][perm]
+            C.has_sorted_indices = False
+        for dtype in (np.float64, np.float32):
+            full_b = sp.csc_matrix(B, dtype=np.float64)
+            gap = abs(full_b - full_b.T)
+            asym = gap.nnz and gap.max() > 1e3 * np.finfo(dtype).eps * abs(full_b).max()
+            if asym and sp.tril(B, -1).nnz and sp.triu(B, 1).nnz:
+                with pytest.raises(ValueError, match="not symmetric"):
+                    lower_triangle(C, dtype)
+                refused += 1
+                continue
+            got = lower_triangle(C, dtype)
+            ref = _tril_reference(B, dtype)
+            assert got.data.dtype == dtype
+            assert np.array_equal(got.indptr, ref.indptr), (t, fmt)
+            assert np.array_equal(got.indices, ref.indices), (t, fmt)
+            tol = 4 * np.finfo(dtype).eps * max(abs(ref.data).max(initial=0), 1)
+            assert np.allclose(got.data, ref.data, rtol=0, atol=tol), (t, fmt)
+    assert refused > 0  # the draw holds unsymmetric matrices with both triangles
+
+
+def test_malformed_index_arrays_are_named():
+    from vbatch.sparse.analysis import lower_triangle
+
+    good = sp.csr_matrix(lap(3, 2))
+    cases = {
+        "indptr decreases at position 2": lambda m: m.indptr.__setitem__(2, 0),
+        r"index 9 at position 0 is out of range \[0, 9\)": lambda m: m.indices.__setitem__(0, 9),
+        "index -1 at position 4": lambda m: m.indices.__setitem__(4, -1),
+        "indptr ends at 40, past the 33": lambda m: m.indptr.__setitem__(9, 40),
+        "indptr starts at 1": lambda m: m.indptr.__setitem__(0, 1),
+    }
+    for msg, spoil in cases.items():
+        m = good.copy()
+        spoil(m)
+        with pytest.raises(ValueError, match=msg):
+            lower_triangle(m)
+        with pytest.raises(InputError, match="matrix 1: malformed index arrays: " + msg):
+            sparse.cholesky([good, m])
+
+
+def test_a_batch_shares_the_analysis_of_one_pattern():
+    """Matrices of one pattern share one analysis (and values of their own): the factors and
+    solutions equal those of each matrix factored alone."""
+    rng = np.random.default_rng(5)
+    base = [lap(6, 2), lap(4, 3), lap(6, 2), lap(7, 2), lap(4, 3), lap(6, 2)]
+    mats = [sp.csr_matrix(A + sp.diags(rng.uniform(0, 1, A.shape[0]))) for A in base]
+    F = sparse.cholesky(mats)
+    assert F.analyses[0] is F.analyses[2] is F.analyses[5]
+    assert F.analyses[1] is F.analyses[4] and F.analyses[0] is not F.analyses[3]
+    bs = [rng.standard_normal(A.shape[0]) for A in mats]
+    xs = F.solve(bs)
+    for i, (A, b) in enumerate(zip(mats, bs)):
+        alone = sparse.cholesky(A)
+        assert np.allclose(xs[i], alone.solve(b), rtol=1e-12, atol=0), f"matrix {i}"
+        La, pa = alone.factor()
+        Lb, pb = F.factor(i)
+        assert np.array_equal(pa, pb)
+        assert abs(La - Lb).max() <= 1e-12 * abs(La).max(), f"matrix {i}"
+    # a pattern's values are the matrix's own: refactor one, the others keep theirs
+    mats2 = list(mats)
+    mats2[2] = sp.csr_matrix(mats[2] * 2.0)
+    F.refactor(mats2)
+    assert np.allclose(F.solve(bs)[2], xs[2] / 2.0, rtol=1e-12, atol=0)
+    assert np.allclose(F.solve(bs)[0], xs[0], rtol=1e-12, atol=0)
+
+
 @pytest.mark.parametrize("ordering", ["nd", "rcm"])
 def test_factor_entries_match_superlu_for_the_same_ordering(ordering):
     """The exact count of L's entries (the elimination tree's column counts) equals SuperLU's
