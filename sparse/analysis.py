@@ -56,7 +56,7 @@ RELAX_ZEROS = 0.10
 # analysis of one small matrix took ~40 of them: 7 s for the batch of 1000 2-D Laplacians on the
 # 2-core VM, against ~0.4 s of compiled walks (cProfile, docs/notes.md 2026-11-25). The pattern
 # work below is compiled instead, on plain index arrays.
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _canon_lower(n, ptr, idx, val, csr, tol):
     """The canonical lower triangle (CSC: rows sorted within each column, duplicates summed)
     of the symmetric matrix that the compressed arrays ``ptr, idx, val`` stand for (CSC, or
@@ -189,7 +189,7 @@ def _canon_lower(n, ptr, idx, val, csr, tol):
     return 0, 0, 0, 0.0, 0.0, optr, orow[:k].copy(), oval[:k].copy()
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _canon_sorted(n, ptr, idx, val, csr, tol):
     """:func:`_canon_lower` for arrays already canonical (indices increasing within each
     compressed row or column, as scipy makes them): no sorting. In the arrays' own view ``M``
@@ -254,10 +254,12 @@ def _canon_sorted(n, ptr, idx, val, csr, tol):
             optr[j + 1] = optr[j] + ptr[j + 1] - split[j]
         orow = np.empty(optr[n], np.int64)
         oval = np.empty(optr[n], val.dtype)
-        for j in range(n):
-            m = ptr[j + 1] - split[j]
-            orow[optr[j]: optr[j] + m] = idx[split[j]: ptr[j + 1]]
-            oval[optr[j]: optr[j] + m] = val[split[j]: ptr[j + 1]]
+        k = 0
+        for j in range(n):  # (element loops: a slice copy per column cost ~20 us in all)
+            for e in range(split[j], ptr[j + 1]):
+                orow[k] = idx[e]
+                oval[k] = val[e]
+                k += 1
         return 0, 0, 0, 0.0, 0.0, optr, orow, oval
     # the heads and diagonals, transposed: M(i, j), i <= j, becomes row j of column i
     for j in range(n):
@@ -349,6 +351,18 @@ def _permuted_lower(n, ptr, idx, ipos, by_rows):
 
 
 @numba.njit(cache=True)
+def _shift_segments(out, lens, shift):
+    """Add ``shift[s]`` to the ``s``-th run of ``lens[s]`` entries of ``out``, in place (a
+    batch's stacked per-matrix arrays; ``np.repeat`` made a second array as long)."""
+    k = 0
+    for s in range(len(lens)):
+        d = shift[s]
+        for e in range(k, k + lens[s]):
+            out[e] += d
+        k += lens[s]
+
+
+@numba.njit(cache=True)
 def _tree_height(parent):
     """Fronts on the longest leaf-to-root path of a forest whose parents come after their
     children."""
@@ -415,7 +429,8 @@ def _postorder(parent):
 @numba.njit(cache=True)
 def _colcounts(n, ptr, idx, parent):
     """Entries of every column of L (the diagonal included), by row subtrees: row i of L holds
-    the columns on the tree paths from each j with A(i, j) != 0 up to i."""
+    the columns on the tree paths from each j with A(i, j) != 0 up to i. One step an entry of
+    L: the tests' reference for :func:`_colcounts_fast`, which the analysis uses."""
     count = np.ones(n, np.int64)
     mark = np.full(n, -1, np.int64)
     for i in range(n):
@@ -426,6 +441,67 @@ def _colcounts(n, ptr, idx, parent):
                 count[j] += 1
                 mark[j] = i
                 j = parent[j]
+    return count
+
+
+@numba.njit(cache=True)
+def _colcounts_fast(n, cptr, cidx, parent, post):
+    """:func:`_colcounts` in time near-linear in A's entries (the row-subtree walk costs one
+    step an entry of L: 1.4 s a call for the natural order of the 1000^2 Laplacian, whose L
+    has ~10^9 entries; "auto" counts three orders). Gilbert, Ng and Peyton's method (SIAM J.
+    Matrix Anal. Appl. 15(4), 1994): row ``i``'s subtree is the union of the tree paths from
+    its leaves up to ``i``; give each leaf +1, the lowest common ancestor of each two leaves
+    consecutive in postorder -1, and ``parent(i)`` -1, and the count of column ``j`` is the sum
+    over ``j``'s subtree. Visiting columns in postorder finds the leaves (``k`` is one when no
+    earlier entry of the row lies in ``k``'s subtree, which spans postorder positions
+    ``first[k]..pos[k]``) and, by union-find over the finished nodes, the ancestors.
+    ``cptr, cidx``: the lower pattern by columns (rows >= column); ``post``: a postorder of
+    the tree (``post[position] = node``)."""
+    pos = np.empty(n, np.int64)
+    for q in range(n):
+        pos[post[q]] = q
+    first = pos.copy()
+    for q in range(n):
+        j = post[q]
+        p = parent[j]
+        if p != -1 and first[j] < first[p]:
+            first[p] = first[j]
+    delta = np.zeros(n, np.int64)
+    prevnbr = np.full(n, -1, np.int64)
+    prevleaf = np.full(n, -1, np.int64)
+    anc = np.arange(n)
+    for q in range(n):
+        k = post[q]
+        # row k's own diagonal: the last entry of its row in postorder, a leaf if alone
+        if prevnbr[k] == -1:
+            delta[k] += 1
+        if parent[k] != -1:
+            delta[parent[k]] -= 1
+        for p in range(cptr[k], cptr[k + 1]):
+            i = cidx[p]
+            if i <= k:
+                continue
+            if first[k] > prevnbr[i]:  # k is a leaf of row i's subtree
+                delta[k] += 1
+                leaf = prevleaf[i]
+                if leaf != -1:
+                    r = leaf  # the root of leaf's set: the common ancestor
+                    while anc[r] != r:
+                        r = anc[r]
+                    while anc[leaf] != r:  # path compression
+                        nxt = anc[leaf]
+                        anc[leaf] = r
+                        leaf = nxt
+                    delta[r] -= 1
+                prevleaf[i] = k
+            prevnbr[i] = q
+        if parent[k] != -1:
+            anc[k] = parent[k]
+    count = delta
+    for q in range(n):
+        j = post[q]
+        if parent[j] != -1:
+            count[parent[j]] += count[j]
     return count
 
 
@@ -702,9 +778,11 @@ def fill(lower, perm: np.ndarray) -> int:
     """Entries of the Cholesky factor of ``lower`` permuted by ``perm`` (diagonal included)."""
     lower = _as_lower(lower)
     n = lower.n
-    ptr, idx = _permuted_lower(n, lower.indptr, lower.indices, _inverse(perm), True)
-    parent = _etree(n, ptr, idx)
-    return int(_colcounts(n, ptr, idx, parent).sum())
+    ipos = _inverse(perm)
+    rptr, ridx = _permuted_lower(n, lower.indptr, lower.indices, ipos, True)
+    cptr, cidx = _permuted_lower(n, lower.indptr, lower.indices, ipos, False)
+    parent = _etree(n, rptr, ridx)
+    return int(_colcounts_fast(n, cptr, cidx, parent, _postorder(parent)).sum())
 
 
 def _inverse(perm: np.ndarray) -> np.ndarray:
@@ -733,7 +811,8 @@ def analyze(lower, ordering="auto", relax_width: int = RELAX_WIDTH,
     ipost = _inverse(post)
     old = parent[post]
     parent = np.where(old >= 0, ipost[np.maximum(old, 0)], -1)
-    count = _colcounts(n, rptr, ridx, parent)
+    cptr, cidx = _permuted_lower(n, lptr, lidx, ipos, False)  # by columns: rows >= column
+    count = _colcounts_fast(n, cptr, cidx, parent, np.arange(n))
     # Supernodes: j joins j + 1 (its parent) when count[j] == count[j + 1] + 1, that is when
     # L's structure in column j is j's row and column j + 1's (no explicit zero; j + 1 may have
     # other children, whose update rows lie in that structure too).
@@ -755,7 +834,6 @@ def analyze(lower, ordering="auto", relax_width: int = RELAX_WIDTH,
     cols = np.arange(n)
     sfirst = np.flatnonzero(np.concatenate([[True], snode[1:] != snode[:-1]]))
     slast = np.append(sfirst[1:], n) - 1
-    cptr, cidx = _permuted_lower(n, lptr, lidx, ipos, False)  # by columns: rows >= column
     fptr, frows, fparent = _fronts(n, cptr, cidx, snode, sfirst, slast, nsn)
     size = np.diff(fptr)
     width = slast - sfirst + 1

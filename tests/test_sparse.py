@@ -187,6 +187,25 @@ def test_lower_triangle_equals_scipy_in_every_form(fmt):
     assert refused > 0  # the draw holds unsymmetric matrices with both triangles
 
 
+def test_fast_column_counts_equal_the_row_subtree_walk():
+    """Gilbert-Ng-Peyton's column counts against the walk over every row subtree, on random
+    symmetric patterns in random orders (forests included: empty rows)."""
+    from vbatch.sparse import analysis as an
+
+    rng = np.random.default_rng(11)
+    for _ in range(300):
+        n = int(rng.integers(1, 50))
+        M = sp.random(n, n, density=rng.uniform(0, 0.25), random_state=rng)
+        low = an.lower_triangle(sp.csr_matrix(M + M.T + sp.eye(n)))
+        ipos = an._inverse(rng.permutation(n))
+        rptr, ridx = an._permuted_lower(n, low.indptr, low.indices, ipos, True)
+        cptr, cidx = an._permuted_lower(n, low.indptr, low.indices, ipos, False)
+        parent = an._etree(n, rptr, ridx)
+        want = an._colcounts(n, rptr, ridx, parent)
+        got = an._colcounts_fast(n, cptr, cidx, parent, an._postorder(parent))
+        assert np.array_equal(got, want)
+
+
 def test_malformed_index_arrays_are_named():
     from vbatch.sparse.analysis import lower_triangle
 
@@ -205,6 +224,23 @@ def test_malformed_index_arrays_are_named():
             lower_triangle(m)
         with pytest.raises(InputError, match="matrix 1: malformed index arrays: " + msg):
             sparse.cholesky([good, m])
+
+
+def test_a_large_batch_is_read_in_threads_in_order():
+    """A batch of 256 matrices or more is read in threads: the same triangles, in order, and
+    the first bad matrix of the list is the one named."""
+    rng = np.random.default_rng(2)
+    mats = [sp.csr_matrix(lap(int(rng.integers(1, 5)), 2) * float(i + 1)) for i in range(300)]
+    got = sparse._read(mats, np.dtype(np.float64))
+    for i, (A, lw) in enumerate(zip(mats, got)):
+        ref = _tril_reference(A)
+        assert np.array_equal(lw.indptr, ref.indptr) and np.array_equal(lw.data, ref.data), i
+    bad = list(mats)
+    bad[290] = sp.csr_matrix(np.ones((2, 3)))
+    bad[150] = sp.csr_matrix(2 * np.triu(np.ones((3, 3)), 1) + 5 * np.eye(3)
+                             + np.tril(np.ones((3, 3)), -1))
+    with pytest.raises(InputError, match="matrix 150: not symmetric"):
+        sparse._read(bad, np.dtype(np.float64))
 
 
 def test_a_batch_shares_the_analysis_of_one_pattern():
