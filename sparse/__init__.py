@@ -253,8 +253,7 @@ class Factor:
             raise InputError([(None, f"expected {len(self.analyses)} matrices, got "
                                      f"{len(mats)}")], what="sparse matrices")
         vals = []
-        for i, (A, an) in enumerate(zip(mats, self.analyses)):
-            lw = _lower(A, i, self.dtype)
+        for i, (lw, an) in enumerate(zip(_read(mats, self.dtype), self.analyses)):
             if not lw.same_pattern(an.lower):
                 raise InputError([(None, f"matrix {i}: its pattern differs from the analysed "
                                          "one (refactor needs the same pattern)")],
