@@ -23,10 +23,11 @@ of it, and matrices of one pattern in a batch share one analysis):
    child's update block lands in its parent front.
 
 Reading the matrix, the permuted patterns and steps 2-5 walk columns one at a time, which Python
-cannot do at n = 10^6; they are compiled with numba. Measured on the 2-core VM (2026-11-23), the elimination tree and column counts of the
-300^2 Laplacian (n = 90,000, ND order): 0.010 s compiled, 1.48 s as the same functions in Python
-(``.py_func``); L has 15x the entries at 1000^2, so the Python walks alone would take tens of
-seconds there. The maps (step 5's last
+cannot do at n = 10^6; they are compiled with numba (the ``sparse`` extra; without it the
+module imports, and its functions say what to install). Measured on the 2-core VM (2026-11-23),
+the elimination tree and column counts of the 300^2 Laplacian (n = 90,000, ND order): 0.010 s
+compiled, 1.48 s as the same functions in Python (``.py_func``); L has 15x the entries at
+1000^2, so the Python walks alone would take tens of seconds there. The maps (step 5's last
 part) are vectorized numpy: a sorted key per (front, row) and one ``searchsorted``.
 """
 
@@ -35,7 +36,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 
-import numba
 import numpy as np
 import scipy.sparse as sp
 
@@ -51,12 +51,34 @@ RELAX_WIDTH = 32
 RELAX_ZEROS = 0.10
 
 
+def _needs(package: str):
+    """A stand-in for a function that needs an optional package: calling it says which extra
+    to install. ``vbatch.sparse`` is imported whenever vbatch is (its ``frontal`` ops are found
+    with every backend's kernels), so a core install without the extra must import it cleanly."""
+    def decorate(fn):
+        def missing(*args, **kwargs):
+            raise ImportError(f"vbatch.sparse needs {package}: pip install 'vbatch[sparse]'")
+
+        missing.__name__ = missing.__qualname__ = fn.__name__
+        missing.py_func = fn
+        return missing
+
+    return decorate
+
+
+try:
+    from numba import njit
+except ImportError:  # the sparse extra is not installed
+    def njit(*args, **kwargs):
+        return _needs("numba")
+
+
 # ------------------------------------------------------------------ compiled pattern work
 # scipy's sparse constructors cost 20-60 us each (index-dtype checks, format checks), and the
 # analysis of one small matrix took ~40 of them: 7 s for the batch of 1000 2-D Laplacians on the
 # 2-core VM, against ~0.4 s of compiled walks (cProfile, docs/notes.md 2026-11-25). The pattern
 # work below is compiled instead, on plain index arrays.
-@numba.njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True)
 def _canon_lower(n, ptr, idx, val, csr, tol):
     """The canonical lower triangle (CSC: rows sorted within each column, duplicates summed)
     of the symmetric matrix that the compressed arrays ``ptr, idx, val`` stand for (CSC, or
@@ -189,7 +211,7 @@ def _canon_lower(n, ptr, idx, val, csr, tol):
     return 0, 0, 0, 0.0, 0.0, optr, orow[:k].copy(), oval[:k].copy()
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True)
 def _canon_sorted(n, ptr, idx, val, csr, tol):
     """:func:`_canon_lower` for arrays already canonical (indices increasing within each
     compressed row or column, as scipy makes them): no sorting. In the arrays' own view ``M``
@@ -282,7 +304,7 @@ def _canon_sorted(n, ptr, idx, val, csr, tol):
     return 0, 0, 0, 0.0, 0.0, optr, orow, oval
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def _sym_graph(n, ptr, idx):
     """The adjacency of ``L + L^T`` without the diagonal (CSR, sorted), from the canonical
     lower triangle ``L`` (CSC): row ``r`` lists the columns ``c < r`` that hold an entry in row
@@ -313,7 +335,7 @@ def _sym_graph(n, ptr, idx):
     return deg, adj
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def _permuted_lower(n, ptr, idx, ipos, by_rows):
     """The pattern of the permuted matrix's lower triangle: entry ``(r, c)`` of the canonical
     ``L`` (CSC) goes to ``(max, min)`` of ``(ipos[r], ipos[c])``. By rows (CSR, columns
@@ -350,7 +372,7 @@ def _permuted_lower(n, ptr, idx, ipos, by_rows):
     return optr, out
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def _shift_segments(out, lens, shift):
     """Add ``shift[s]`` to the ``s``-th run of ``lens[s]`` entries of ``out``, in place (a
     batch's stacked per-matrix arrays; ``np.repeat`` made a second array as long)."""
@@ -362,7 +384,7 @@ def _shift_segments(out, lens, shift):
         k += lens[s]
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def _tree_height(parent):
     """Fronts on the longest leaf-to-root path of a forest whose parents come after their
     children."""
@@ -375,7 +397,7 @@ def _tree_height(parent):
 
 
 # ------------------------------------------------------------------ compiled column walks
-@numba.njit(cache=True)
+@njit(cache=True)
 def _etree(n, ptr, idx):
     """Parent of every column (-1: a root), from the strictly lower pattern by rows (CSR: row k
     holds the columns j < k with A(k, j) != 0)."""
@@ -393,7 +415,7 @@ def _etree(n, ptr, idx):
     return parent
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def _postorder(parent):
     """A postorder of the forest: ``post[new] = old``; children in increasing order."""
     n = len(parent)
@@ -426,7 +448,7 @@ def _postorder(parent):
     return post
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def _colcounts(n, ptr, idx, parent):
     """Entries of every column of L (the diagonal included), by row subtrees: row i of L holds
     the columns on the tree paths from each j with A(i, j) != 0 up to i. One step an entry of
@@ -444,7 +466,7 @@ def _colcounts(n, ptr, idx, parent):
     return count
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def _colcounts_fast(n, cptr, cidx, parent, post):
     """:func:`_colcounts` in time near-linear in A's entries (the row-subtree walk costs one
     step an entry of L: 1.4 s a call for the natural order of the 1000^2 Laplacian, whose L
@@ -505,7 +527,7 @@ def _colcounts_fast(n, cptr, cidx, parent, post):
     return count
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def _amalgamate(first, width, front, sparent, relax_width, relax_zeros):
     """Merge children into their parent where their columns are contiguous and the rule allows
     (module docstring). Supernodes come in postorder, so a parent's last child ends just before
@@ -547,7 +569,7 @@ def _amalgamate(first, width, front, sparent, relax_width, relax_zeros):
     return rep
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def _fronts(n, cptr, cidx, snode, sfirst, slast, nsn):
     """Each supernode's row list (CSR ``fptr, frows``: its columns, then the rows below it, in
     increasing order) and its parent supernode. ``cptr, cidx``: the permuted lower pattern by
@@ -756,7 +778,10 @@ def order(lower, ordering) -> np.ndarray:
 
 
 def _nd(gptr: np.ndarray, gadj: np.ndarray) -> np.ndarray:
-    import pymetis
+    try:
+        import pymetis
+    except ImportError:
+        _needs("pymetis")(_nd)()
 
     # pymetis gives (perm, iperm); its first is ours, new -> old: measured on the shared
     # matrices, it gives the fill of SuperLU's MMD (494_bus 1536 against 1400 entries of L,
