@@ -3,10 +3,14 @@
 An extend-add task ``(child, parent, p, u)`` adds the lower triangle of the child's ``u x u``
 Schur complement (its trailing block) into the parent front at the rows and columns ``rel``
 lists; the solve's tasks ``(child, parent, p, u, r)`` add the child's update rows of the
-right-hand sides into the parent's (forward) or copy them from the parent's (backward). Each is
-one numpy fancy-indexed operation on views of the workspace. Children of one parent may share a
-launch and would write the same entries from two threads, so a launch's tasks are grouped by
-parent and each group goes to one thread.
+right-hand sides into the parent's (forward) or copy them from the parent's (backward).
+Children of one parent may share a launch and would write the same entries from two threads, so
+a launch's tasks are grouped by parent and each group goes to one thread.
+
+Each thread's share of a launch is one call of a compiled loop over its tasks' entries (numba,
+releasing the GIL), reading the workspace through each front's offset and leading dimension.
+A numpy fancy-indexed add per task (``target[np.ix_(r, r)] += np.tril(S)``) held the GIL and
+was a third of the CPU factorization of the 1000 2-D Laplacians (py-spy, 2-core VM, 2026-11-25).
 """
 
 from __future__ import annotations
@@ -15,7 +19,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from vbatch.kernels.cpu import split
+from vbatch.kernels.cpu import Work, split
+from vbatch.sparse.analysis import njit
 from vbatch.sparse.frontal import EXTEND, RHS_ADD, RHS_GET
 
 OP = "frontal"
@@ -39,38 +44,76 @@ def prepare(backend, plan, launches) -> State:
         p, u = t.args[sl, 1], t.args[sl, 2]
         order = np.argsort(par, kind="stable")
         cut = np.flatnonzero(np.diff(par[order])) + 1
-        groups, cost = [], []
-        for idx in np.split(order, cut):
-            groups.append((int(par[idx[0]]), list(zip(q[idx].tolist(), p[idx].tolist(),
-                                                      u[idx].tolist()))))
-            cost.append(float((u[idx].astype(np.float64) ** 2).sum()) + 1.0)
-        work[lc.index] = split(groups, np.asarray(cost), np.zeros(len(groups), dtype=bool),
-                               backend.threads.size)
+        groups = np.split(order, cut)
+        cost = np.array([float((u[g].astype(np.float64) ** 2).sum()) + 1.0 for g in groups])
+        w = split(groups, cost, np.zeros(len(groups), dtype=bool), backend.threads.size)
+        rows = np.stack([par, q, p, u], axis=1).astype(np.int64)
+
+        def table(gs, rows=rows):  # one (parent, child, p, u) row a task, a group's together
+            return rows[np.concatenate(gs)] if gs else rows[:0]
+
+        work[lc.index] = Work([table(w.wide)] if w.wide else [],
+                              [(wh, [table(gs)]) for wh, gs in w.chunks])
     return State(work)
 
 
+def _layout(batch):
+    """A packed batch as the compiled loops read it: data, offsets, leading dimensions, and
+    whether columns are contiguous."""
+    return (batch.data, np.asarray(batch.offset, np.int64), np.asarray(batch.ld, np.int64),
+            batch.order == "F")
+
+
 def run(backend, ex, lc, whole: bool, tasks: list) -> None:
-    rel = ex.buffers["rel"].batch
+    rel = _layout(ex.buffers["rel"].batch)
     if lc.kind in (RHS_ADD, RHS_GET):
-        x = ex.buffers["x"].batch
-        for parent, kids in tasks:
-            target = x._view(parent)
-            for q, p, u in kids:
-                r = rel._view(q)[:, 0].astype(np.intp)
-                if lc.kind == RHS_ADD:
-                    target[r] += x._view(q)[p:]
-                else:
-                    x._view(q)[p:] = target[r]
+        xb = ex.buffers["x"].batch
+        x = _layout(xb)
+        ncol = np.asarray(xb.n, np.int64)
+        for rows in tasks:
+            _rhs_move(*x, ncol, *rel, rows, lc.kind == RHS_ADD)
         return
     if lc.kind != EXTEND:
         raise ValueError(f"cpu backend: the frontal family has no launch kind {lc.kind!r}")
-    fronts = ex.buffers["l"].batch
-    for parent, kids in tasks:
-        target = fronts._view(parent)
-        for q, p, u in kids:
-            s = np.tril(fronts._view(q)[p:, p:])
-            r = rel._view(q)[:, 0].astype(np.intp)
-            target[np.ix_(r, r)] += s
+    fronts = _layout(ex.buffers["l"].batch)
+    for rows in tasks:
+        _extend_add(*fronts, *rel, rows)
+
+
+@njit(cache=True, nogil=True)
+def _extend_add(data, off, ld, fcol, rdata, roff, rld, rcol, rows):
+    """``F_parent[rel, rel] += tril(S_child)`` for every row ``(parent, child, p, u)``."""
+    for t in range(rows.shape[0]):
+        par, q, p, u = rows[t, 0], rows[t, 1], rows[t, 2], rows[t, 3]
+        rs = 1 if rcol else rld[q]  # rel is one column of u entries
+        ci, cj = (1, ld[q]) if fcol else (ld[q], 1)
+        pi, pj = (1, ld[par]) if fcol else (ld[par], 1)
+        cbase = off[q] + p * ci + p * cj
+        for j in range(u):
+            rj = np.int64(rdata[roff[q] + j * rs])
+            for i in range(j, u):
+                ri = np.int64(rdata[roff[q] + i * rs])
+                data[off[par] + ri * pi + rj * pj] += data[cbase + i * ci + j * cj]
+
+
+@njit(cache=True, nogil=True)
+def _rhs_move(data, off, ld, fcol, ncol, rdata, roff, rld, rcol, rows, add):
+    """Forward (``add``): ``X_parent[rel, :] += X_child[p:, :]``; backward:
+    ``X_child[p:, :] = X_parent[rel, :]``, for every row ``(parent, child, p, u)``."""
+    for t in range(rows.shape[0]):
+        par, q, p, u = rows[t, 0], rows[t, 1], rows[t, 2], rows[t, 3]
+        rs = 1 if rcol else rld[q]
+        ci, cj = (1, ld[q]) if fcol else (ld[q], 1)
+        pi, pj = (1, ld[par]) if fcol else (ld[par], 1)
+        for c in range(ncol[q]):
+            for i in range(u):
+                ri = np.int64(rdata[roff[q] + i * rs])
+                dst = off[par] + ri * pi + c * pj
+                src = off[q] + (p + i) * ci + c * cj
+                if add:
+                    data[dst] += data[src]
+                else:
+                    data[src] = data[dst]
 
 
 def finish(backend, ex) -> np.ndarray:
