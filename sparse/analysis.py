@@ -128,25 +128,7 @@ def _canon_lower(n, ptr, idx, val, csr, tol):
                 r[e], c[e], tri[e] = col, row, 1
             else:
                 r[e], c[e], tri[e] = row, row, 2
-    cnt = np.zeros(n + 1, np.int64)
-    for e in range(nz):
-        cnt[r[e] + 1] += 1
-    for k in range(n):
-        cnt[k + 1] += cnt[k]
-    by_r = np.empty(nz, np.int64)
-    for e in range(nz):
-        by_r[cnt[r[e]]] = e
-        cnt[r[e]] += 1
-    cnt[:] = 0
-    for e in range(nz):
-        cnt[c[e] + 1] += 1
-    for k in range(n):
-        cnt[k + 1] += cnt[k]
-    order = np.empty(nz, np.int64)
-    for q in range(nz):
-        e = by_r[q]
-        order[cnt[c[e]]] = e
-        cnt[c[e]] += 1
+    order, _ = _pair_order(n, c, r)
     # Sum each (r, c) per triangle; find which triangles are stored, the largest |A| and the
     # largest disagreement between the triangles.
     any_low = False
@@ -320,18 +302,14 @@ def _sym_graph(n, ptr, idx):
         deg[k + 1] += deg[k]
     pos = deg[:n].copy()
     adj = np.empty(deg[n], np.int64)
-    for c in range(n):
-        for p in range(ptr[c], ptr[c + 1]):
-            r = idx[p]
-            if r != c:
-                adj[pos[r]] = c
-                pos[r] += 1
-    for c in range(n):
-        for p in range(ptr[c], ptr[c + 1]):
-            r = idx[p]
-            if r != c:
-                adj[pos[c]] = r
-                pos[c] += 1
+    for upper in (False, True):  # every row's smaller neighbours first, then its larger ones
+        for c in range(n):
+            for p in range(ptr[c], ptr[c + 1]):
+                r = idx[p]
+                if r != c:
+                    a, b = (c, r) if upper else (r, c)
+                    adj[pos[a]] = b
+                    pos[a] += 1
     return deg, adj
 
 
@@ -349,27 +327,37 @@ def _permuted_lower(n, ptr, idx, ipos, by_rows):
             a, b = ipos[idx[p]], ipos[c]
             R[p], C[p] = (a, b) if a >= b else (b, a)
     major, minor = (R, C) if by_rows else (C, R)
+    order, optr = _pair_order(n, major, minor)
+    return optr, minor[order]
+
+
+@njit(cache=True, nogil=True)
+def _pair_order(n, major, minor):
+    """The entries ordered by ``(major, minor)`` (both in ``[0, n)``), equal pairs in their
+    given order: a stable counting sort by ``minor``, then one by ``major``. Returns the order
+    and where each ``major`` value's run starts (``n + 1`` entries)."""
+    nz = len(major)
     cnt = np.zeros(n + 1, np.int64)
-    for p in range(nz):
-        cnt[minor[p] + 1] += 1
+    for e in range(nz):
+        cnt[minor[e] + 1] += 1
     for k in range(n):
         cnt[k + 1] += cnt[k]
-    tmp = np.empty(nz, np.int64)
-    for p in range(nz):
-        tmp[cnt[minor[p]]] = p
-        cnt[minor[p]] += 1
-    optr = np.zeros(n + 1, np.int64)
-    for p in range(nz):
-        optr[major[p] + 1] += 1
+    by_minor = np.empty(nz, np.int64)
+    for e in range(nz):
+        by_minor[cnt[minor[e]]] = e
+        cnt[minor[e]] += 1
+    start = np.zeros(n + 1, np.int64)
+    for e in range(nz):
+        start[major[e] + 1] += 1
     for k in range(n):
-        optr[k + 1] += optr[k]
-    pos = optr[:n].copy()
-    out = np.empty(nz, np.int64)
+        start[k + 1] += start[k]
+    pos = start[:n].copy()
+    order = np.empty(nz, np.int64)
     for q in range(nz):
-        p = tmp[q]
-        out[pos[major[p]]] = minor[p]
-        pos[major[p]] += 1
-    return optr, out
+        e = by_minor[q]
+        order[pos[major[e]]] = e
+        pos[major[e]] += 1
+    return order, start
 
 
 @njit(cache=True)
