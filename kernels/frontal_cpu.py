@@ -11,6 +11,8 @@ Each thread's share of a launch is one call of a compiled loop over its tasks' e
 releasing the GIL), reading the workspace through each front's offset and leading dimension.
 A numpy fancy-indexed add per task (``target[np.ix_(r, r)] += np.tril(S)``) held the GIL and
 was a third of the CPU factorization of the 1000 2-D Laplacians (py-spy, 2-core VM, 2026-11-25).
+So the ``frontal`` ops need numba on the CPU, as the rest of ``vbatch.sparse`` does (the
+``sparse`` extra); without it they raise an ``ImportError`` naming it.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from vbatch.kernels.cpu import Work, split
-from vbatch.sparse.analysis import njit
+from vbatch.kernels.jit import njit
 from vbatch.sparse.frontal import EXTEND, RHS_ADD, RHS_GET
 
 OP = "frontal"

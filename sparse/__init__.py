@@ -12,7 +12,8 @@ triangle** (diagonal included) is read; a matrix that stores one triangle only m
 (an upper one is read as its transpose), and one that stores both must be symmetric (checked).
 
 * Analysis (:mod:`vbatch.sparse.analysis`): ordering, elimination tree, supernodes, fronts and
-  their index maps, per matrix, from the pattern alone.
+  their index maps, from the pattern alone: one per pattern (matrices of a batch with one
+  pattern share it).
 * Numeric factorization: every front of every matrix lives in one packed workspace on the
   runtime's device; A's entries are scattered into it (one vectorized scatter), and the fronts'
   partial Cholesky factorizations and extend-adds run as one task graph

@@ -11,7 +11,8 @@ of it, and matrices of one pattern in a batch share one analysis):
    compares the fill against SuperLU's MMD.
 2. **Elimination tree** of the permuted matrix (Liu's algorithm with path compression), then a
    postorder, so that every subtree's columns are contiguous.
-3. **Column counts** (row-subtree traversal), and **fundamental supernodes**: column ``j`` joins
+3. **Column counts** (Gilbert, Ng and Peyton's, near-linear in A's entries), and **fundamental
+   supernodes**: column ``j`` joins
    ``j + 1`` when ``j + 1`` is its parent and its structure is that of ``j + 1`` plus itself.
 4. **Relaxed amalgamation**: a supernode merges into its parent when their columns are
    contiguous and the result is narrow (``relax_width``) or adds few explicit zeros
@@ -25,9 +26,10 @@ of it, and matrices of one pattern in a batch share one analysis):
 Reading the matrix, the permuted patterns and steps 2-5 walk columns one at a time, which Python
 cannot do at n = 10^6; they are compiled with numba (the ``sparse`` extra; without it the
 module imports, and its functions say what to install). Measured on the 2-core VM (2026-11-23),
-the elimination tree and column counts of the 300^2 Laplacian (n = 90,000, ND order): 0.010 s
-compiled, 1.48 s as the same functions in Python (``.py_func``); L has 15x the entries at
-1000^2, so the Python walks alone would take tens of seconds there. The maps (step 5's last
+the elimination tree and the row-subtree column counts (the method before Gilbert-Ng-Peyton's)
+of the 300^2 Laplacian (n = 90,000, ND order): 0.010 s compiled, 1.48 s as the same functions
+in Python (``.py_func``); L has 15x the entries at 1000^2, so the Python walks alone would
+take tens of seconds there. The maps (step 5's last
 part) are vectorized numpy: a sorted key per (front, row) and one ``searchsorted``.
 """
 
@@ -39,6 +41,9 @@ from functools import cached_property
 import numpy as np
 import scipy.sparse as sp
 
+from vbatch.kernels.jit import needs as _needs  # numba and pymetis are optional (jit.py)
+from vbatch.kernels.jit import njit
+
 # Amalgamation defaults. Fronts up to 32 columns wide merge regardless of zeros: on CUDA a
 # panel is 32 wide (nb), so such a front is one panel task, and fewer, larger fronts mean fewer
 # blocks that each do little. Measured on the H200 (benchmarks/sparse.py, 2026-11-23,
@@ -49,28 +54,6 @@ import scipy.sparse as sp
 # explicit zeros.
 RELAX_WIDTH = 32
 RELAX_ZEROS = 0.10
-
-
-def _needs(package: str):
-    """A stand-in for a function that needs an optional package: calling it says which extra
-    to install. ``vbatch.sparse`` is imported whenever vbatch is (its ``frontal`` ops are found
-    with every backend's kernels), so a core install without the extra must import it cleanly."""
-    def decorate(fn):
-        def missing(*args, **kwargs):
-            raise ImportError(f"vbatch.sparse needs {package}: pip install 'vbatch[sparse]'")
-
-        missing.__name__ = missing.__qualname__ = fn.__name__
-        missing.py_func = fn
-        return missing
-
-    return decorate
-
-
-try:
-    from numba import njit
-except ImportError:  # the sparse extra is not installed
-    def njit(*args, **kwargs):
-        return _needs("numba")
 
 
 # ------------------------------------------------------------------ compiled pattern work
@@ -147,6 +130,7 @@ def _canon_lower(n, ptr, idx, val, csr, tol):
     big = 0.0
     diff = 0.0
     q = 0
+    cast = np.empty(1, val.dtype)  # a sum as stored: in float32 it may overflow to inf
     while q < nz:
         e = order[q]
         rr, cc = r[e], c[e]
@@ -167,7 +151,8 @@ def _canon_lower(n, ptr, idx, val, csr, tol):
             q += 1
         for has, sv in ((h0, s0), (h1, s1), (h2, s2)):
             if has:
-                if not np.isfinite(sv):
+                cast[0] = sv
+                if not np.isfinite(cast[0]):
                     bad += 1
                 elif abs(sv) > big:
                     big = abs(sv)
@@ -654,6 +639,10 @@ def lower_triangle(A, dtype=np.float64) -> Lower:
     n = A.shape[0]
     if A.format not in ("csr", "csc"):
         A = A.tocsc()
+    for name in ("indptr", "indices"):
+        dt = np.asarray(getattr(A, name)).dtype
+        if dt.kind not in "iu":
+            raise ValueError(f"malformed index arrays: {name} has dtype {dt}, expected integers")
     val = np.asarray(A.data)
     if val.dtype != dtype:
         val = val.astype(dtype)
@@ -678,12 +667,12 @@ def lower_triangle(A, dtype=np.float64) -> Lower:
 
 
 def _as_lower(lower) -> Lower:
-    """A :class:`Lower` as given, or from a scipy matrix that already is one (canonical lower
-    CSC, as the tests build)."""
+    """A :class:`Lower` as given, or read from a scipy matrix (:func:`lower_triangle`: any
+    symmetric one, or one triangle)."""
     if isinstance(lower, Lower):
         return lower
-    return Lower(lower.shape[0], np.asarray(lower.indptr, np.int64),
-                 np.asarray(lower.indices, np.int64), lower.data)
+    dt = lower.dtype if np.issubdtype(lower.dtype, np.floating) else np.float64
+    return lower_triangle(lower, dt)
 
 
 @dataclass(frozen=True, eq=False)
@@ -737,7 +726,7 @@ class Analysis:
 
 def order(lower, ordering) -> np.ndarray:
     """The fill-reducing permutation (``perm[new] = old``) of the matrix whose lower triangle
-    is ``lower`` (a :class:`Lower`, or a canonical scipy CSC). ``"auto"``: of METIS nested
+    is ``lower`` (a :class:`Lower`, or a scipy sparse matrix). ``"auto"``: of METIS nested
     dissection, reverse Cuthill-McKee and the natural order, the one whose factor has the
     fewest entries (counted exactly, from the elimination tree, before amalgamation). ND wins
     on meshes; a banded matrix such as bcsstk16 keeps its band (natural: 610,800 entries of L,
@@ -807,7 +796,7 @@ def _inverse(perm: np.ndarray) -> np.ndarray:
 def analyze(lower, ordering="auto", relax_width: int = RELAX_WIDTH,
             relax_zeros: float = RELAX_ZEROS) -> Analysis:
     """The analysis of the SPD matrix whose lower triangle (diagonal included) is ``lower``
-    (a :class:`Lower`, or a scipy CSC in canonical form: sorted, no duplicates)."""
+    (a :class:`Lower`, or a scipy sparse matrix, read by :func:`lower_triangle`)."""
     lower = _as_lower(lower)
     n = lower.n
     lptr, lidx = lower.indptr, lower.indices

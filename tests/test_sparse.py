@@ -224,6 +224,19 @@ def test_malformed_index_arrays_are_named():
             lower_triangle(m)
         with pytest.raises(InputError, match="matrix 1: malformed index arrays: " + msg):
             sparse.cholesky([good, m])
+    m = good.copy()
+    m.indices = m.indices.astype(np.float64)
+    with pytest.raises(InputError, match="matrix 1: malformed index arrays: indices has dtype"):
+        sparse.cholesky([good, m])
+
+
+def test_duplicates_that_overflow_the_dtype_are_refused():
+    """Duplicates are summed in float64; a sum past float32's range is infinite as stored."""
+    A = sp.csc_matrix((np.array([2e38, 2e38, 1.0, 1.0]), np.array([0, 0, 1, 1], np.int32),
+                       np.array([0, 3, 4])), shape=(2, 2))
+    with pytest.raises(InputError, match="matrix 0: 1 stored entries are NaN or infinite"):
+        sparse.cholesky([A], dtype=np.float32)
+    assert sparse.cholesky([A], dtype=np.float64).info.tolist() == [0]
 
 
 def test_a_large_batch_is_read_in_threads_in_order():
