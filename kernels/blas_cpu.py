@@ -7,6 +7,10 @@ the operands, or a numpy copy. The CPU plans triangular ops with a base larger t
 (``blas_nb``), so a ``trsm`` is one ``dtrsm`` per problem (and ``potrs`` two): the recursion into
 GEMMs is what a GPU needs, and a CPU's BLAS blocks for its caches itself.
 
+Small tasks (at most ``SMALL_FLOPS``) of packed operands run instead as compiled loops where
+numba is installed, a thread's share of a launch in one call (``_gemm_small``, ``_diag_small``,
+``_copy_small``): around a BLAS call, the views and ctypes cost ~30 us a task.
+
 A view is a numpy array over the buffer: packed outputs and inputs through their batch, a list's
 inputs as the caller's arrays. BLAS takes column-major operands, so a view whose rows are
 contiguous is passed as its transpose with the opposite ``trans`` flag (and a product whose
@@ -21,13 +25,22 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from vbatch.kernels.cpu import split
+from vbatch.kernels import jit
+from vbatch.kernels.cpu import Work, split
+from vbatch.kernels.jit import njit
 from vbatch.kernels.lapack import _SCALAR, routines
 from vbatch.ops.blas import COPY, GEMM, TRMM, TRSM
 
 OP = "blas"
 # Larger than any problem: one diagonal task per problem, a whole dtrsm/dtrmm.
 WHOLE = 1 << 30
+# Tasks of at most this many flops run as compiled loops, a thread's share of a launch in one
+# call, where numba is installed: the Python and ctypes around one BLAS call cost ~30 us a task
+# (a multifrontal solve is ~200,000 tasks of a few hundred flops), while the loops run at ~1.5-2
+# GFLOP/s. Measured on the 2-core VM (vbatch's gemm and trsm on packed n x n batches, us a
+# problem, loops / BLAS): GEMM n = 16 5.9 / 35, 32 46 / 99, 48 114 / 86; TRSM n = 32 33 / 220,
+# 48 86 / 111. The crossover is between 65k and 221k flops (docs/notes.md, 2026-11-25).
+SMALL_FLOPS = 1 << 17
 
 
 def plan_defaults(dtype) -> dict:
@@ -48,9 +61,21 @@ def prepare(backend, plan, launches) -> State:
         kd = plan.kinds[int(t.kind[lc.lo])]
         cost = kd.flops(a, t.rows[sl], t.cols[sl], t.width[sl]) + 1.0
         tasks = list(zip(t.problem[sl].tolist(), *(a[:, i].tolist() for i in range(5))))
-        work[lc.index] = split(tasks, cost, np.zeros(len(tasks), dtype=bool),
-                               backend.threads.size)
+        w = split(tasks, cost, np.zeros(len(tasks), dtype=bool), backend.threads.size)
+        if jit.AVAILABLE and lc.kind in _COMPILED and (cost <= SMALL_FLOPS).any():
+            small = dict(zip(tasks, (cost <= SMALL_FLOPS).tolist()))
+            w = Work(w.wide, [(wh, _tabled(ts, small)) for wh, ts in w.chunks])
+        work[lc.index] = w
     return State(work)
+
+
+def _tabled(tasks: list, small: dict) -> list:
+    """A chunk's tasks with the small ones gathered into one table (an int64 array of task
+    rows, run by the compiled loops), the others left as they are."""
+    table = [t for t in tasks if small[t]]
+    if not table:
+        return tasks
+    return [np.array(table, dtype=np.int64)] + [t for t in tasks if not small[t]]
 
 
 def finish(backend, ex) -> np.ndarray:
@@ -127,9 +152,16 @@ def run(backend, ex, lc, whole: bool, tasks: list) -> None:
     fn = {COPY: _copy, GEMM: _gemm, TRSM: _diag, TRMM: _diag}[lc.kind]
     skip = p.get("skip_failed", 0)
     for task in tasks:
-        if skip and ex.info[task[0]]:
-            continue
-        fn(ex, lc.kind, p, *task)
+        if isinstance(task, np.ndarray):  # a table of small tasks (_tabled)
+            if _COMPILED[lc.kind](ex, lc.kind, p, task, skip):
+                continue
+            rows = [tuple(r) for r in task.tolist()]  # a list's operands: the views' path
+        else:
+            rows = (task,)
+        for row in rows:
+            if skip and ex.info[row[0]]:
+                continue
+            fn(ex, lc.kind, p, *row)
 
 
 def _copy(ex, lk, p, q, r0, mm, k0, kk, nn) -> None:
@@ -248,3 +280,143 @@ def _diag(ex, lk, p, q, r0, mm, k0, kk, nn) -> None:
     else:  # X stored as X^T (nn x w): X^T := X^T op(T_s)^{-T}
         pm, pn, plt, plx = args.ints(nn, w, bt[2], bx[2])
         fn(b"R", uplo, _flip(bt[0]), diag, pm, pn, args.sa, bt[1], plt, bx[1], plx)
+
+
+# ------------------------------------------------------------------ compiled small tasks
+def _layout(ex, name: str):
+    """A packed operand as the compiled loops read it (data, offsets, leading dimensions,
+    columns contiguous), or None for a list's arrays (no one buffer: the views' path)."""
+    b = ex.buffers[name].batch
+    if b is None:
+        return None
+    return (b.data, np.asarray(b.offset, np.int64), np.asarray(b.ld, np.int64), b.order == "F")
+
+
+def _run_gemm(ex, lk, p, rows, skip) -> bool:
+    names = [p["a"], p["b"], p["o"]] + ([p["c"]] if p["c"] else [])
+    lay = {nm: _layout(ex, nm) for nm in names}
+    if any(v is None for v in lay.values()):
+        return False
+    c = lay[p["c"]] if p["c"] else lay[p["o"]]
+    beta = _scalar(ex, p["beta"]) if p["c"] else 0.0
+    uplo = {"": 0, "lower": 1, "upper": 2}[p["uplo"]]
+    _gemm_small(rows, ex.info, bool(skip), *lay[p["a"]], bool(p["ta"]), *lay[p["b"]],
+                bool(p["tb"]), *c, *lay[p["o"]], bool(p["tc"]), bool(p["c"]),
+                _scalar(ex, p["alpha"]), beta, uplo)
+    return True
+
+
+def _run_diag(ex, lk, p, rows, skip) -> bool:
+    t, x = _layout(ex, p["t"]), _layout(ex, p["x"])
+    if t is None or x is None:
+        return False
+    _diag_small(rows, ex.info, bool(skip), *t, bool(p["tt"]), *x, bool(p["tx"]),
+                bool(p["lower"]), bool(p["unit"]), lk == TRSM)
+    return True
+
+
+def _run_copy(ex, lk, p, rows, skip) -> bool:
+    src, dst = _layout(ex, p["src"]), _layout(ex, p["dst"])
+    if src is None or dst is None:
+        return False
+    _copy_small(rows, *src, *dst, bool(p["t"]), _scalar(ex, p["alpha"]))
+    return True
+
+
+_COMPILED = {GEMM: _run_gemm, TRSM: _run_diag, TRMM: _run_diag, COPY: _run_copy}
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _st(ld, col, q, t):
+    """(row, column) strides of problem q's view (transposed when t), in elements."""
+    rs, cs = (1, ld[q]) if col else (ld[q], 1)
+    return (cs, rs) if t else (rs, cs)
+
+
+@njit(cache=True, nogil=True)
+def _gemm_small(rows, info, skip, A, ao, al, ac, ta, B, bo, bl, bc, tb, C, co, cl, cc, O, oo,
+                ol, oc, tc, has_c, alpha, beta, uplo):
+    """``O := alpha op(A) op(B) + beta C`` on every task row ``(q, r0, mm, k0, kk, nn)``: rows
+    ``[r0, r0 + mm)`` of ``O``, inner range ``[k0, k0 + kk)``; ``uplo`` 1/2 writes only the
+    lower/upper triangle of the ``mm x nn`` block, the other one taking C's entries as they are
+    (the views' path copies C into O first). As BLAS: A and B are not read when alpha is 0,
+    nor C when beta is 0."""
+    acc = np.zeros(max(rows[:, 2].max(), 1) if rows.shape[0] else 1, np.float64)
+    for t in range(rows.shape[0]):
+        q, r0, mm, k0, kk, nn = rows[t, 0], rows[t, 1], rows[t, 2], rows[t, 3], rows[t, 4], \
+            rows[t, 5]
+        if skip and info[q] != 0:
+            continue
+        ar, ak = _st(al, ac, q, ta)
+        bk, bj = _st(bl, bc, q, tb)
+        cr, cj = _st(cl, cc, q, tc)
+        orr, oj = _st(ol, oc, q, tc)
+        a0 = ao[q] + r0 * ar + k0 * ak
+        b0 = bo[q] + k0 * bk
+        c0 = co[q] + r0 * cr
+        o0 = oo[q] + r0 * orr
+        for j in range(nn):
+            lo = j if uplo == 1 else 0
+            hi = min(mm, j + 1) if uplo == 2 else mm
+            if has_c and uplo != 0:
+                for i in range(mm):
+                    if i < lo or i >= hi:
+                        O[o0 + i * orr + j * oj] = C[c0 + i * cr + j * cj]
+            for i in range(lo, hi):
+                acc[i] = 0.0
+            if alpha != 0.0:
+                # a column of O as a sum of A's columns: the inner loop runs down a column of
+                # A, contiguous in the usual column-major layout (a dot product per entry ran
+                # along A's rows: 0.5 GFLOP/s at 16^3)
+                for k in range(kk):
+                    b = B[b0 + k * bk + j * bj]
+                    ak0 = a0 + k * ak
+                    for i in range(lo, hi):
+                        acc[i] += A[ak0 + i * ar] * b
+            for i in range(lo, hi):
+                v = alpha * acc[i]
+                if has_c and beta != 0.0:
+                    v += beta * C[c0 + i * cr + j * cj]
+                O[o0 + i * orr + j * oj] = v
+
+
+@njit(cache=True, nogil=True)
+def _diag_small(rows, info, skip, T, to, tl, tcol, tt, X, xo, xl, xcol, tx, lower, unit, solve):
+    """Every task row ``(q, o, w, -, -, nn)``: ``X[o:o+w, :nn] := T_s^{-1} X`` (``solve``) or
+    ``T_s X``, ``T_s`` the lower (``lower``) or upper triangle of the view's ``T[o:o+w,
+    o:o+w]``, with ones on its diagonal when ``unit``."""
+    for t in range(rows.shape[0]):
+        q, o, w, nn = rows[t, 0], rows[t, 1], rows[t, 2], rows[t, 5]
+        if skip and info[q] != 0:
+            continue
+        tr, tc = _st(tl, tcol, q, tt)
+        xr, xc = _st(xl, xcol, q, tx)
+        t0 = to[q] + o * tr + o * tc
+        x0 = xo[q] + o * xr
+        for j in range(nn):
+            xj = x0 + j * xc
+            for step in range(w):
+                # the order that reads each X entry before it is overwritten
+                i = step if lower == solve else w - 1 - step
+                klo, khi = (0, i) if lower else (i + 1, w)
+                s = 0.0
+                ti = t0 + i * tr
+                for k in range(klo, khi):
+                    s += T[ti + k * tc] * X[xj + k * xr]
+                d = 1.0 if unit else T[ti + i * tc]
+                xi = xj + i * xr
+                X[xi] = (X[xi] - s) / d if solve else d * X[xi] + s
+
+
+@njit(cache=True, nogil=True)
+def _copy_small(rows, S, so, sl, scol, D, do, dl, dcol, t, alpha):
+    """``dst[:m, :n] := alpha src[:m, :n]`` for every task row ``(q, 0, m, -, -, n)``; src is
+    not read when alpha is 0."""
+    for r in range(rows.shape[0]):
+        q, mm, nn = rows[r, 0], rows[r, 2], rows[r, 5]
+        sr, sc = _st(sl, scol, q, t)
+        dr, dc = _st(dl, dcol, q, t)
+        for j in range(nn):
+            for i in range(mm):
+                v = 0.0 if alpha == 0.0 else alpha * S[so[q] + i * sr + j * sc]
+                D[do[q] + i * dr + j * dc] = v

@@ -692,3 +692,62 @@ def test_a_known_call_replays_on_cuda_with_fresh_outputs(monkeypatch):
         for i, x in enumerate(A):
             p = x @ B[i]
             assert np.allclose(_to_host(got[i]), p @ p.T, rtol=1e-12, atol=1e-12 * (1 + len(x)))
+
+
+# ----------------------------------------------------------------------------- CPU small tasks
+@pytest.mark.parametrize("form", ["packedF", "packedC"])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_cpu_small_tasks_compiled_equal_blas(monkeypatch, form, dtype):
+    """The CPU backend runs tasks of at most SMALL_FLOPS as compiled loops (numba): every op
+    and flag, on mixed sizes, gives what the BLAS calls give (SMALL_FLOPS = -1), and the loops
+    did run."""
+    import vbatch.kernels.blas_cpu as bc
+
+    if not bc.jit.AVAILABLE:
+        pytest.skip("numba is not installed: the CPU backend keeps to its BLAS calls")
+    rng = np.random.default_rng(8)
+    sizes = [0, 1, 2, 5, 17, 31, 32, 33, 40]
+    sq = [rng.standard_normal((n, n)) + (n + 1) * np.eye(n) for n in sizes]
+    rect = [rng.standard_normal((n, (n * 7) % 11 + 1)) for n in sizes]
+    rect_t = [r.T.copy() for r in rect]
+    cases = [
+        ("gemm", lambda rt, f: rt.gemm(f(rect), f(rect_t), f(sq), alpha=0.7, beta=-1.5)),
+        ("gemm_t", lambda rt, f: rt.gemm(f(rect), f(rect), alpha=1.2, trans_a=True)),
+        ("syrk", lambda rt, f: rt.syrk(f(rect), f(sq), alpha=0.5, beta=2.0, lower=False)),
+        ("syr2k", lambda rt, f: rt.syr2k(f(rect), f(rect), f(sq), alpha=0.3, beta=1.0)),
+        ("potrs", lambda rt, f: rt.potrs(f([np.linalg.cholesky(s @ s.T) for s in sq]),
+                                         f(rect))),
+    ]
+    for side, lower, trans, unit in [("left", True, False, False), ("left", False, True, True),
+                                     ("right", True, True, False), ("right", False, False, True)]:
+        for op in ("trsm", "trmm"):
+            b = rect if side == "left" else rect_t
+            cases.append((f"{op}-{side}-{lower}-{trans}-{unit}",
+                          lambda rt, f, op=op, b=b, side=side, lower=lower, trans=trans,
+                          unit=unit: getattr(rt, op)(f(sq), f(b), alpha=0.9, side=side,
+                                                     lower=lower, trans_a=trans,
+                                                     unit_diagonal=unit)))
+    calls = []
+    for kind, fn in list(bc._COMPILED.items()):
+        def counted(*a, fn=fn, kind=kind):
+            calls.append(kind)
+            return fn(*a)
+        monkeypatch.setitem(bc._COMPILED, kind, counted)
+
+    def f(mats):
+        return _form(mats, form, "cpu", dtype)
+
+    tol = 50 * _eps(dtype) * 64
+    default = bc.SMALL_FLOPS
+    for name, call in cases:
+        outs = []
+        for small in (default, -1):
+            monkeypatch.setattr(bc, "SMALL_FLOPS", small)
+            res = call(vbatch.Runtime("cpu"), f).result()
+            res = getattr(res, "solutions", res)
+            outs.append(_mats(res))
+        for i, (x, y) in enumerate(zip(*outs)):
+            scale = max(np.abs(y).max(initial=0.0), 1.0)
+            assert np.all(np.isfinite(x)), f"{name} problem {i}"
+            assert np.abs(x - y).max(initial=0.0) <= tol * scale, f"{name} problem {i}"
+    assert {"blas.gemm", "blas.trsm", "blas.trmm", "blas.copy"} <= set(calls), set(calls)
