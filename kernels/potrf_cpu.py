@@ -12,7 +12,8 @@ problem ``q``, panel columns ``[j, j + w)``; for ``schur``, ``(q, p, n - p)``.
 Where a problem fits in one panel (the default panel width is 512) its fused task is the whole
 problem: ``lacpy`` of the lower triangle, one ``potrf`` and, for a partial factorization,
 ``trsm`` and ``syrk`` for the Schur complement in the same task (its schur task is then dropped),
-so a tiny problem costs a few ctypes calls.
+so a tiny problem costs a few ctypes calls. Where numba is installed, small whole problems of a
+packed input run instead as one compiled loop a chunk (``_potrf_small``, ``SMALL_FLOPS``).
 
 ``info`` follows reference LAPACK: the first pivot that is not > 0, NaN included (OpenBLAS's
 ``potrf`` misses NaN; a vectorized scan of the diagonals at the end catches it). A failed
@@ -27,11 +28,22 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from vbatch.kernels.cpu import split
+from vbatch.kernels import jit
+from vbatch.kernels.cpu import Work, split
+from vbatch.kernels.jit import njit
 from vbatch.kernels.lapack import Calls
 from vbatch.ops.cholesky import FUSED, POTF2, SCHUR, TRSM, UPDATE
 
 OP = "potrf"
+# Whole problems of at most this many flops (the factorization and its Schur complement) of
+# packed operands run as one compiled loop per thread's share of a launch, where numba is
+# installed: a whole problem costs 4 ctypes calls and their Python out of place (~8 us), ~10 in
+# place (~30 us, as a multifrontal factorization's fronts are), the loop ~1-2 GFLOP/s. Measured
+# on the 2-core VM, 2000 problems of order n, us a problem, loop / LAPACK: out of place n = 32
+# 10.5 / 13.6, 40 14.6 / 15.8, 48 19.0 / 12.4; in place n = 48 16.2 / 29.6, 64 45.0 / 35.6
+# (n^3/3 = 21k, 37k, 87k flops; docs/notes.md, 2026-11-25).
+SMALL_FLOPS = 1 << 16  # in place
+SMALL_FLOPS_COPY = 1 << 15  # out of place
 
 
 def plan_defaults(dtype) -> dict:
@@ -91,8 +103,41 @@ def prepare(backend, plan, launches) -> State:
                 cost = cost + np.where(whole, tr * tr * a1, 0.0)
                 folded[q[whole & (tr > 0)]] = True
         tasks = list(zip(q.tolist(), a0.tolist(), a1.tolist()))
-        work[lc.index] = split(tasks, cost, whole, backend.threads.size)
+        w = split(tasks, cost, whole, backend.threads.size)
+        small = whole & (cost <= SMALL_FLOPS)
+        if jit.AVAILABLE and small.any():
+            small_of = dict(zip(tasks, small.tolist()))
+            w = Work(w.wide, [(wh, _tabled(ts, small_of, n)) if wh else (wh, ts)
+                              for wh, ts in w.chunks])
+        work[lc.index] = w
     return State(work, n.tolist(), p.tolist(), p)
+
+
+@dataclass
+class Small:
+    """A chunk's small whole problems, decided once per plan: ``table`` their ``(q, n, p)``
+    rows for the loop in place; ``copy`` those within the out-of-place limit and ``rest`` the
+    others' tasks (LAPACK's path out of place); ``tasks`` all of them as tasks (a list's
+    input, which the loop cannot read). Deciding per call cost ~15 us of numpy a chunk."""
+
+    table: np.ndarray
+    copy: np.ndarray
+    rest: list
+    tasks: list
+
+
+def _tabled(tasks: list, small: dict, n: np.ndarray) -> list:
+    """A chunk of whole problems with the small ones gathered into one :class:`Small`, the
+    others left as they are."""
+    mine = [t for t in tasks if small[t]]
+    if not mine:
+        return tasks
+    table = np.array([(q, int(n[q]), p) for q, _, p in mine], dtype=np.int64).reshape(-1, 3)
+    nn, pp = table[:, 1].astype(np.float64), table[:, 2].astype(np.float64)
+    uu = nn - pp
+    copy = pp**3 / 3 + pp * pp * uu + pp * uu * uu <= SMALL_FLOPS_COPY
+    rest = [t for t, c in zip(mine, copy.tolist()) if not c]
+    return [Small(table, table[copy], rest, mine)] + [t for t in tasks if not small[t]]
 
 
 # ------------------------------------------------------------------ running tasks
@@ -100,11 +145,83 @@ def run(backend, ex, lc, whole: bool, tasks: list) -> None:
     kind = lc.kind
     a, out = ex.buffers["a"], ex.buffers["l"]
     c = backend.calls(out.dtype, out.order)
+    if tasks and isinstance(tasks[0], Small):  # small whole problems (_tabled)
+        sm, tasks = tasks[0], tasks[1:]
+        if a.batch is None:  # a list's arrays: no one buffer for the loop to read
+            tasks = sm.tasks + tasks
+        elif a is out:
+            _small(ex, a, out, sm.table)
+        else:  # out of place, LAPACK's path is cheaper: its crossover is lower
+            if len(sm.copy):
+                _small(ex, a, out, sm.copy)
+            tasks = sm.rest + tasks
     if whole and a is not out:
         _whole(backend, ex, c, a, out, tasks)
     else:
         for q, j, w in tasks:
             _task(backend, ex, c, a, out, kind, q, j, w)
+
+
+def _small(ex, a, out, table: np.ndarray) -> None:
+    def lay(v):
+        b = v.batch
+        return b.data, np.asarray(b.offset, np.int64), np.asarray(b.ld, np.int64), b.order == "F"
+
+    _potrf_small(table, ex.info, *lay(a), *lay(out), a is out)
+
+
+@njit(cache=True, nogil=True)
+def _potrf_small(rows, info, A, ao, al, acol, L, lo, ll, lcol, inplace):
+    """Whole problems ``(q, n, p)``: the Cholesky factor of the leading ``p`` columns and, for
+    ``p < n``, the Schur complement in the trailing block, as the fused task does with LAPACK.
+    Left-looking, a column at a time: column ``j`` is the input's minus the earlier columns'
+    products, so a pivot that is not > 0 (NaN included; +inf passes, as in reference LAPACK)
+    stops with the columns before it factored and the rest as they were (the input's, copied
+    out of place), and ``info`` at that column. Zeros above the diagonal of the factored
+    columns, and (on success) above the trailing block and in the block above it. Only the
+    input's lower triangle is read."""
+    for t in range(rows.shape[0]):
+        q, n, p = rows[t, 0], rows[t, 1], rows[t, 2]
+        if info[q] != 0:
+            continue
+        ar, ac = (1, al[q]) if acol else (al[q], 1)
+        lr, lc = (1, ll[q]) if lcol else (ll[q], 1)
+        a0, l0 = ao[q], lo[q]
+        done = p  # columns factored
+        for j in range(p):
+            d = np.float64(A[a0 + j * ar + j * ac])
+            for k in range(j):
+                x = np.float64(L[l0 + j * lr + k * lc])
+                d -= x * x
+            if not d > 0.0:
+                info[q] = j + 1
+                done = j
+                break
+            piv = np.sqrt(d)
+            for i in range(j + 1, n):
+                s = np.float64(A[a0 + i * ar + j * ac])
+                for k in range(j):
+                    s -= np.float64(L[l0 + i * lr + k * lc]) * L[l0 + j * lr + k * lc]
+                L[l0 + i * lr + j * lc] = s / piv
+            L[l0 + j * lr + j * lc] = piv
+        for j in range(done):  # zeros above the factored columns' diagonal
+            for i in range(j):
+                L[l0 + i * lr + j * lc] = 0.0
+        if done < p:
+            if not inplace:  # the columns from the failed one on as they were (the input's)
+                for j in range(done, n):
+                    for i in range(j, n):
+                        L[l0 + i * lr + j * lc] = A[a0 + i * ar + j * ac]
+            continue
+        for j in range(p, n):  # the Schur complement, lower triangle; zeros above it
+            for i in range(n):
+                if i < j:
+                    L[l0 + i * lr + j * lc] = 0.0
+                    continue
+                s = np.float64(A[a0 + i * ar + j * ac])
+                for k in range(p):
+                    s -= np.float64(L[l0 + i * lr + k * lc]) * L[l0 + j * lr + k * lc]
+                L[l0 + i * lr + j * lc] = s
 
 
 def _whole(backend, ex, c: Calls, a, out, tasks: list) -> None:

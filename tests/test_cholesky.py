@@ -261,3 +261,52 @@ def test_upper_triangle_of_the_input_is_never_read(device):
         assert not res.info.any()
         for a, f in zip(mats, res.factors):
             check_factor(a, f, np.float64)
+
+
+@pytest.mark.parametrize("order", ["F", "C"])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("overwrite", [False, True])
+def test_cpu_small_problems_compiled_equal_lapack(monkeypatch, order, dtype, overwrite):
+    """The CPU backend factors whole problems of at most SMALL_FLOPS as one compiled loop
+    (numba): full and partial factorizations, failures (the columns before the failing one,
+    the rest as they were), an infinite pivot, junk above the diagonal, in and out of place,
+    give what the LAPACK calls give (SMALL_FLOPS = -1), and the loop did run."""
+    import vbatch.kernels.potrf_cpu as pc
+
+    if not pc.jit.AVAILABLE:
+        pytest.skip("numba is not installed: the CPU backend keeps to its LAPACK calls")
+    rng = np.random.default_rng(21)
+    sizes = [0, 1, 2, 7, 16, 31, 32, 33, 45]
+    mats = [spd(n, np.float64, rng) for n in sizes]
+    mats += [make_indefinite(spd(n, np.float64, rng), c) for n, c in [(9, 0), (20, 7), (33, 32)]]
+    inf = spd(12, np.float64, rng)
+    inf[5, 5] = np.inf
+    mats.append(inf)
+    mats = [m + np.triu(np.full_like(m, np.nan), 1) for m in mats]  # never read
+    npiv = [n if i % 2 else n // 2 for i, n in enumerate(m.shape[0] for m in mats)]
+    calls = []
+    real = pc._potrf_small
+
+    def counted(rows, *a):
+        calls.append(len(rows))
+        return real(rows, *a)
+
+    monkeypatch.setattr(pc, "_potrf_small", counted)
+    default = pc.SMALL_FLOPS
+    outs = []
+    for small in (default, -1):
+        monkeypatch.setattr(pc, "SMALL_FLOPS", small)
+        b = packed_from([m.astype(dtype) for m in mats], order, "cpu")
+        res = Runtime("cpu").cholesky(b, npiv, overwrite=overwrite).result()
+        outs.append((res.info.tolist(), [to_host(f).astype(np.float64)
+                                          for f in res.factors.unpack()]))
+    assert calls and sum(calls) >= len(mats) - 2, calls
+    (info, got), (want_info, want) = outs
+    assert info == want_info and info[len(sizes):len(sizes) + 3] == [1, 8, 33]
+    tol = 1e3 * np.finfo(dtype).eps
+    for i, (x, y) in enumerate(zip(got, want)):
+        assert np.array_equal(np.isnan(x), np.isnan(y)), f"problem {i}: NaN where LAPACK has none"
+        assert np.array_equal(np.isinf(x), np.isinf(y)), f"problem {i}: infinities differ"
+        fin = np.isfinite(y)
+        scale = max(np.abs(y[fin]).max(initial=0.0), 1.0)
+        assert np.abs(x[fin] - y[fin]).max(initial=0.0) <= tol * scale, f"problem {i}"
