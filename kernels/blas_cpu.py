@@ -27,7 +27,7 @@ import numpy as np
 
 from vbatch.kernels import jit
 from vbatch.kernels.cpu import Work, split
-from vbatch.kernels.jit import njit
+from vbatch.kernels.jit import njit, strides
 from vbatch.kernels.lapack import _SCALAR, routines
 from vbatch.ops.blas import COPY, GEMM, TRMM, TRSM
 
@@ -284,12 +284,10 @@ def _diag(ex, lk, p, q, r0, mm, k0, kk, nn) -> None:
 
 # ------------------------------------------------------------------ compiled small tasks
 def _layout(ex, name: str):
-    """A packed operand as the compiled loops read it (data, offsets, leading dimensions,
-    columns contiguous), or None for a list's arrays (no one buffer: the views' path)."""
+    """A packed operand as the compiled loops read it (:func:`jit.packed`), or None for a
+    list's arrays (no one buffer: the views' path)."""
     b = ex.buffers[name].batch
-    if b is None:
-        return None
-    return (b.data, np.asarray(b.offset, np.int64), np.asarray(b.ld, np.int64), b.order == "F")
+    return None if b is None else jit.packed(b)
 
 
 def _run_gemm(ex, lk, p, rows, skip) -> bool:
@@ -326,13 +324,6 @@ def _run_copy(ex, lk, p, rows, skip) -> bool:
 _COMPILED = {GEMM: _run_gemm, TRSM: _run_diag, TRMM: _run_diag, COPY: _run_copy}
 
 
-@njit(cache=True, nogil=True, inline="always")
-def _st(ld, col, q, t):
-    """(row, column) strides of problem q's view (transposed when t), in elements."""
-    rs, cs = (1, ld[q]) if col else (ld[q], 1)
-    return (cs, rs) if t else (rs, cs)
-
-
 @njit(cache=True, nogil=True)
 def _gemm_small(rows, info, skip, A, ao, al, ac, ta, B, bo, bl, bc, tb, C, co, cl, cc, O, oo,
                 ol, oc, tc, has_c, alpha, beta, uplo):
@@ -347,10 +338,10 @@ def _gemm_small(rows, info, skip, A, ao, al, ac, ta, B, bo, bl, bc, tb, C, co, c
             rows[t, 5]
         if skip and info[q] != 0:
             continue
-        ar, ak = _st(al, ac, q, ta)
-        bk, bj = _st(bl, bc, q, tb)
-        cr, cj = _st(cl, cc, q, tc)
-        orr, oj = _st(ol, oc, q, tc)
+        ar, ak = strides(al, ac, q, ta)
+        bk, bj = strides(bl, bc, q, tb)
+        cr, cj = strides(cl, cc, q, tc)
+        orr, oj = strides(ol, oc, q, tc)
         a0 = ao[q] + r0 * ar + k0 * ak
         b0 = bo[q] + k0 * bk
         c0 = co[q] + r0 * cr
@@ -389,8 +380,8 @@ def _diag_small(rows, info, skip, T, to, tl, tcol, tt, X, xo, xl, xcol, tx, lowe
         q, o, w, nn = rows[t, 0], rows[t, 1], rows[t, 2], rows[t, 5]
         if skip and info[q] != 0:
             continue
-        tr, tc = _st(tl, tcol, q, tt)
-        xr, xc = _st(xl, xcol, q, tx)
+        tr, tc = strides(tl, tcol, q, tt)
+        xr, xc = strides(xl, xcol, q, tx)
         t0 = to[q] + o * tr + o * tc
         x0 = xo[q] + o * xr
         for j in range(nn):
@@ -414,8 +405,8 @@ def _copy_small(rows, S, so, sl, scol, D, do, dl, dcol, t, alpha):
     not read when alpha is 0."""
     for r in range(rows.shape[0]):
         q, mm, nn = rows[r, 0], rows[r, 2], rows[r, 5]
-        sr, sc = _st(sl, scol, q, t)
-        dr, dc = _st(dl, dcol, q, t)
+        sr, sc = strides(sl, scol, q, t)
+        dr, dc = strides(dl, dcol, q, t)
         for j in range(nn):
             for i in range(mm):
                 v = 0.0 if alpha == 0.0 else alpha * S[so[q] + i * sr + j * sc]

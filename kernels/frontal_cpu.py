@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from vbatch.kernels.cpu import Work, split
-from vbatch.kernels.jit import njit
+from vbatch.kernels.jit import njit, packed, strides
 from vbatch.sparse.frontal import EXTEND, RHS_ADD, RHS_GET
 
 OP = "frontal"
@@ -59,25 +59,18 @@ def prepare(backend, plan, launches) -> State:
     return State(work)
 
 
-def _layout(batch):
-    """A packed batch as the compiled loops read it: data, offsets, leading dimensions, and
-    whether columns are contiguous."""
-    return (batch.data, np.asarray(batch.offset, np.int64), np.asarray(batch.ld, np.int64),
-            batch.order == "F")
-
-
 def run(backend, ex, lc, whole: bool, tasks: list) -> None:
-    rel = _layout(ex.buffers["rel"].batch)
+    rel = packed(ex.buffers["rel"].batch)
     if lc.kind in (RHS_ADD, RHS_GET):
         xb = ex.buffers["x"].batch
-        x = _layout(xb)
+        x = packed(xb)
         ncol = np.asarray(xb.n, np.int64)
         for rows in tasks:
             _rhs_move(*x, ncol, *rel, rows, lc.kind == RHS_ADD)
         return
     if lc.kind != EXTEND:
         raise ValueError(f"cpu backend: the frontal family has no launch kind {lc.kind!r}")
-    fronts = _layout(ex.buffers["l"].batch)
+    fronts = packed(ex.buffers["l"].batch)
     for rows in tasks:
         _extend_add(*fronts, *rel, rows)
 
@@ -87,9 +80,9 @@ def _extend_add(data, off, ld, fcol, rdata, roff, rld, rcol, rows):
     """``F_parent[rel, rel] += tril(S_child)`` for every row ``(parent, child, p, u)``."""
     for t in range(rows.shape[0]):
         par, q, p, u = rows[t, 0], rows[t, 1], rows[t, 2], rows[t, 3]
-        rs = 1 if rcol else rld[q]  # rel is one column of u entries
-        ci, cj = (1, ld[q]) if fcol else (ld[q], 1)
-        pi, pj = (1, ld[par]) if fcol else (ld[par], 1)
+        rs, _ = strides(rld, rcol, q, False)  # rel is one column of u entries
+        ci, cj = strides(ld, fcol, q, False)
+        pi, pj = strides(ld, fcol, par, False)
         cbase = off[q] + p * ci + p * cj
         for j in range(u):
             rj = np.int64(rdata[roff[q] + j * rs])
@@ -104,9 +97,9 @@ def _rhs_move(data, off, ld, fcol, ncol, rdata, roff, rld, rcol, rows, add):
     ``X_child[p:, :] = X_parent[rel, :]``, for every row ``(parent, child, p, u)``."""
     for t in range(rows.shape[0]):
         par, q, p, u = rows[t, 0], rows[t, 1], rows[t, 2], rows[t, 3]
-        rs = 1 if rcol else rld[q]
-        ci, cj = (1, ld[q]) if fcol else (ld[q], 1)
-        pi, pj = (1, ld[par]) if fcol else (ld[par], 1)
+        rs, _ = strides(rld, rcol, q, False)
+        ci, cj = strides(ld, fcol, q, False)
+        pi, pj = strides(ld, fcol, par, False)
         for c in range(ncol[q]):
             for i in range(u):
                 ri = np.int64(rdata[roff[q] + i * rs])

@@ -8,6 +8,8 @@ CPU kernels to keep to their BLAS calls.
 
 from __future__ import annotations
 
+import numpy as np
+
 try:
     from numba import njit as _numba_njit
 except ImportError:  # the sparse extra is not installed
@@ -16,16 +18,20 @@ except ImportError:  # the sparse extra is not installed
 AVAILABLE = _numba_njit is not None
 
 
+def missing(package: str, what: str) -> ImportError:
+    """The error for ``what`` needing an optional ``package`` (both are the sparse extra's)."""
+    return ImportError(f"{package} is needed here ({what}): pip install 'vbatch[sparse]'")
+
+
 def needs(package: str):
     """A decorator making a stand-in for a function that needs ``package``."""
     def decorate(fn):
-        def missing(*args, **kwargs):
-            raise ImportError(f"{package} is needed here ({fn.__name__}): "
-                              "pip install 'vbatch[sparse]'")
+        def stand_in(*args, **kwargs):
+            raise missing(package, fn.__name__)
 
-        missing.__name__ = missing.__qualname__ = fn.__name__
-        missing.py_func = fn
-        return missing
+        stand_in.__name__ = stand_in.__qualname__ = fn.__name__
+        stand_in.py_func = fn
+        return stand_in
 
     return decorate
 
@@ -35,3 +41,18 @@ def njit(*args, **kwargs):
     if AVAILABLE:
         return _numba_njit(*args, **kwargs)
     return needs("numba")
+
+
+def packed(batch) -> tuple:
+    """A packed batch as the compiled CPU loops read it: its data, offsets and leading
+    dimensions (int64), and whether its columns are contiguous (order F)."""
+    return (batch.data, np.asarray(batch.offset, np.int64), np.asarray(batch.ld, np.int64),
+            batch.order == "F")
+
+
+@njit(cache=True, nogil=True, inline="always")
+def strides(ld, col, q, t):
+    """(row, column) strides, in elements, of problem ``q`` of a packed batch (``ld``, ``col``
+    as :func:`packed` gives them), seen transposed when ``t``."""
+    rs, cs = (1, ld[q]) if col else (ld[q], 1)
+    return (cs, rs) if t else (rs, cs)

@@ -30,7 +30,7 @@ import numpy as np
 
 from vbatch.kernels import jit
 from vbatch.kernels.cpu import Work, split
-from vbatch.kernels.jit import njit
+from vbatch.kernels.jit import njit, strides
 from vbatch.kernels.lapack import Calls
 from vbatch.ops.cholesky import FUSED, POTF2, SCHUR, TRSM, UPDATE
 
@@ -163,11 +163,7 @@ def run(backend, ex, lc, whole: bool, tasks: list) -> None:
 
 
 def _small(ex, a, out, table: np.ndarray) -> None:
-    def lay(v):
-        b = v.batch
-        return b.data, np.asarray(b.offset, np.int64), np.asarray(b.ld, np.int64), b.order == "F"
-
-    _potrf_small(table, ex.info, *lay(a), *lay(out), a is out)
+    _potrf_small(table, ex.info, *jit.packed(a.batch), *jit.packed(out.batch), a is out)
 
 
 @njit(cache=True, nogil=True)
@@ -184,8 +180,8 @@ def _potrf_small(rows, info, A, ao, al, acol, L, lo, ll, lcol, inplace):
         q, n, p = rows[t, 0], rows[t, 1], rows[t, 2]
         if info[q] != 0:
             continue
-        ar, ac = (1, al[q]) if acol else (al[q], 1)
-        lr, lc = (1, ll[q]) if lcol else (ll[q], 1)
+        ar, ac = strides(al, acol, q, False)
+        lr, lc = strides(ll, lcol, q, False)
         a0, l0 = ao[q], lo[q]
         done = p  # columns factored
         for j in range(p):
