@@ -47,44 +47,368 @@ frontal_extend_add(const unsigned long long* tbl, const long long* meta, const i
   }
 }
 
-// frontal_rhs: the solve's exchange of right-hand-side rows between a front and its parent.
-// A task row is (child, parent, p, u, r); X is each front's n x r block (tbl[2]); the block's
-// y index walks chunks of 1024 of the u x r entries. ADD (forward): X_parent[rel[i], c] +=
-// X[p + i, c] (siblings may share a launch: atomicAdd); otherwise (backward): X[p + i, c] =
-// X_parent[rel[i], c]. extra: bits 0-3 the plan slot of x, bits 4-7 that of rel.
-template <typename T, bool ROW, bool ADD>
+// ---------------------------------------------------------------------------------------------
+// The solve (frontal_solve): two sweeps over every front of the batch, each one launch
+// (vbatch.sparse.frontal.sweep_items says what an item does). A block takes a ticket and runs
+// the item at that place in the launch's task range; the items are in an order where every item
+// needs only earlier ones, which are held by blocks already running, so waiting cannot
+// deadlock. What an item waits for is counted per front in the op's scratch (tbl[3], 32-bit
+// counters over each front's entries; zeroed by frontal_sweep_reset at the start of the call):
+// [0] update items of its children added into it, [1] its pivot chunks solved forward, [2]
+// backward; front 0's entries then hold the two sweeps' tickets at [3] and [4].
+//
+// A task row is (front, parent, p, u, i0, need); tbl[0] the fronts (l), tbl[1] the positions
+// (rel), tbl[2] the right-hand sides (x, each front's n x r block). extra: bits 0-3, 4-7, 8-11,
+// 12-15 the plan slots of l, rel, x and the scratch; bits 16-30 r. X written by other blocks is
+// read through L2 (__ldcg): L1 is not coherent across blocks.
+
+// Thread 0 waits until *c >= v; then the whole block goes on, seeing what was written before
+// the count that satisfied it (the writer fenced before counting).
+__device__ __forceinline__ void sweep_wait(const int* c, int v) {
+  if (threadIdx.x == 0) {
+    while (*reinterpret_cast<const volatile int*>(c) < v) __nanosleep(32);
+    __threadfence();
+  }
+  __syncthreads();
+}
+
+// Every thread's writes made visible device-wide, then one count.
+__device__ __forceinline__ void sweep_signal(int* c) {
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) atomicAdd(c, 1);
+}
+
+template <typename T>
 __global__ void __launch_bounds__(256)
-frontal_rhs(const unsigned long long* tbl, const long long* meta, const int* imeta,
-            const int* tasks, int K, int lo, int hi, int extra) {
-  const int row = lo + (int)blockIdx.x;
-  if (row >= hi) return;
-  const int* r = tasks + (long long)row * VB_TASK_COLS;
-  const int q = r[0], parent = r[1], p = r[2], u = r[3], nr = r[4];
-  T* X = reinterpret_cast<T*>(tbl[2]);
+frontal_sweep_reset(const unsigned long long* tbl, const long long* meta, const int* imeta,
+                    const int* tasks, int K, int lo, int hi, int extra) {
+  const int q = (int)blockIdx.x * 256 + (int)threadIdx.x;
+  if (q >= K) return;
+  const long long* ms = meta + 2LL * K * ((extra >> 12) & 15);
+  int* w = reinterpret_cast<int*>(reinterpret_cast<T*>(tbl[3]) + ms[q]);
+  w[0] = 0;
+  w[1] = 0;
+  w[2] = 0;
+  if (q == 0) {
+    w[3] = 0;
+    w[4] = 0;
+  }
+}
+
+// The forward sum of CH rows [a, a + h) of a front over the pivot columns of chunks [0, ncb):
+// vals[i][c] = X[a + i, c0 + c] - sum_j L[a + i, j] X[j, c0 + c]. Thread (ri, sl): row ri of the
+// rows, columns sl, sl + 4, ... of each chunk (coalesced down a column in order F). Waits for
+// each chunk to be solved; `known` (uniform) counts the chunks already seen solved. Chunk `own`
+// (this block's, just solved) is read from ys in shared memory, not from X.
+//
+// An item is a chain of memory round trips, and they, not bandwidth, bound the small fronts:
+// so every load that does not wait on another block (L, the rows' own X) is issued before the
+// wait, and every load of L before its first use (a loop of load-then-use waits once a turn).
+template <typename T, bool ROW, int CH, int RC>
+__device__ __forceinline__ void sweep_rows(const T* Lq, long long ldl, const T* Xq, long long ldx,
+                                           int a, int h, int ncb, int p, int c0, int rc,
+                                           int& known, const int* solved, int own,
+                                           const T (*ys)[RC], T (*stage)[RC],
+                                           T (*red)[CH][RC], T (*vals)[RC]) {
+  const int tid = (int)threadIdx.x, ri = tid % CH, sl = tid / CH;
+  T acc[RC], xr[RC];
+#pragma unroll
+  for (int c = 0; c < RC; ++c) {
+    acc[c] = T(0);
+    xr[c] = sl == 0 && ri < h && c < rc ? __ldcg(Xq + at<ROW>(a + ri, c0 + c, ldx)) : T(0);
+  }
+  for (int cb = 0; cb < ncb; ++cb) {
+    const int j0 = cb * CH, w = min(CH, p - j0);
+    T lv[CH / 4];
+#pragma unroll
+    for (int t = 0; t < CH / 4; ++t) {
+      const int j = sl + 4 * t;
+      lv[t] = ri < h && j < w ? __ldg(Lq + at<ROW>(a + ri, j0 + j, ldl)) : T(0);
+    }
+    if (cb >= known) {
+      sweep_wait(solved, cb + 1);
+      known = cb + 1;
+    }
+    __syncthreads();  // the previous chunk's reads of stage are done
+    for (int e = tid; e < CH * RC; e += 256) {
+      const int j = e / RC, c = e % RC;
+      stage[j][c] = !(j < w && c < rc) ? T(0)
+                    : cb == own ? ys[j][c] : __ldcg(Xq + at<ROW>(j0 + j, c0 + c, ldx));
+    }
+    __syncthreads();
+#pragma unroll
+    for (int t = 0; t < CH / 4; ++t)
+#pragma unroll
+      for (int c = 0; c < RC; ++c) acc[c] += lv[t] * stage[sl + 4 * t][c];
+  }
+#pragma unroll
+  for (int c = 0; c < RC; ++c) red[sl][ri][c] = acc[c];
+  __syncthreads();
+  if (sl == 0 && ri < h) {
+    for (int c = 0; c < rc; ++c)
+      vals[ri][c] = xr[c] - ((red[0][ri][c] + red[1][ri][c]) + (red[2][ri][c] + red[3][ri][c]));
+  }
+  __syncthreads();
+}
+
+// The diagonal block L[a:a+h, a:a+h] (lower) into tri, and its pivots' reciprocals.
+// (Loads first, then stores: 16 round trips to memory one after another cost ~5 us an item.)
+template <typename T, bool ROW, int CH>
+__device__ __forceinline__ void sweep_triangle(const T* Lq, long long ldl, int a, int h,
+                                               T (*tri)[CH + 1], T* dinv) {
+  constexpr int PER = CH * CH / 256;
+  T v[PER];
+#pragma unroll
+  for (int t = 0; t < PER; ++t) {
+    const int e = (int)threadIdx.x + 256 * t;
+    const int i = ROW ? e / CH : e % CH, j = ROW ? e % CH : e / CH;
+    v[t] = i < h && j <= i ? __ldg(Lq + at<ROW>(a + i, a + j, ldl)) : T(0);
+  }
+#pragma unroll
+  for (int t = 0; t < PER; ++t) {
+    const int e = (int)threadIdx.x + 256 * t;
+    const int i = ROW ? e / CH : e % CH, j = ROW ? e % CH : e / CH;
+    if (i < h && j <= i) tri[i][j] = v[t];
+  }
+  __syncthreads();
+  if ((int)threadIdx.x < h) dinv[threadIdx.x] = T(1) / tri[threadIdx.x][threadIdx.x];
+  __syncthreads();
+}
+
+// The backward item's row chunk t: update rows first (ut chunks from p), then the later pivot
+// chunks, the last one first.
+template <int CH>
+__device__ __forceinline__ void sweep_bwd_rows(int t, int ut, int p, int n, int npc, int& s0,
+                                               int& hh) {
+  if (t < ut) {
+    s0 = p + t * CH;
+    hh = min(CH, n - s0);
+  } else {
+    s0 = (npc - 1 - (t - ut)) * CH;
+    hh = min(CH, p - s0);
+  }
+}
+
+// L[s0 + lane (+ 32), i0 + j] for the warp's 8 columns j = wp + 8 jj: coalesced in order F.
+template <typename T, bool ROW>
+__device__ __forceinline__ void sweep_bwd_load(const T* Lq, long long ldl, int s0, int hh, int i0,
+                                               int h, int wp, int lane, T* l0, T* l1) {
+#pragma unroll
+  for (int jj = 0; jj < 8; ++jj) {
+    const int j = wp + 8 * jj;
+    l0[jj] = j < h && lane < hh ? __ldg(Lq + at<ROW>(s0 + lane, i0 + j, ldl)) : T(0);
+    l1[jj] = j < h && lane + 32 < hh ? __ldg(Lq + at<ROW>(s0 + lane + 32, i0 + j, ldl)) : T(0);
+  }
+}
+
+// RC: right-hand sides a pass (1 for one: a quarter of the registers and shared memory of 4).
+// Three blocks a multiprocessor for one right-hand side (85 registers; at 64 the backward
+// spilled 130 bytes in float64), two for 4 a pass.
+template <typename T, bool ROW, bool FWD, int CH, int UR, int RC>
+__global__ void __launch_bounds__(256, RC == 1 ? 3 : 2)
+frontal_sweep(const unsigned long long* tbl, const long long* meta, const int* imeta,
+              const int* tasks, int K, int lo, int hi, int extra) {
+  static_assert(CH == 64, "a chunk is 64 rows: one a thread of each of 4 slices, two a lane");
+  __shared__ T tri[CH][CH + 1];
+  __shared__ T dinv[CH];
+  __shared__ T stage[CH][RC];
+  __shared__ T vals[CH][RC];
+  __shared__ T ys[CH][RC];  // forward: the chunk this block solved
+  __shared__ T red[4][CH][RC];
+  __shared__ int s_row;
+  const T* L = reinterpret_cast<const T*>(tbl[0]);
   const T* rel = reinterpret_cast<const T*>(tbl[1]);
-  const long long* mx = meta + 2LL * K * (extra & 15);
+  T* X = reinterpret_cast<T*>(tbl[2]);
+  T* S = reinterpret_cast<T*>(tbl[3]);
+  const long long* ml = meta + 2LL * K * (extra & 15);
   const long long* mr = meta + 2LL * K * ((extra >> 4) & 15);
-  T* C = X + mx[q];
-  const long long ld = mx[K + q];
-  T* P = X + mx[parent];
-  const long long pld = mx[K + parent];
-  const T* pos = rel + mr[q];
-  const long long total = (long long)u * nr;
-  for (long long e0 = (long long)blockIdx.y * 1024; e0 < total; e0 += (long long)gridDim.y * 1024) {
-    for (int e = threadIdx.x; e < 1024; e += 256) {
-      const long long idx = e0 + e;
-      if (idx >= total) break;
-      // consecutive threads along the contiguous dimension of X
-      const int i = ROW ? (int)(idx / nr) : (int)(idx % u);
-      const int c = ROW ? (int)(idx % nr) : (int)(idx / u);
-      const int pi = (int)pos[i];
-      if (ADD) {
-        atomicAdd(P + at<ROW>(pi, c, pld), C[at<ROW>(p + i, c, ld)]);
-      } else {
-        C[at<ROW>(p + i, c, ld)] = P[at<ROW>(pi, c, pld)];
+  const long long* mx = meta + 2LL * K * ((extra >> 8) & 15);
+  const long long* ms = meta + 2LL * K * ((extra >> 12) & 15);
+  const int r = extra >> 16;
+  const int tid = (int)threadIdx.x, lane = tid % 32;
+  if (tid == 0) s_row = lo + atomicAdd(reinterpret_cast<int*>(S + ms[0]) + (FWD ? 3 : 4), 1);
+  __syncthreads();
+  const int row = s_row;
+  if (row >= hi) return;
+  const int* tr = tasks + (long long)row * VB_TASK_COLS;
+  const int q = tr[0], parent = tr[1], p = tr[2], u = tr[3], i0 = tr[4], need = tr[5];
+  const int n = p + u, npc = (p + CH - 1) / CH;
+  const T* Lq = L + ml[q];
+  const long long ldl = ml[K + q];
+  T* Xq = X + mx[q];
+  const long long ldx = mx[K + q];
+  int* cq = reinterpret_cast<int*>(S + ms[q]);
+  const T* pos = rel + mr[q];  // order F, one column: contiguous
+
+  if (FWD) {
+    const bool piv = i0 < p;
+    const int h = piv ? min(CH, p - i0) : 0;
+    int ua, ub;  // update rows
+    if (piv) {
+      ua = p;
+      ub = i0 + CH >= p ? min(n, p + UR) : p;
+    } else {
+      ua = i0;
+      ub = min(n, i0 + UR);
+    }
+    if (piv) sweep_triangle<T, ROW, CH>(Lq, ldl, i0, h, tri, dinv);  // L first: no wait
+    if (need > 0) sweep_wait(cq, need);
+    int known = 0;
+    if (piv) {
+      for (int c0 = 0; c0 < r; c0 += RC) {
+        const int rc = min(RC, r - c0);
+        sweep_rows<T, ROW, CH, RC>(Lq, ldl, Xq, ldx, i0, h, i0 / CH, p, c0, rc, known, cq + 1,
+                                   -1, ys, stage, red, vals);
+        if (tid < 32) {  // forward substitution with the diagonal block: a warp, two rows a lane
+          T v0[RC], v1[RC];
+#pragma unroll
+          for (int c = 0; c < RC; ++c) {
+            v0[c] = lane < h && c < rc ? vals[lane][c] : T(0);
+            v1[c] = lane + 32 < h && c < rc ? vals[lane + 32][c] : T(0);
+          }
+          for (int j = 0; j < h; ++j) {
+            const T d = dinv[j];
+#pragma unroll
+            for (int c = 0; c < RC; ++c) {
+              const T y = __shfl_sync(0xffffffffu, j < 32 ? v0[c] : v1[c], j % 32) * d;
+              if (j < 32) {
+                if (lane == j) v0[c] = y;
+                else if (lane > j && lane < h) v0[c] -= tri[lane][j] * y;
+              } else if (lane == j - 32) {
+                v1[c] = y;
+              }
+              if (lane + 32 > j && lane + 32 < h) v1[c] -= tri[lane + 32][j] * y;
+            }
+          }
+          for (int c = 0; c < rc; ++c) {
+            if (lane < h) Xq[at<ROW>(i0 + lane, c0 + c, ldx)] = ys[lane][c] = v0[c];
+            if (lane + 32 < h) Xq[at<ROW>(i0 + lane + 32, c0 + c, ldx)] = ys[lane + 32][c] = v1[c];
+          }
+        }
+        __syncthreads();
+      }
+      // Only other items of this front read the count: its later chunks, its update items.
+      if (npc > 1 || u > UR) sweep_signal(cq + 1);
+      known = i0 / CH + 1;
+    }
+    if (ub > ua) {
+      T* Xp = X + mx[parent];
+      const long long ldp = mx[K + parent];
+      // this block's own chunk stays in shared memory (ys) when one pass covers every column
+      const int own = piv && r <= RC ? i0 / CH : -1;
+      for (int c0 = 0; c0 < r; c0 += RC) {
+        const int rc = min(RC, r - c0);
+        for (int s0 = ua; s0 < ub; s0 += CH) {
+          const int hh = min(CH, ub - s0);
+          sweep_rows<T, ROW, CH, RC>(Lq, ldl, Xq, ldx, s0, hh, npc, p, c0, rc, known, cq + 1,
+                                     own, ys, stage, red, vals);
+          if (tid < hh) {
+            const int pi = (int)pos[s0 - p + tid];
+            for (int c = 0; c < rc; ++c) atomicAdd(Xp + at<ROW>(pi, c0 + c, ldp), vals[tid][c]);
+          }
+        }
+      }
+      int* cp = reinterpret_cast<int*>(S + ms[parent]);
+      sweep_signal(cp);
+    }
+    return;
+  }
+
+  // Backward: the chunk of pivot columns [i0, i0 + h), with L^T. Rows below the chunk: the
+  // update rows (from the parent's solution), then the later chunks, the last one first.
+  const int h = min(CH, p - i0), chunk = i0 / CH;
+  const int ut = (u + CH - 1) / CH, nchunks = ut + (npc - 1 - chunk);
+  const T* Xp = X + mx[parent < 0 ? q : parent];
+  const long long ldp = mx[K + (parent < 0 ? q : parent)];
+  const int wp = tid / 32;  // warp wp sums columns wp, wp + 8, ... of the chunk
+  sweep_triangle<T, ROW, CH>(Lq, ldl, i0, h, tri, dinv);  // L first: no wait
+  T l0[8], l1[8];
+  int s0 = 0, hh = 0;
+  if (nchunks > 0) {  // the first rows' L, before waiting too
+    sweep_bwd_rows<CH>(0, ut, p, n, npc, s0, hh);
+    sweep_bwd_load<T, ROW>(Lq, ldl, s0, hh, i0, h, wp, lane, l0, l1);
+  }
+  if (parent >= 0) sweep_wait(reinterpret_cast<int*>(S + ms[parent]) + 2, need);
+  if (chunk == npc - 1 && u > 0) {  // the front's first item: its update rows, for its children
+    for (long long e = tid; e < (long long)u * r; e += 256) {
+      const int i = ROW ? (int)(e / r) : (int)(e % u), c = ROW ? (int)(e % r) : (int)(e / u);
+      Xq[at<ROW>(p + i, c, ldx)] = __ldcg(Xp + at<ROW>((int)pos[i], c, ldp));
+    }
+    __syncthreads();
+  }
+  for (int c0 = 0; c0 < r; c0 += RC) {
+    const int rc = min(RC, r - c0);
+    T x0[RC], x1[RC];  // the chunk's own rows, for the diagonal solve (warp 0)
+#pragma unroll
+    for (int c = 0; c < RC; ++c) {
+      x0[c] = tid < 32 && lane < h && c < rc ? __ldcg(Xq + at<ROW>(i0 + lane, c0 + c, ldx)) : T(0);
+      x1[c] = tid < 32 && lane + 32 < h && c < rc
+                  ? __ldcg(Xq + at<ROW>(i0 + lane + 32, c0 + c, ldx)) : T(0);
+    }
+    T acc[8][RC];
+#pragma unroll
+    for (int jj = 0; jj < 8; ++jj)
+#pragma unroll
+      for (int c = 0; c < RC; ++c) acc[jj][c] = T(0);
+    for (int t = 0; t < nchunks; ++t) {
+      sweep_bwd_rows<CH>(t, ut, p, n, npc, s0, hh);
+      if (t > 0 || c0 > 0) sweep_bwd_load<T, ROW>(Lq, ldl, s0, hh, i0, h, wp, lane, l0, l1);
+      if (t >= ut && c0 == 0) sweep_wait(cq + 2, npc - s0 / CH);
+      __syncthreads();  // the previous rows' reads of stage are done
+      for (int e = tid; e < CH * RC; e += 256) {
+        const int i = e / RC, c = e % RC;
+        // update rows straight from the parent: the front's first item may not have copied
+        // them yet
+        stage[i][c] = !(i < hh && c < rc) ? T(0)
+                      : t < ut ? __ldcg(Xp + at<ROW>((int)pos[s0 - p + i], c0 + c, ldp))
+                               : __ldcg(Xq + at<ROW>(s0 + i, c0 + c, ldx));
+      }
+      __syncthreads();
+#pragma unroll
+      for (int jj = 0; jj < 8; ++jj)
+#pragma unroll
+        for (int c = 0; c < RC; ++c)
+          acc[jj][c] += l0[jj] * stage[lane][c] + l1[jj] * stage[lane + 32][c];
+    }
+#pragma unroll
+    for (int jj = 0; jj < 8; ++jj) {
+      const int j = wp + 8 * jj;
+#pragma unroll
+      for (int c = 0; c < RC; ++c) {
+        T v = acc[jj][c];
+#pragma unroll
+        for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
+        if (lane == 0 && j < h && c < rc) vals[j][c] = v;
       }
     }
+    __syncthreads();
+    if (tid < 32) {  // backward substitution with the diagonal block, transposed
+      T v0[RC], v1[RC];
+#pragma unroll
+      for (int c = 0; c < RC; ++c) {
+        v0[c] = lane < h && c < rc ? x0[c] - vals[lane][c] : T(0);
+        v1[c] = lane + 32 < h && c < rc ? x1[c] - vals[lane + 32][c] : T(0);
+      }
+      for (int j = h - 1; j >= 0; --j) {
+        const T d = dinv[j];
+#pragma unroll
+        for (int c = 0; c < RC; ++c) {
+          const T y = __shfl_sync(0xffffffffu, j < 32 ? v0[c] : v1[c], j % 32) * d;
+          if (lane == j) v0[c] = y;
+          else if (lane < j) v0[c] -= tri[j][lane] * y;
+          if (lane + 32 == j) v1[c] = y;
+          else if (lane + 32 < j) v1[c] -= tri[j][lane + 32] * y;
+        }
+      }
+      for (int c = 0; c < rc; ++c) {
+        if (lane < h) Xq[at<ROW>(i0 + lane, c0 + c, ldx)] = v0[c];
+        if (lane + 32 < h) Xq[at<ROW>(i0 + lane + 32, c0 + c, ldx)] = v1[c];
+      }
+    }
+    __syncthreads();
   }
+  sweep_signal(cq + 2);
 }
 
 }  // namespace vb

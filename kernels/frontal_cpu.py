@@ -2,10 +2,12 @@
 
 An extend-add task ``(child, parent, p, u)`` adds the lower triangle of the child's ``u x u``
 Schur complement (its trailing block) into the parent front at the rows and columns ``rel``
-lists; the solve's tasks ``(child, parent, p, u, r)`` add the child's update rows of the
-right-hand sides into the parent's (forward) or copy them from the parent's (backward).
-Children of one parent may share a launch and would write the same entries from two threads, so
-a launch's tasks are grouped by parent and each group goes to one thread.
+lists. Children of one parent may share a launch and would write the same entries from two
+threads, so a launch's tasks are grouped by parent and each group goes to one thread.
+
+The solve's sweeps (:func:`vbatch.sparse.frontal.sweep_items`) run their items one after
+another in the launch's order, which is an order where each needs only earlier ones: the
+CUDA kernel's device counters are not needed here, and the reset has nothing to do.
 
 Each thread's share of a launch is one call of a compiled loop over its tasks' entries (numba,
 releasing the GIL), reading the workspace through each front's offset and leading dimension.
@@ -23,7 +25,7 @@ import numpy as np
 
 from vbatch.kernels.cpu import Work, split
 from vbatch.kernels.jit import njit, packed, strides
-from vbatch.sparse.frontal import EXTEND, RHS_ADD, RHS_GET
+from vbatch.sparse.frontal import CHUNK, EXTEND, SWEEP_BWD, SWEEP_FWD, SWEEP_RESET, UPDATE_ROWS
 
 OP = "frontal"
 
@@ -42,6 +44,13 @@ def prepare(backend, plan, launches) -> State:
     work = {}
     for lc in launches:
         sl = slice(lc.lo, lc.hi)
+        if lc.kind in (SWEEP_FWD, SWEEP_BWD):  # one table, in order, on one thread
+            rows = np.concatenate([t.problem[sl, None], t.args[sl]], axis=1).astype(np.int64)
+            work[lc.index] = Work([rows], [])
+            continue
+        if lc.kind == SWEEP_RESET:
+            work[lc.index] = Work([], [])
+            continue
         q, par = t.problem[sl], t.args[sl, 0]
         p, u = t.args[sl, 1], t.args[sl, 2]
         order = np.argsort(par, kind="stable")
@@ -61,12 +70,16 @@ def prepare(backend, plan, launches) -> State:
 
 def run(backend, ex, lc, whole: bool, tasks: list) -> None:
     rel = packed(ex.buffers["rel"].batch)
-    if lc.kind in (RHS_ADD, RHS_GET):
+    if lc.kind in (SWEEP_FWD, SWEEP_BWD):
+        fronts = packed(ex.buffers["l"].batch)
         xb = ex.buffers["x"].batch
         x = packed(xb)
-        ncol = np.asarray(xb.n, np.int64)
+        r = int(xb.n[0]) if xb.k else 0
         for rows in tasks:
-            _rhs_move(*x, ncol, *rel, rows, lc.kind == RHS_ADD)
+            (_forward if lc.kind == SWEEP_FWD else _backward)(*fronts, *x, *rel, rows, r,
+                                                                CHUNK, UPDATE_ROWS)
+        return
+    if lc.kind == SWEEP_RESET:
         return
     if lc.kind != EXTEND:
         raise ValueError(f"cpu backend: the frontal family has no launch kind {lc.kind!r}")
@@ -92,23 +105,64 @@ def _extend_add(data, off, ld, fcol, rdata, roff, rld, rcol, rows):
 
 
 @njit(cache=True, nogil=True)
-def _rhs_move(data, off, ld, fcol, ncol, rdata, roff, rld, rcol, rows, add):
-    """Forward (``add``): ``X_parent[rel, :] += X_child[p:, :]``; backward:
-    ``X_child[p:, :] = X_parent[rel, :]``, for every row ``(parent, child, p, u)``."""
+def _forward(l, loff, lld, lcol, x, xoff, xld, xcol, rdata, roff, rld, rcol, rows, r, ch, ur):
+    """The forward sweep's items ``(front, parent, p, u, i0, need)`` in order: the pivot
+    chunk at ``i0`` solved with L (row by row, the solved rows in place), then its update rows
+    (the last chunk's first ``ur``, or an update item's) added into the parent as
+    ``X[i] - L[i, :p] X[:p]``."""
     for t in range(rows.shape[0]):
-        par, q, p, u = rows[t, 0], rows[t, 1], rows[t, 2], rows[t, 3]
-        rs, _ = strides(rld, rcol, q, False)
-        ci, cj = strides(ld, fcol, q, False)
-        pi, pj = strides(ld, fcol, par, False)
-        for c in range(ncol[q]):
-            for i in range(u):
-                ri = np.int64(rdata[roff[q] + i * rs])
-                dst = off[par] + ri * pi + c * pj
-                src = off[q] + (p + i) * ci + c * cj
-                if add:
-                    data[dst] += data[src]
-                else:
-                    data[src] = data[dst]
+        q, par, p, u, i0 = rows[t, 0], rows[t, 1], rows[t, 2], rows[t, 3], rows[t, 4]
+        n = p + u
+        li, lj = strides(lld, lcol, q, False)
+        xi, xj = strides(xld, xcol, q, False)
+        lb, xb = loff[q], xoff[q]
+        if i0 < p:
+            h = min(ch, p - i0)
+            for c in range(r):
+                for i in range(i0, i0 + h):
+                    s = x[xb + i * xi + c * xj]
+                    for j in range(i):
+                        s -= l[lb + i * li + j * lj] * x[xb + j * xi + c * xj]
+                    x[xb + i * xi + c * xj] = s / l[lb + i * li + i * lj]
+            ua, ub = (p, min(n, p + ur)) if i0 + ch >= p else (p, p)
+        else:
+            ua, ub = i0, min(n, i0 + ur)
+        if ub > ua:
+            rs, _ = strides(rld, rcol, q, False)
+            pi, pj = strides(xld, xcol, par, False)
+            for c in range(r):
+                for i in range(ua, ub):
+                    s = x[xb + i * xi + c * xj]
+                    for j in range(p):
+                        s -= l[lb + i * li + j * lj] * x[xb + j * xi + c * xj]
+                    ri = np.int64(rdata[roff[q] + (i - p) * rs])
+                    x[xoff[par] + ri * pi + c * pj] += s
+
+
+@njit(cache=True, nogil=True)
+def _backward(l, loff, lld, lcol, x, xoff, xld, xcol, rdata, roff, rld, rcol, rows, r, ch, ur):
+    """The backward sweep's items in order: a front's first (its last chunk) copies its update
+    rows' solution from the parent; each solves its chunk with ``L^T``, last row first."""
+    for t in range(rows.shape[0]):
+        q, par, p, u, i0 = rows[t, 0], rows[t, 1], rows[t, 2], rows[t, 3], rows[t, 4]
+        n = p + u
+        li, lj = strides(lld, lcol, q, False)
+        xi, xj = strides(xld, xcol, q, False)
+        lb, xb = loff[q], xoff[q]
+        h = min(ch, p - i0)
+        if i0 + ch >= p and u > 0:
+            rs, _ = strides(rld, rcol, q, False)
+            pi, pj = strides(xld, xcol, par, False)
+            for c in range(r):
+                for i in range(u):
+                    ri = np.int64(rdata[roff[q] + i * rs])
+                    x[xb + (p + i) * xi + c * xj] = x[xoff[par] + ri * pi + c * pj]
+        for c in range(r):
+            for j in range(i0 + h - 1, i0 - 1, -1):
+                s = x[xb + j * xi + c * xj]
+                for i in range(j + 1, n):
+                    s -= l[lb + i * li + j * lj] * x[xb + i * xi + c * xj]
+                x[xb + j * xi + c * xj] = s / l[lb + j * li + j * lj]
 
 
 def finish(backend, ex) -> np.ndarray:

@@ -1,9 +1,11 @@
 """The ``frontal`` kernel family on CUDA: which kernel an extend-add launch runs, its grid, its
 ``extra`` word. No cupy (tested without a GPU, like every launcher).
 
-The kernel is ``frontal.cu`` beside this file: a block per (task, batch of 32 x 32 tiles of the
-update block's lower triangle); ``extra`` holds the plan slots of the fronts (``l``) and of the
-positions (``rel``), whose offsets and leading dimensions it reads from the plan's tables.
+The kernels are in ``frontal.cu`` beside this file. The extend-add: a block per (task, batch of
+32 x 32 tiles of the update block's lower triangle); ``extra`` holds the plan slots of the fronts
+(``l``) and of the positions (``rel``), whose offsets and leading dimensions it reads from the
+plan's tables. The solve's sweeps: a block per item (256 threads), ``extra`` the slots of ``l``,
+``rel``, ``x`` and the scratch, and the column count; the reset: a thread per front.
 """
 
 from __future__ import annotations
@@ -11,12 +13,11 @@ from __future__ import annotations
 import numpy as np
 
 from vbatch.kernels.blas_cuda import Selection  # the launch record every launcher returns
-from vbatch.sparse.frontal import EXTEND, RHS_ADD, RHS_GET
+from vbatch.sparse.frontal import CHUNK, EXTEND, SWEEP_BWD, SWEEP_FWD, SWEEP_RESET, UPDATE_ROWS
 
 OP = "frontal"
 SOURCE = "frontal.cu"
-TEMPLATES = ("vb::frontal_extend_add", "vb::frontal_rhs")
-RHS_CHUNK = 1024  # right-hand-side entries per block of frontal_rhs (256 threads, 4 each)
+TEMPLATES = ("vb::frontal_extend_add", "vb::frontal_sweep", "vb::frontal_sweep_reset")
 DTYPES = ("float64", "float32")
 ORDERS = ("F", "C")
 NB_SUPPORTED = None
@@ -31,18 +32,25 @@ def plan_defaults(dtype) -> dict:
 
 
 def section(names: tuple[str, ...]) -> list[str]:
-    """This family's part of the per-call pointer table (frontal.cu reads tbl[0..2]; the
-    factorization has no ``x``: its entry is null)."""
-    return ["l", "rel", "x"]
+    """This family's part of the per-call pointer table (frontal.cu reads tbl[0..3]; the
+    factorization has no ``x`` and no scratch: their entries are null)."""
+    return ["l", "rel", "x", "sync"]
 
 
 def extend_name(T: str, order: str) -> str:
     return f"vb::frontal_extend_add<{T},{'true' if order == 'C' else 'false'}>"
 
 
-def rhs_name(T: str, order: str, add: bool) -> str:
-    row, a = ("true" if order == "C" else "false"), ("true" if add else "false")
-    return f"vb::frontal_rhs<{T},{row},{a}>"
+RHS_PASSES = (1, 4)  # right-hand sides a pass of the sweeps: 1 for one, else 4
+
+
+def sweep_name(T: str, order: str, forward: bool, rc: int) -> str:
+    row, f = ("true" if order == "C" else "false"), ("true" if forward else "false")
+    return f"vb::frontal_sweep<{T},{row},{f},{CHUNK},{UPDATE_ROWS},{rc}>"
+
+
+def reset_name(T: str) -> str:
+    return f"vb::frontal_sweep_reset<{T}>"
 
 
 def kernel_names(dtypes=DTYPES, nbs=None, orders=ORDERS) -> list[str]:
@@ -50,21 +58,27 @@ def kernel_names(dtypes=DTYPES, nbs=None, orders=ORDERS) -> list[str]:
     for dt in dtypes:
         T = _CTYPE[np.dtype(dt)]
         for o in orders:
-            out += [extend_name(T, o), rhs_name(T, o, True), rhs_name(T, o, False)]
+            out.append(extend_name(T, o))
+            out += [sweep_name(T, o, fw, rc) for fw in (True, False) for rc in RHS_PASSES]
+        out.append(reset_name(T))
     return out
 
 
 def selection(lc, plan, dtype, layouts: dict, config) -> Selection:
     T = _CTYPE[np.dtype(dtype)]
     a = plan.tasks.args[lc.lo:lc.hi]
-    u = int(a[:, 2].max())
-    if lc.kind in (RHS_ADD, RHS_GET):
-        extra = plan.buffers.index("x") | (plan.buffers.index("rel") << 4)
-        chunks = -(-u * int(a[:, 3].max()) // RHS_CHUNK)
-        return Selection(rhs_name(T, layouts["x"], lc.kind == RHS_ADD),
-                         (lc.count, max(1, min(chunks, MAX_GRID_Y))), (256,), 0, extra, SOURCE)
+    if lc.kind in (SWEEP_FWD, SWEEP_BWD, SWEEP_RESET):
+        slot = {name: plan.buffers.index(name) for name in ("l", "rel", "x", "sync")}
+        r = int(plan.tasks.width[lc.lo])  # every item's width is the column count
+        extra = slot["l"] | slot["rel"] << 4 | slot["x"] << 8 | slot["sync"] << 12 | r << 16
+        if lc.kind == SWEEP_RESET:
+            return Selection(reset_name(T), (max(1, -(-plan.k // 256)),), (256,), 0, extra,
+                             SOURCE)
+        return Selection(sweep_name(T, layouts["x"], lc.kind == SWEEP_FWD, 1 if r == 1 else 4),
+                         (lc.count,), (256,), 0, extra, SOURCE)
     if lc.kind != EXTEND:
         raise ValueError(f"cuda backend: the frontal family has no launch kind {lc.kind!r}")
+    u = int(a[:, 2].max())
     t = -(-u // TILE)
     extra = plan.buffers.index("l") | (plan.buffers.index("rel") << 4)
     return Selection(extend_name(T, layouts["l"]),

@@ -10,7 +10,9 @@ An operation (``ops/<op>.py``) turns a submission into tasks; each task has a *k
   sorting: the tasks of a launch group differ in size by less than one window);
 * ``launches``: how a group of its tasks is issued, as one or several *launch kinds* in order
   (POTRF's panel: one fused launch below the crossover, else update, potf2, trsm);
-* ``flops``, ``bytes``: per task, for the roofline floor and for balancing work.
+* ``flops``, ``bytes``: per task, for the roofline floor and for balancing work;
+* ``ordered``: the kind's kernel orders the tasks of one launch itself (device counters), so
+  its tasks keep the graph's order in a group.
 
 Launch kinds are what backends implement (one function per launch kind on the CPU, one kernel
 selection per launch kind on CUDA). They belong to a kernel *family* (``TaskKind.op``: the name of
@@ -58,6 +60,12 @@ class TaskKind:
     bytes: Callable[..., np.ndarray] = field(default=None)  # type: ignore[assignment]
     doc: str = ""
     params: tuple = ()  # sorted (name, value) pairs the family's kernels read
+    # The kind's kernel orders its tasks itself: a launch's blocks take its tasks in table
+    # order, and a task waits on device counters for the earlier tasks it needs. Its tasks keep
+    # the graph's order inside a launch group (a topological order the op gives), not the
+    # most-work-first order, and the graph has no edges between them (they would split the
+    # group into levels). The multifrontal solve's sweeps: one launch for a tree of any depth.
+    ordered: bool = False
 
     @property
     def param(self) -> dict:

@@ -193,6 +193,8 @@ def make_plan(graph: TaskGraph, *, op: str = "", policy: str = "dsse", streams: 
         if sel.any():
             work[sel] = kind.flops(graph.args[sel], graph.rows[sel], graph.cols[sel],
                                    graph.width[sel])
+            if kind.ordered:  # the graph's order stands (TaskKind.ordered): ties keep it
+                work[sel] = 0.0
     order = _group_order(level, graph.kind, win, work)
     lvl, knd, wn = level[order], graph.kind[order], win[order]
     tasks = Tasks(knd, graph.problem[order], graph.args[order], graph.rows[order],

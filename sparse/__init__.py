@@ -19,9 +19,10 @@ triangle** (diagonal included) is read; a matrix that stores one triangle only m
   partial Cholesky factorizations and extend-adds run as one task graph
   (:mod:`vbatch.sparse.frontal`): one submission, whatever the depth of the trees.
 * Solve: forward and backward substitution over the fronts, as one task graph too
-  (:func:`vbatch.sparse.frontal.frontal_solve_graph`: POTRS's triangular kinds on each front's
-  pivot block, a GEMM for its update rows, and row exchanges with its parent); many
-  right-hand sides at once.
+  (:func:`vbatch.sparse.frontal.frontal_solve_graph`): two sweeps over every front of the
+  batch, one launch each whatever the trees' depth; many right-hand sides at once. A batch's
+  right-hand sides may come as a list (one array a matrix) or stacked (one array, the
+  matrices' rows one after another): the stacked form makes no Python object per matrix.
 
 A matrix that is not positive definite gets ``info[i] > 0``: 1 + the index (in the matrix's own
 numbering) of the column whose pivot was not positive, the first in the elimination order, as
@@ -289,30 +290,40 @@ class Factor:
 
     # ------------------------------------------------------------------ solve
     def solve(self, b: Any) -> Any:
-        """``A x = b``: ``b`` of shape (n,) or (n, r), numpy or cupy (a list of them for a
-        batch); the solution comes back in the same form and kind. Matrices whose ``info`` is
-        set get NaN."""
+        """``A x = b``: ``b`` of shape (n,) or (n, r), numpy or cupy; the solution comes back
+        in the same form and kind. For a batch, a list of them (one a matrix; a list back), or
+        one array of shape (N,) or (N, r) holding every matrix's rows one after another
+        (N = the sum of their orders; one array back, in the same form). Matrices whose
+        ``info`` is set get NaN."""
         t0 = time.perf_counter()
-        bs = list(b) if self._batched else [b]
-        if len(bs) != len(self.analyses):
-            raise InputError([(None, f"expected {len(self.analyses)} right-hand sides, got "
-                                     f"{len(bs)}")], what="right-hand sides")
-        kinds = [array_kind(x) for x in bs]
-        shapes = []
-        for i, (x, kd, an) in enumerate(zip(bs, kinds, self.analyses)):
-            if kd is None or x.ndim not in (1, 2) or x.shape[0] != an.n:
-                raise InputError([(None, f"right-hand side {i}: expected an array of shape "
-                                         f"({an.n},) or ({an.n}, r), got "
-                                         f"{getattr(x, 'shape', type(x).__name__)}")],
+        N = int(self._row0[-1])
+        stacked = self._batched and array_kind(b) is not None
+        if stacked:
+            if b.ndim not in (1, 2) or b.shape[0] != N:
+                raise InputError([(None, f"stacked right-hand sides: expected an array of "
+                                         f"shape ({N},) or ({N}, r), got {b.shape}")],
                                  what="right-hand sides")
-            shapes.append(x.shape)
+            bs, kinds, shapes = [b], [array_kind(b)], [b.shape]
+        else:
+            bs = list(b) if self._batched else [b]
+            if len(bs) != len(self.analyses):
+                raise InputError([(None, f"expected {len(self.analyses)} right-hand sides, "
+                                         f"got {len(bs)}")], what="right-hand sides")
+            kinds = [array_kind(x) for x in bs]
+            shapes = []
+            for i, (x, kd, an) in enumerate(zip(bs, kinds, self.analyses)):
+                if kd is None or x.ndim not in (1, 2) or x.shape[0] != an.n:
+                    raise InputError([(None, f"right-hand side {i}: expected an array of shape "
+                                             f"({an.n},) or ({an.n}, r), got "
+                                             f"{getattr(x, 'shape', type(x).__name__)}")],
+                                     what="right-hand sides")
+                shapes.append(x.shape)
         r = {1 if len(s) == 1 else s[1] for s in shapes}
         if len(r) != 1:
             raise InputError([(None, "every right-hand side needs the same number of columns")],
                              what="right-hand sides")
         r = r.pop()
         xp = self._xp()
-        N = int(self._row0[-1])
         if r:
             # host right-hand sides go over in one copy, not one per matrix; device ones come
             # to the host for the CPU backend
@@ -320,8 +331,11 @@ class Factor:
             parts = [(x.get() if kd == "cupy" else np.asarray(x)) if host else xp.asarray(x)
                      for x, kd in zip(bs, kinds)]
             mod = np if host else xp
-            stack = xp.asarray(mod.concatenate([p.reshape(an.n, r)
-                                                for p, an in zip(parts, self.analyses)]))
+            if stacked:
+                stack = xp.asarray(parts[0].reshape(N, r))
+            else:
+                stack = xp.asarray(mod.concatenate([p.reshape(an.n, r)
+                                                    for p, an in zip(parts, self.analyses)]))
             tmpl, idx = self._layout(r, xp)
             data = xp.zeros(tmpl.data.size, dtype=self.dtype)
             data[idx] = stack[self._gperm]
@@ -330,21 +344,31 @@ class Factor:
             sol[self._gperm] = data[idx]
         else:
             sol = xp.zeros((N, 0), dtype=self.dtype)
+        bad = np.flatnonzero(self.info)
+        if stacked:
+            for i in bad.tolist():
+                sol[self._row0[i]: self._row0[i + 1]] = np.nan
+            out = self._as_kind(sol.reshape(b.shape), kinds[0], xp)
+            self.stats.solve_s = time.perf_counter() - t0
+            return out
         out = []
         for i, (an, r0, x, kd) in enumerate(zip(self.analyses, self._row0, bs, kinds)):
             si = sol[r0: r0 + an.n]
             if self.info[i]:
                 si = xp.full_like(si, np.nan)
-            si = si.reshape(shapes[i])
-            if kd == "numpy" and xp is not np:
-                si = si.get()
-            elif kd == "cupy" and xp is np:
-                import cupy
-
-                si = cupy.asarray(si)
-            out.append(si)
+            out.append(self._as_kind(si.reshape(shapes[i]), kd, xp))
         self.stats.solve_s = time.perf_counter() - t0
         return out if self._batched else out[0]
+
+    @staticmethod
+    def _as_kind(a, kind: str, xp):
+        if kind == "numpy" and xp is not np:
+            return a.get()
+        if kind == "cupy" and xp is np:
+            import cupy
+
+            return cupy.asarray(a)
+        return a
 
     def _layout(self, r: int, xp):
         """Each front's ``n_f x r`` right-hand sides, column-major, back to back (made once

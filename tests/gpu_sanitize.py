@@ -7,8 +7,8 @@ Covers fused (several block shapes), small_step, update, potf2, trsm, schur, gat
 in both layouts and dtypes, full and partial, with a non-SPD matrix (its failed panel completes its
 leading columns in the fused kernel, and in potf2_step + trsm_step when separated) and an infinite
 pivot; then the blas family (GEMM, SYRK, TRSM, TRMM, POSV with a failing problem), then the
-frontal family (vbatch.sparse, with a failing matrix; the extend-add and the solve's row
-exchanges in both layouts). Exits 1 if
+frontal family (vbatch.sparse, with a failing matrix; the extend-add and the solve's sweeps
+in both layouts, on fronts that split into several items). Exits 1 if
 any result is wrong. Not collected by pytest (no test_ prefix): the sanitizer
 runs it as its own process.
 """
@@ -147,6 +147,29 @@ def sparse(rng, dtype) -> int:
             if not err <= 1000 * eps:
                 print(f"frontal_solve {order} {dtype.__name__} front {f}: {err}")
                 bad += 1
+        # fronts split into several sweep items (pivot chunks, update items, items waiting on
+        # each other), with 5 right-hand sides (two passes)
+        sys.path.insert(0, __file__.rsplit("/", 1)[0])
+        from test_sparse import sweep_tree
+
+        n, p, parent, fronts, rel = sweep_tree(rng, dtype)
+        rhs = [np.zeros((k, 5), dtype) for k in n]
+        for f in range(len(n)):
+            rhs[f][: p[f]] = rng.standard_normal((p[f], 5))
+        want_x = vbatch.sparse.frontal.solve_reference([f.astype(np.float64) for f in fronts], p,
+                                                       parent, rel, rhs)
+        a = vbatch.pack(fronts, order=order)
+        r = vbatch.pack([x.reshape(-1, 1).astype(dtype) for x in rel], order="F")
+        x = vbatch.pack(rhs, order=order)
+        a, r, x = (b.with_data(cupy.asarray(b.data)) for b in (a, r, x))
+        got = vbatch.Runtime("cuda").submit("frontal_solve", a=a, rel=r, parent=parent, npiv=p,
+                                            x=x, overwrite=True).result().fronts
+        g = np.concatenate([got.matrix(f).get()[: p[f]].astype(np.float64) for f in range(len(n))])
+        w = np.concatenate([want_x[f][: p[f]] for f in range(len(n))])
+        err = np.linalg.norm(g - w) / np.linalg.norm(w)
+        if not err <= 10 * n.max() * eps:
+            print(f"frontal_solve sweeps {order} {dtype.__name__}: {err}")
+            bad += 1
     return bad
 
 

@@ -14,6 +14,7 @@ import pytest
 
 from vbatch.kernels import blas_cuda as blas
 from vbatch.kernels import cuda_build as build
+from vbatch.kernels import frontal_cuda as frontal
 from vbatch.kernels import potrf_cuda as sel
 from vbatch.ops.cholesky import plan_cholesky
 
@@ -141,8 +142,8 @@ def test_kernel_names_is_the_whole_set_once():
         + len(blas.TRSV_XS_DTYPES) * len(blas.TRSV_COLS) \
         + 4 * len(blas.MMA_TILES) + 4 * len(blas.SIMT_TILES)
     # The frontal family (vbatch.sparse): per dtype and order, the extend-add and the solve's
-    # two row exchanges.
-    want += len(sel.DTYPES) * 2 * 3
+    # two sweeps for each width of a pass; per dtype, the sweeps' reset.
+    want += len(sel.DTYPES) * (2 * (1 + 2 * len(frontal.RHS_PASSES)) + 1)
     assert len(names) == want
     assert set(build.kernel_names(["float32"], [8], ["C"])) <= set(names)
 

@@ -361,6 +361,27 @@ def test_laplacians_alone_and_batched_with_a_failure(device, dtype):
             assert backward(A, x, b) <= 50 * A.shape[0] * eps, f"matrix {i}"
     alone = sparse.cholesky(mats[5], runtime=rt, dtype=dtype)
     assert backward(mats[5], host(alone.solve(bs[5])), bs[5]) <= 50 * mats[5].shape[0] * eps
+    # the stacked form: one array of every matrix's rows, the same solutions back in one array
+    # (of the input's kind), the failed matrix's rows NaN; with 2 columns too
+    N = sum(A.shape[0] for A in mats)
+    row0 = np.cumsum([0] + [A.shape[0] for A in mats])
+    for cols in ((), (2,)):
+        B = rng.standard_normal((N,) + cols)
+        if device == "cuda":
+            import cupy
+
+            B = cupy.asarray(B)
+        X = F.solve(B)
+        assert type(X) is type(B) and X.shape == B.shape
+        X, Bh = host(X), host(B)
+        for i, A in enumerate(mats):
+            xi, bi = X[row0[i]: row0[i + 1]], Bh[row0[i]: row0[i + 1]]
+            if i == 4:
+                assert np.isnan(xi).all()
+            else:
+                assert backward(A, xi, bi) <= 50 * A.shape[0] * eps, f"stacked, matrix {i}"
+    with pytest.raises(InputError, match=rf"expected an array of shape \({N},\)"):
+        F.solve(np.ones(N + 1))
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -423,6 +444,98 @@ def test_bad_input_names_the_matrix():
     F = sparse.cholesky(good)
     with pytest.raises(InputError, match=r"expected an array of shape \(9,\)"):
         F.solve(np.ones(8))
+
+
+def sweep_tree(rng, dtype):
+    """Fronts that reach every edge of the sweeps' items (CHUNK = 64 pivot rows, UPDATE_ROWS =
+    256 update rows an item): pivots 1, 63, 64, 65, 129, 300; update rows 0, 1, 255, 256, 257,
+    300; several children of one parent (their adds meet in one launch), two trees and a
+    lone 1 x 1 root. Factored fronts are made directly (a well-conditioned L), since the solve
+    reads only L."""
+    # (p, u, parent), in postorder
+    spec = [(65, 257, 2), (1, 300, 2), (130, 256, 5), (63, 1, 4), (64, 255, 5), (300, 0, -1),
+            (1, 0, -1), (64, 64, 9), (129, 1, 9), (65, 0, -1)]
+    p = np.array([s[0] for s in spec])
+    n = p + np.array([s[1] for s in spec])
+    parent = np.array([s[2] for s in spec])
+    fronts, rel = [], []
+    for f, (pf, uf, par) in enumerate(spec):
+        m = np.tril(rng.standard_normal((n[f], n[f]))) / np.sqrt(n[f])
+        m[np.arange(pf), np.arange(pf)] = 1.0 + rng.random(pf)
+        fronts.append(m.astype(dtype))
+        rel.append(np.sort(rng.choice(n[par], uf, replace=False)) if par >= 0 else np.zeros(0))
+    return n, p, parent, fronts, rel
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("order", ["F", "C"])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("r", [1, 5])
+def test_frontal_solve_sweeps(device, order, dtype, r):
+    """The solve's sweeps against the numpy reference on fronts that split into several items
+    (sweep_tree), with one and with five right-hand sides (two passes of four)."""
+    from vbatch.ops.batch import pack
+    from vbatch.sparse.frontal import solve_reference
+
+    rng = np.random.default_rng(11)
+    n, p, parent, fronts, rel = sweep_tree(rng, dtype)
+    rhs = [np.zeros((k, r), dtype) for k in n]
+    for f in range(len(n)):
+        rhs[f][: p[f]] = rng.standard_normal((p[f], r))
+    want = solve_reference([f.astype(np.float64) for f in fronts], p, parent, rel, rhs)
+    a = pack([f.copy() for f in fronts], order=order)
+    rr = pack([x.reshape(-1, 1).astype(dtype) for x in rel], order="F")
+    x = pack([v.copy() for v in rhs], order=order)
+    if device == "cuda":
+        import cupy
+
+        a, rr, x = (b.with_data(cupy.asarray(b.data)) for b in (a, rr, x))
+    got = Runtime(device).submit("frontal_solve", a=a, rel=rr, parent=parent, npiv=p, x=x,
+                                 overwrite=True).result().fronts
+    eps = float(np.finfo(dtype).eps)
+    g = np.concatenate([host(got.matrix(f))[: p[f]].astype(np.float64) for f in range(len(n))])
+    w = np.concatenate([want[f][: p[f]] for f in range(len(n))])
+    assert np.isfinite(g).all()
+    err = np.linalg.norm(g - w) / np.linalg.norm(w)
+    assert err <= 10 * n.max() * eps, f"{err:.3g}"
+
+
+def test_frontal_solve_plan_is_three_launches():
+    """However deep the trees, the solve is the reset and one launch a sweep; its items keep
+    the sweep order (children's forward items before their parent's, roots first backward)."""
+    from vbatch.ops.batch import pack
+    from vbatch.sparse.frontal import sweep_items
+
+    rng = np.random.default_rng(2)
+    n, p, parent, fronts, rel = sweep_tree(rng, np.float64)
+    a = pack(fronts)
+    rr = pack([x.reshape(-1, 1).astype(np.float64) for x in rel], order="F")
+    x = pack([np.zeros((k, 2)) for k in n])
+    plan = Runtime("cpu").plan_for("frontal_solve", a=a, rel=rr, parent=parent, npiv=p, x=x,
+                                   overwrite=True)
+    assert [lc.kind for lc in plan.launches] == ["frontal.sweep_reset", "frontal.sweep_fwd",
+                                                 "frontal.sweep_bwd"]
+    f_f, i0_f, _, f_b, i0_b, _ = sweep_items(n, p, parent)
+    fw, bw = plan.launches[1], plan.launches[2]
+    assert (plan.tasks.problem[fw.lo:fw.hi] == f_f).all()
+    assert (plan.tasks.args[fw.lo:fw.hi, 3] == i0_f).all()
+    assert (plan.tasks.problem[bw.lo:bw.hi] == f_b).all()
+    assert (plan.tasks.args[bw.lo:bw.hi, 3] == i0_b).all()
+    # forward, every item of a child before any of its parent's, backward the other way; a
+    # front's items together, chunks in order forward (then update items), reversed backward
+    for f, par in enumerate(parent):
+        mine_f, mine_b = np.flatnonzero(f_f == f), np.flatnonzero(f_b == f)
+        assert (np.diff(mine_f) == 1).all() and (np.diff(mine_b) == 1).all()
+        assert (np.diff(i0_f[mine_f]) > 0).all() and (np.diff(i0_b[mine_b]) < 0).all()
+        if par >= 0:
+            assert mine_f.max() < np.flatnonzero(f_f == par).min()
+            assert mine_b.min() > np.flatnonzero(f_b == par).max()
+    # by level: every leaf's items first forward, every root's first backward
+    leaves = np.setdiff1d(np.arange(len(n)), parent)
+    assert set(f_f[: np.isin(f_f, leaves).sum()]) == set(leaves)
+    roots = np.flatnonzero(parent < 0)
+    assert set(f_b[: np.isin(f_b, roots).sum()]) == set(roots)
+    assert len(f_f) == 22 and len(f_b) == 20  # counted by hand from sweep_tree
 
 
 @pytest.mark.parametrize("device", DEVICES)
