@@ -202,6 +202,92 @@ __device__ __forceinline__ void sweep_bwd_load(const T* Lq, long long ldl, int s
   }
 }
 
+// A small front (n <= 64: one pivot chunk, every update row) by one warp, two rows a lane.
+// Forward, its pivots and update rows are one loop over the pivot columns (column j of L
+// coalesced down the lanes, y_j broadcast from its owner); the update rows then go into the
+// parent. Backward, row i of L across the lanes (columns j < i, from L1), x_i broadcast once
+// final, last row first. No shared memory and no block barrier: 8 fronts of one level share a
+// block, and the waits are a lane's.
+template <typename T, bool ROW, bool FWD>
+__device__ __forceinline__ void sweep_small(const T* Lq, long long ldl, T* Xq, long long ldx,
+                                            T* Xp, long long ldp, const T* pos, int p, int u,
+                                            int r, int lane, int* cq, int* cp, bool has_parent,
+                                            int need) {
+  const int n = p + u;
+  const unsigned full = 0xffffffffu;
+  // the pivots' reciprocals (lane j: L[j, j]), loaded before any wait
+  const T d0 = lane < p ? T(1) / __ldg(Lq + at<ROW>(lane, lane, ldl)) : T(0);
+  const T d1 = lane + 32 < p ? T(1) / __ldg(Lq + at<ROW>(lane + 32, lane + 32, ldl)) : T(0);
+  if (FWD) {
+    if (need > 0) {
+      if (lane == 0) {
+        while (*reinterpret_cast<const volatile int*>(cq) < need) __nanosleep(32);
+        __threadfence();
+      }
+      __syncwarp();
+    }
+    for (int c = 0; c < r; ++c) {
+      T v0 = lane < n ? __ldcg(Xq + at<ROW>(lane, c, ldx)) : T(0);
+      T v1 = lane + 32 < n ? __ldcg(Xq + at<ROW>(lane + 32, c, ldx)) : T(0);
+#pragma unroll 8
+      for (int j = 0; j < p; ++j) {
+        const T l0 = lane < n ? __ldg(Lq + at<ROW>(lane, j, ldl)) : T(0);
+        const T l1 = lane + 32 < n ? __ldg(Lq + at<ROW>(lane + 32, j, ldl)) : T(0);
+        const T y = __shfl_sync(full, j < 32 ? v0 * d0 : v1 * d1, j % 32);
+        if (lane == j) v0 = y;
+        else if (lane > j) v0 -= l0 * y;
+        if (lane + 32 == j) v1 = y;
+        else if (lane + 32 > j) v1 -= l1 * y;
+      }
+      if (lane < p) Xq[at<ROW>(lane, c, ldx)] = v0;
+      if (lane + 32 < p) Xq[at<ROW>(lane + 32, c, ldx)] = v1;
+      if (lane >= p && lane < n) atomicAdd(Xp + at<ROW>((int)pos[lane - p], c, ldp), v0);
+      if (lane + 32 >= p && lane + 32 < n)
+        atomicAdd(Xp + at<ROW>((int)pos[lane + 32 - p], c, ldp), v1);
+    }
+    if (u > 0) {
+      __threadfence();
+      __syncwarp();
+      if (lane == 0) atomicAdd(cp, 1);
+    }
+    return;
+  }
+  if (has_parent) {
+    if (lane == 0) {
+      while (*reinterpret_cast<const volatile int*>(cp + 2) < need) __nanosleep(32);
+      __threadfence();
+    }
+    __syncwarp();
+  }
+  for (int c = 0; c < r; ++c) {
+    T x0 = lane < p ? __ldcg(Xq + at<ROW>(lane, c, ldx))
+         : lane < n ? __ldcg(Xp + at<ROW>((int)pos[lane - p], c, ldp)) : T(0);
+    T x1 = lane + 32 < p ? __ldcg(Xq + at<ROW>(lane + 32, c, ldx))
+         : lane + 32 < n ? __ldcg(Xp + at<ROW>((int)pos[lane + 32 - p], c, ldp)) : T(0);
+    if (lane >= p && lane < n) Xq[at<ROW>(lane, c, ldx)] = x0;  // for the children
+    if (lane + 32 >= p && lane + 32 < n) Xq[at<ROW>(lane + 32, c, ldx)] = x1;
+    T a0 = T(0), a1 = T(0);
+#pragma unroll 8
+    for (int i = n - 1; i >= 0; --i) {
+      const int m = min(i, p);  // row i's entries left of the diagonal, in pivot columns
+      const T l0 = lane < m ? __ldg(Lq + at<ROW>(i, lane, ldl)) : T(0);
+      const T l1 = lane + 32 < m ? __ldg(Lq + at<ROW>(i, lane + 32, ldl)) : T(0);
+      if (i < p) {
+        if (lane == i) x0 = (x0 - a0) * d0;
+        if (lane + 32 == i) x1 = (x1 - a1) * d1;
+      }
+      const T xi = __shfl_sync(full, i < 32 ? x0 : x1, i % 32);
+      a0 += l0 * xi;
+      a1 += l1 * xi;
+    }
+    if (lane < p) Xq[at<ROW>(lane, c, ldx)] = x0;
+    if (lane + 32 < p) Xq[at<ROW>(lane + 32, c, ldx)] = x1;
+  }
+  __threadfence();
+  __syncwarp();
+  if (lane == 0) atomicAdd(cq + 2, 1);
+}
+
 // RC: right-hand sides a pass (1 for one: a quarter of the registers and shared memory of 4).
 // Three blocks a multiprocessor for one right-hand side (85 registers; at 64 the backward
 // spilled 130 bytes in float64), two for 4 a pass.
@@ -232,6 +318,20 @@ frontal_sweep(const unsigned long long* tbl, const long long* meta, const int* i
   const int row = s_row;
   if (row >= hi) return;
   const int* tr = tasks + (long long)row * VB_TASK_COLS;
+  if (tr[4] < 0) {  // small fronts: a group of up to 8 at the head's row, a warp each
+    const int k = -tr[4], w = tid / 32;
+    if (k > 8 || w >= k) return;  // (a member's row: its head's block runs it)
+    const int* tw = tr + w * VB_TASK_COLS;
+    const int qw = tw[0], pw = tw[1];
+    const T* Lw = L + ml[qw];
+    T* Xw = X + mx[qw];
+    int* cw = reinterpret_cast<int*>(S + ms[qw]);
+    const int pp = pw < 0 ? qw : pw;
+    sweep_small<T, ROW, FWD>(Lw, ml[K + qw], Xw, mx[K + qw], X + mx[pp], mx[K + pp], rel + mr[qw],
+                             tw[2], tw[3], r, lane, cw, reinterpret_cast<int*>(S + ms[pp]),
+                             pw >= 0, tw[5]);
+    return;
+  }
   const int q = tr[0], parent = tr[1], p = tr[2], u = tr[3], i0 = tr[4], need = tr[5];
   const int n = p + u, npc = (p + CH - 1) / CH;
   const T* Lq = L + ml[q];

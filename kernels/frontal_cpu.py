@@ -112,6 +112,7 @@ def _forward(l, loff, lld, lcol, x, xoff, xld, xcol, rdata, roff, rld, rcol, row
     ``X[i] - L[i, :p] X[:p]``."""
     for t in range(rows.shape[0]):
         q, par, p, u, i0 = rows[t, 0], rows[t, 1], rows[t, 2], rows[t, 3], rows[t, 4]
+        i0 = max(i0, 0)  # a small front's (sweep_items): its one chunk
         n = p + u
         li, lj = strides(lld, lcol, q, False)
         xi, xj = strides(xld, xcol, q, False)
@@ -145,6 +146,7 @@ def _backward(l, loff, lld, lcol, x, xoff, xld, xcol, rdata, roff, rld, rcol, ro
     rows' solution from the parent; each solves its chunk with ``L^T``, last row first."""
     for t in range(rows.shape[0]):
         q, par, p, u, i0 = rows[t, 0], rows[t, 1], rows[t, 2], rows[t, 3], rows[t, 4]
+        i0 = max(i0, 0)  # a small front's (sweep_items): its one chunk
         n = p + u
         li, lj = strides(lld, lcol, q, False)
         xi, xj = strides(xld, xcol, q, False)

@@ -57,6 +57,10 @@ MAX_FRONT = 1 << 24
 # update rows an item takes (its rows in chunks of CHUNK, reading every pivot column).
 CHUNK = 64
 UPDATE_ROWS = 256
+# A front of at most 64 rows is one warp's (two rows a lane: frontal.cu's sweep_small); up
+# to 8 of one level share a block of 8 warps.
+SMALL_FRONT = 64
+SMALL_GROUP = 8
 MAX_RHS = (1 << 15) - 1  # the CUDA launch word holds the column count in 15 bits
 
 
@@ -316,7 +320,37 @@ def sweep_items(n, p, parent) -> tuple:
     jb = np.arange(len(f_bwd)) - np.repeat(np.cumsum(nb) - nb, nb)
     i0_bwd = (npc[f_bwd] - 1 - jb) * CHUNK
     need_bwd = np.where(has, npc[np.maximum(par, 0)], 0)
+    small = n <= SMALL_FRONT
+    i0_fwd = _small_groups(f_fwd, i0_fwd, small, height)
+    i0_bwd = _small_groups(f_bwd, i0_bwd, small, depth)
     return f_fwd, i0_fwd, need_fwd, f_bwd, i0_bwd, need_bwd
+
+
+def _small_groups(f, i0, small, level) -> np.ndarray:
+    """Runs of small fronts' items (one item each) on one level, cut into groups of up to
+    SMALL_GROUP: the group's first item gets ``i0 = -size``, the others ``-SMALL_GROUP - 1``
+    (their rows are run by the first one's block, a warp each: the fronts of one level never
+    wait for each other)."""
+    i0 = i0.copy()
+    if not len(f):
+        return i0
+    sm = small[f]
+    lv = level[f]
+    start = sm & np.r_[True, ~sm[:-1] | (lv[1:] != lv[:-1])]
+    run = np.cumsum(start) - 1
+    idx = np.arange(len(f))
+    first = np.flatnonzero(start)
+    pos = idx - first[np.maximum(run, 0)]
+    length = np.diff(np.r_[first, len(f)])
+    # a run ends where it starts again or where a front is not small
+    end = np.r_[np.flatnonzero(~sm), len(f)]
+    run_end = end[np.searchsorted(end, first)]
+    length = np.minimum(length, run_end - first)
+    size = np.minimum(SMALL_GROUP, length[np.maximum(run, 0)] - (pos - pos % SMALL_GROUP))
+    head = sm & (pos % SMALL_GROUP == 0)
+    i0[sm] = -SMALL_GROUP - 1
+    i0[head] = -size[head]
+    return i0
 
 
 def frontal_solve_graph(req: FrontalSolveRequest, opts: dict) -> TaskGraph:
@@ -339,6 +373,8 @@ def frontal_solve_graph(req: FrontalSolveRequest, opts: dict) -> TaskGraph:
     u = n - p
     f_f, i0_f, need_f, f_b, i0_b, need_b = sweep_items(n, p, par)
     nf, nb_ = len(f_f), len(f_b)
+    # (a small front's item is its chunk at 0: its shape, for the plan and the floor)
+    i0_f, i0_b, code_f, code_b = np.maximum(i0_f, 0), np.maximum(i0_b, 0), i0_f, i0_b
     # forward rows and the columns each reads
     piv = i0_f < p[f_f]
     last = piv & (i0_f + CHUNK >= p[f_f])
@@ -355,8 +391,8 @@ def frontal_solve_graph(req: FrontalSolveRequest, opts: dict) -> TaskGraph:
 
     kind = np.concatenate([[0], np.ones(nf, np.int8), np.full(nb_, 2, np.int8)]).astype(np.int8)
     problem = np.concatenate([[0], f_f, f_b]).astype(np.int64)
-    a = np.concatenate([np.zeros((1, 5), np.int64), args(f_f, i0_f, need_f[f_f]),
-                        args(f_b, i0_b, need_b[f_b])])
+    a = np.concatenate([np.zeros((1, 5), np.int64), args(f_f, code_f, need_f[f_f]),
+                        args(f_b, code_b, need_b[f_b])])
     rows = np.concatenate([[k], rows_f, rows_b]).astype(np.int64)
     cols = np.concatenate([[0], cols_f, cols_b]).astype(np.int64)
     width = np.full(1 + nf + nb_, r, np.int64)

@@ -448,13 +448,16 @@ def test_bad_input_names_the_matrix():
 
 def sweep_tree(rng, dtype):
     """Fronts that reach every edge of the sweeps' items (CHUNK = 64 pivot rows, UPDATE_ROWS =
-    256 update rows an item): pivots 1, 63, 64, 65, 129, 300; update rows 0, 1, 255, 256, 257,
-    300; several children of one parent (their adds meet in one launch), two trees and a
-    lone 1 x 1 root. Factored fronts are made directly (a well-conditioned L), since the solve
+    256 update rows an item, SMALL_FRONT = 64 rows a warp): pivots 1, 63, 64, 65, 129, 300;
+    update rows 0, 1, 255, 256, 257, 300; several children of one parent (their adds meet in
+    one launch), three trees and a lone 1 x 1 root. Factored fronts are made directly (a well-conditioned L), since the solve
     reads only L."""
     # (p, u, parent), in postorder
+    # (the last six: small fronts, n <= 64, that share blocks a warp each, one a root alone,
+    # one the parent of a large front)
     spec = [(65, 257, 2), (1, 300, 2), (130, 256, 5), (63, 1, 4), (64, 255, 5), (300, 0, -1),
-            (1, 0, -1), (64, 64, 9), (129, 1, 9), (65, 0, -1)]
+            (1, 0, -1), (64, 64, 9), (129, 1, 9), (65, 0, -1),
+            (30, 20, 14), (2, 5, 14), (64, 0, -1), (100, 10, 15), (40, 24, 15), (30, 0, -1)]
     p = np.array([s[0] for s in spec])
     n = p + np.array([s[1] for s in spec])
     parent = np.array([s[2] for s in spec])
@@ -526,7 +529,7 @@ def test_frontal_solve_plan_is_three_launches():
     for f, par in enumerate(parent):
         mine_f, mine_b = np.flatnonzero(f_f == f), np.flatnonzero(f_b == f)
         assert (np.diff(mine_f) == 1).all() and (np.diff(mine_b) == 1).all()
-        assert (np.diff(i0_f[mine_f]) > 0).all() and (np.diff(i0_b[mine_b]) < 0).all()
+        assert (np.diff(i0_f[mine_f]) > 0).all() and (np.diff(i0_b[mine_b]) < 0).all()  # (a small one: a single item)
         if par >= 0:
             assert mine_f.max() < np.flatnonzero(f_f == par).min()
             assert mine_b.min() > np.flatnonzero(f_b == par).max()
@@ -535,7 +538,17 @@ def test_frontal_solve_plan_is_three_launches():
     assert set(f_f[: np.isin(f_f, leaves).sum()]) == set(leaves)
     roots = np.flatnonzero(parent < 0)
     assert set(f_b[: np.isin(f_b, roots).sum()]) == set(roots)
-    assert len(f_f) == 22 and len(f_b) == 20  # counted by hand from sweep_tree
+    assert len(f_f) == 29 and len(f_b) == 27  # counted by hand from sweep_tree
+    # small fronts (n <= 64): one item each, in groups of one level led by the first item
+    # (-size), the others marked -9; the rest are not
+    for f_, i0_ in ((f_f, i0_f), (f_b, i0_b)):
+        sm = n[f_] <= 64
+        assert (i0_[~sm] >= 0).all() and (i0_[sm] < 0).all()
+        heads = np.flatnonzero(i0_ < 0)
+        heads = heads[i0_[heads] != -9]
+        assert sum(-i0_[heads]) == sm.sum()
+        for h in heads:
+            assert sm[h: h - i0_[h]].all() and (i0_[h + 1: h - i0_[h]] == -9).all()
 
 
 @pytest.mark.parametrize("device", DEVICES)
