@@ -450,8 +450,8 @@ def sweep_tree(rng, dtype):
     """Fronts that reach every edge of the sweeps' items (CHUNK = 64 pivot rows, UPDATE_ROWS =
     256 update rows an item, SMALL_FRONT = 64 rows a warp): pivots 1, 63, 64, 65, 129, 300;
     update rows 0, 1, 255, 256, 257, 300; several children of one parent (their adds meet in
-    one launch), three trees and a lone 1 x 1 root. Factored fronts are made directly (a well-conditioned L), since the solve
-    reads only L."""
+    one launch), three trees and a lone 1 x 1 root. Factored fronts are made directly (a
+    well-conditioned L), since the solve reads only L."""
     # (p, u, parent), in postorder
     # (the last six: small fronts, n <= 64, that share blocks a warp each, one a root alone,
     # one the parent of a large front)
@@ -529,7 +529,8 @@ def test_frontal_solve_plan_is_three_launches():
     for f, par in enumerate(parent):
         mine_f, mine_b = np.flatnonzero(f_f == f), np.flatnonzero(f_b == f)
         assert (np.diff(mine_f) == 1).all() and (np.diff(mine_b) == 1).all()
-        assert (np.diff(i0_f[mine_f]) > 0).all() and (np.diff(i0_b[mine_b]) < 0).all()  # (a small one: a single item)
+        # (a small front has a single item)
+        assert (np.diff(i0_f[mine_f]) > 0).all() and (np.diff(i0_b[mine_b]) < 0).all()
         if par >= 0:
             assert mine_f.max() < np.flatnonzero(f_f == par).min()
             assert mine_b.min() > np.flatnonzero(f_b == par).max()
