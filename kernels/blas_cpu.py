@@ -64,7 +64,13 @@ def prepare(backend, plan, launches) -> State:
         w = split(tasks, cost, np.zeros(len(tasks), dtype=bool), backend.threads.size)
         if jit.AVAILABLE and lc.kind in _COMPILED and (cost <= SMALL_FLOPS).any():
             small = dict(zip(tasks, (cost <= SMALL_FLOPS).tolist()))
-            w = Work(w.wide, [(wh, _tabled(ts, small)) for wh, ts in w.chunks])
+            # A small task is a compiled loop's even where it is "wide" (longer than its share
+            # of a launch of few tasks: with 16 threads, a launch of 9 copies made every copy
+            # wide, and the BLAS path ran them all).
+            tiny = [t for t in w.wide if small[t]]
+            chunks = w.chunks + ([(False, tiny)] if tiny else [])
+            w = Work([t for t in w.wide if not small[t]],
+                     [(wh, _tabled(ts, small)) for wh, ts in chunks])
         work[lc.index] = w
     return State(work)
 
