@@ -107,8 +107,12 @@ def prepare(backend, plan, launches) -> State:
         small = whole & (cost <= SMALL_FLOPS)
         if jit.AVAILABLE and small.any():
             small_of = dict(zip(tasks, small.tolist()))
-            w = Work(w.wide, [(wh, _tabled(ts, small_of, n)) if wh else (wh, ts)
-                              for wh, ts in w.chunks])
+            # a small problem is the compiled loop's even where it is "wide" (few problems,
+            # many threads: on 16 cores every problem of a 20-problem batch was wide)
+            tiny = [t for t in w.wide if small_of[t]]
+            chunks = w.chunks + ([(True, tiny)] if tiny else [])
+            w = Work([t for t in w.wide if not small_of[t]],
+                     [(wh, _tabled(ts, small_of, n)) if wh else (wh, ts) for wh, ts in chunks])
         work[lc.index] = w
     return State(work, n.tolist(), p.tolist(), p)
 
