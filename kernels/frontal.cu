@@ -202,22 +202,26 @@ __device__ __forceinline__ void sweep_bwd_load(const T* Lq, long long ldl, int s
   }
 }
 
-// A small front (n <= 64: one pivot chunk, every update row) by one warp, two rows a lane.
+// A small front (n <= 32 R; one item) by one warp, R rows a lane (row lane + 32 s in slot s).
 // Forward, its pivots and update rows are one loop over the pivot columns (column j of L
 // coalesced down the lanes, y_j broadcast from its owner); the update rows then go into the
 // parent. Backward, row i of L across the lanes (columns j < i, from L1), x_i broadcast once
 // final, last row first. No shared memory and no block barrier: 8 fronts of one level share a
-// block, and the waits are a lane's.
-template <typename T, bool ROW, bool FWD>
+// block, and the waits are a lane's. (Slots are picked by unrolled compares, so the arrays stay
+// in registers.)
+template <typename T, bool ROW, bool FWD, int R>
 __device__ __forceinline__ void sweep_small(const T* Lq, long long ldl, T* Xq, long long ldx,
                                             T* Xp, long long ldp, const T* pos, int p, int u,
                                             int r, int lane, int* cq, int* cp, bool has_parent,
                                             int need) {
   const int n = p + u;
   const unsigned full = 0xffffffffu;
-  // the pivots' reciprocals (lane j: L[j, j]), loaded before any wait
-  const T d0 = lane < p ? T(1) / __ldg(Lq + at<ROW>(lane, lane, ldl)) : T(0);
-  const T d1 = lane + 32 < p ? T(1) / __ldg(Lq + at<ROW>(lane + 32, lane + 32, ldl)) : T(0);
+  T d[R];  // the pivots' reciprocals (lane j: L[j, j]), loaded before any wait
+#pragma unroll
+  for (int s = 0; s < R; ++s) {
+    const int i = lane + 32 * s;
+    d[s] = i < p ? T(1) / __ldg(Lq + at<ROW>(i, i, ldl)) : T(0);
+  }
   if (FWD) {
     if (need > 0) {
       if (lane == 0) {
@@ -227,23 +231,35 @@ __device__ __forceinline__ void sweep_small(const T* Lq, long long ldl, T* Xq, l
       __syncwarp();
     }
     for (int c = 0; c < r; ++c) {
-      T v0 = lane < n ? __ldcg(Xq + at<ROW>(lane, c, ldx)) : T(0);
-      T v1 = lane + 32 < n ? __ldcg(Xq + at<ROW>(lane + 32, c, ldx)) : T(0);
-#pragma unroll 8
-      for (int j = 0; j < p; ++j) {
-        const T l0 = lane < n ? __ldg(Lq + at<ROW>(lane, j, ldl)) : T(0);
-        const T l1 = lane + 32 < n ? __ldg(Lq + at<ROW>(lane + 32, j, ldl)) : T(0);
-        const T y = __shfl_sync(full, j < 32 ? v0 * d0 : v1 * d1, j % 32);
-        if (lane == j) v0 = y;
-        else if (lane > j) v0 -= l0 * y;
-        if (lane + 32 == j) v1 = y;
-        else if (lane + 32 > j) v1 -= l1 * y;
+      T v[R];
+#pragma unroll
+      for (int s = 0; s < R; ++s) {
+        const int i = lane + 32 * s;
+        v[s] = i < n ? __ldcg(Xq + at<ROW>(i, c, ldx)) : T(0);
       }
-      if (lane < p) Xq[at<ROW>(lane, c, ldx)] = v0;
-      if (lane + 32 < p) Xq[at<ROW>(lane + 32, c, ldx)] = v1;
-      if (lane >= p && lane < n) atomicAdd(Xp + at<ROW>((int)pos[lane - p], c, ldp), v0);
-      if (lane + 32 >= p && lane + 32 < n)
-        atomicAdd(Xp + at<ROW>((int)pos[lane + 32 - p], c, ldp), v1);
+#pragma unroll 2
+      for (int j = 0; j < p; ++j) {
+        T l[R], own = T(0);
+#pragma unroll
+        for (int s = 0; s < R; ++s) {
+          const int i = lane + 32 * s;
+          l[s] = i < n ? __ldg(Lq + at<ROW>(i, j, ldl)) : T(0);
+          if (s == j / 32) own = v[s] * d[s];
+        }
+        const T y = __shfl_sync(full, own, j % 32);
+#pragma unroll
+        for (int s = 0; s < R; ++s) {
+          const int i = lane + 32 * s;
+          if (i == j) v[s] = y;
+          else if (i > j) v[s] -= l[s] * y;
+        }
+      }
+#pragma unroll
+      for (int s = 0; s < R; ++s) {
+        const int i = lane + 32 * s;
+        if (i < p) Xq[at<ROW>(i, c, ldx)] = v[s];
+        else if (i < n) atomicAdd(Xp + at<ROW>((int)pos[i - p], c, ldp), v[s]);
+      }
     }
     if (u > 0) {
       __threadfence();
@@ -260,28 +276,41 @@ __device__ __forceinline__ void sweep_small(const T* Lq, long long ldl, T* Xq, l
     __syncwarp();
   }
   for (int c = 0; c < r; ++c) {
-    T x0 = lane < p ? __ldcg(Xq + at<ROW>(lane, c, ldx))
-         : lane < n ? __ldcg(Xp + at<ROW>((int)pos[lane - p], c, ldp)) : T(0);
-    T x1 = lane + 32 < p ? __ldcg(Xq + at<ROW>(lane + 32, c, ldx))
-         : lane + 32 < n ? __ldcg(Xp + at<ROW>((int)pos[lane + 32 - p], c, ldp)) : T(0);
-    if (lane >= p && lane < n) Xq[at<ROW>(lane, c, ldx)] = x0;  // for the children
-    if (lane + 32 >= p && lane + 32 < n) Xq[at<ROW>(lane + 32, c, ldx)] = x1;
-    T a0 = T(0), a1 = T(0);
-#pragma unroll 8
+    T x[R], acc[R];
+#pragma unroll
+    for (int s = 0; s < R; ++s) {
+      const int i = lane + 32 * s;
+      x[s] = i < p ? __ldcg(Xq + at<ROW>(i, c, ldx))
+           : i < n ? __ldcg(Xp + at<ROW>((int)pos[i - p], c, ldp)) : T(0);
+      if (i >= p && i < n) Xq[at<ROW>(i, c, ldx)] = x[s];  // for the children
+      acc[s] = T(0);
+    }
+#pragma unroll 2
     for (int i = n - 1; i >= 0; --i) {
       const int m = min(i, p);  // row i's entries left of the diagonal, in pivot columns
-      const T l0 = lane < m ? __ldg(Lq + at<ROW>(i, lane, ldl)) : T(0);
-      const T l1 = lane + 32 < m ? __ldg(Lq + at<ROW>(i, lane + 32, ldl)) : T(0);
-      if (i < p) {
-        if (lane == i) x0 = (x0 - a0) * d0;
-        if (lane + 32 == i) x1 = (x1 - a1) * d1;
+      T l[R];
+#pragma unroll
+      for (int s = 0; s < R; ++s) {
+        const int j = lane + 32 * s;
+        l[s] = j < m ? __ldg(Lq + at<ROW>(i, j, ldl)) : T(0);
       }
-      const T xi = __shfl_sync(full, i < 32 ? x0 : x1, i % 32);
-      a0 += l0 * xi;
-      a1 += l1 * xi;
+      T own = T(0);
+#pragma unroll
+      for (int s = 0; s < R; ++s) {
+        if (s == i / 32) {
+          if (i < p && lane == i % 32) x[s] = (x[s] - acc[s]) * d[s];
+          own = x[s];
+        }
+      }
+      const T xi = __shfl_sync(full, own, i % 32);
+#pragma unroll
+      for (int s = 0; s < R; ++s) acc[s] += l[s] * xi;
     }
-    if (lane < p) Xq[at<ROW>(lane, c, ldx)] = x0;
-    if (lane + 32 < p) Xq[at<ROW>(lane + 32, c, ldx)] = x1;
+#pragma unroll
+    for (int s = 0; s < R; ++s) {
+      const int i = lane + 32 * s;
+      if (i < p) Xq[at<ROW>(i, c, ldx)] = x[s];
+    }
   }
   __threadfence();
   __syncwarp();
@@ -291,7 +320,9 @@ __device__ __forceinline__ void sweep_small(const T* Lq, long long ldl, T* Xq, l
 // RC: right-hand sides a pass (1 for one: a quarter of the registers and shared memory of 4).
 // Three blocks a multiprocessor for one right-hand side (85 registers; at 64 the backward
 // spilled 130 bytes in float64), two for 4 a pass.
-template <typename T, bool ROW, bool FWD, int CH, int UR, int RC>
+// SR: a small front's rows a lane, at most (fronts of up to 32 SR rows go to a warp each;
+// SMALL_FRONT in vbatch.sparse.frontal, where the measurement that chose 2 is).
+template <typename T, bool ROW, bool FWD, int CH, int UR, int RC, int SR>
 __global__ void __launch_bounds__(256, RC == 1 ? 3 : 2)
 frontal_sweep(const unsigned long long* tbl, const long long* meta, const int* imeta,
               const int* tasks, int K, int lo, int hi, int extra) {
@@ -327,9 +358,13 @@ frontal_sweep(const unsigned long long* tbl, const long long* meta, const int* i
     T* Xw = X + mx[qw];
     int* cw = reinterpret_cast<int*>(S + ms[qw]);
     const int pp = pw < 0 ? qw : pw;
-    sweep_small<T, ROW, FWD>(Lw, ml[K + qw], Xw, mx[K + qw], X + mx[pp], mx[K + pp], rel + mr[qw],
-                             tw[2], tw[3], r, lane, cw, reinterpret_cast<int*>(S + ms[pp]),
-                             pw >= 0, tw[5]);
+    int* cpw = reinterpret_cast<int*>(S + ms[pp]);
+    if (tw[2] + tw[3] <= 64)
+      sweep_small<T, ROW, FWD, 2>(Lw, ml[K + qw], Xw, mx[K + qw], X + mx[pp], mx[K + pp],
+                                  rel + mr[qw], tw[2], tw[3], r, lane, cw, cpw, pw >= 0, tw[5]);
+    else
+      sweep_small<T, ROW, FWD, SR>(Lw, ml[K + qw], Xw, mx[K + qw], X + mx[pp], mx[K + pp],
+                                   rel + mr[qw], tw[2], tw[3], r, lane, cw, cpw, pw >= 0, tw[5]);
     return;
   }
   const int q = tr[0], parent = tr[1], p = tr[2], u = tr[3], i0 = tr[4], need = tr[5];

@@ -112,20 +112,22 @@ def _forward(l, loff, lld, lcol, x, xoff, xld, xcol, rdata, roff, rld, rcol, row
     ``X[i] - L[i, :p] X[:p]``."""
     for t in range(rows.shape[0]):
         q, par, p, u, i0 = rows[t, 0], rows[t, 1], rows[t, 2], rows[t, 3], rows[t, 4]
-        i0 = max(i0, 0)  # a small front's (sweep_items): its one chunk
         n = p + u
         li, lj = strides(lld, lcol, q, False)
         xi, xj = strides(xld, xcol, q, False)
         lb, xb = loff[q], xoff[q]
+        whole = i0 < 0  # a small front's one item (sweep_items): every row
+        if whole:
+            i0 = 0
         if i0 < p:
-            h = min(ch, p - i0)
+            h = p if whole else min(ch, p - i0)
             for c in range(r):
                 for i in range(i0, i0 + h):
                     s = x[xb + i * xi + c * xj]
                     for j in range(i):
                         s -= l[lb + i * li + j * lj] * x[xb + j * xi + c * xj]
                     x[xb + i * xi + c * xj] = s / l[lb + i * li + i * lj]
-            ua, ub = (p, min(n, p + ur)) if i0 + ch >= p else (p, p)
+            ua, ub = (p, n) if whole else (p, min(n, p + ur)) if i0 + ch >= p else (p, p)
         else:
             ua, ub = i0, min(n, i0 + ur)
         if ub > ua:
@@ -146,13 +148,15 @@ def _backward(l, loff, lld, lcol, x, xoff, xld, xcol, rdata, roff, rld, rcol, ro
     rows' solution from the parent; each solves its chunk with ``L^T``, last row first."""
     for t in range(rows.shape[0]):
         q, par, p, u, i0 = rows[t, 0], rows[t, 1], rows[t, 2], rows[t, 3], rows[t, 4]
-        i0 = max(i0, 0)  # a small front's (sweep_items): its one chunk
         n = p + u
         li, lj = strides(lld, lcol, q, False)
         xi, xj = strides(xld, xcol, q, False)
         lb, xb = loff[q], xoff[q]
-        h = min(ch, p - i0)
-        if i0 + ch >= p and u > 0:
+        whole = i0 < 0  # a small front's one item (sweep_items): every pivot
+        if whole:
+            i0 = 0
+        h = p if whole else min(ch, p - i0)
+        if (whole or i0 + ch >= p) and u > 0:
             rs, _ = strides(rld, rcol, q, False)
             pi, pj = strides(xld, xcol, par, False)
             for c in range(r):

@@ -13,7 +13,8 @@ from __future__ import annotations
 import numpy as np
 
 from vbatch.kernels.blas_cuda import Selection  # the launch record every launcher returns
-from vbatch.sparse.frontal import CHUNK, EXTEND, SWEEP_BWD, SWEEP_FWD, SWEEP_RESET, UPDATE_ROWS
+from vbatch.sparse.frontal import (CHUNK, EXTEND, SMALL_FRONT, SWEEP_BWD, SWEEP_FWD, SWEEP_RESET,
+                                   UPDATE_ROWS)
 
 OP = "frontal"
 SOURCE = "frontal.cu"
@@ -46,7 +47,7 @@ RHS_PASSES = (1, 4)  # right-hand sides a pass of the sweeps: 1 for one, else 4
 
 def sweep_name(T: str, order: str, forward: bool, rc: int) -> str:
     row, f = ("true" if order == "C" else "false"), ("true" if forward else "false")
-    return f"vb::frontal_sweep<{T},{row},{f},{CHUNK},{UPDATE_ROWS},{rc}>"
+    return f"vb::frontal_sweep<{T},{row},{f},{CHUNK},{UPDATE_ROWS},{rc},{SMALL_FRONT // 32}>"
 
 
 def reset_name(T: str) -> str:

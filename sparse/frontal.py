@@ -58,7 +58,11 @@ MAX_FRONT = 1 << 24
 CHUNK = 64
 UPDATE_ROWS = 256
 # A front of at most 64 rows is one warp's (two rows a lane: frontal.cu's sweep_small); up
-# to 8 of one level share a block of 8 warps.
+# to 8 of one level share a block of 8 warps. Measured against 128 and 192 (four and six rows
+# a lane; H100, 2026-11-25, submit of the solve alone, ms, 64 / 128 / 192): 1000 Laplacians
+# 1.31-1.37 / 1.26-1.43 / 1.30-1.40, lap2-300 0.68-0.74 / 0.82-0.93 / 0.94-1.11, bcsstk16
+# 2.58 / 2.61-2.74 / 10.1-10.4 (one warp walking a 169 x 113 front alone), lap3-40 1.73-2.07
+# / 1.99 / 1.98-2.16.
 SMALL_FRONT = 64
 SMALL_GROUP = 8
 MAX_RHS = (1 << 15) - 1  # the CUDA launch word holds the column count in 15 bits
@@ -287,7 +291,9 @@ def sweep_items(n, p, parent) -> tuple:
     the forward sweep takes them, of each backward item, and each front's ``need`` (forward:
     its children's items that add update rows into it; backward: its parent's pivot chunks).
 
-    A front of ``p`` pivots and ``u`` update rows has ``ceil(p / CHUNK)`` pivot chunks. Forward,
+    A small front (at most ``SMALL_FRONT`` rows) is one item, a warp's, and its children wait
+    for that one. A larger front of ``p`` pivots and ``u`` update rows has ``ceil(p / CHUNK)``
+    pivot chunks. Forward,
     item ``i0 < p`` solves the chunk starting at row ``i0`` (after the earlier chunks), and the
     last one also takes update rows ``[p, p + UPDATE_ROWS)``; items ``i0 >= p`` take update rows
     ``[i0, i0 + UPDATE_ROWS)``. An item with update rows adds ``X[rows] - L[rows, :p] y`` into
@@ -303,8 +309,9 @@ def sweep_items(n, p, parent) -> tuple:
     n, p, par = (np.asarray(v, np.int64) for v in (n, p, parent))
     k = len(n)
     u = n - p
-    npc = -(-p // CHUNK)
-    extra = np.maximum(0, -(-(u - UPDATE_ROWS) // UPDATE_ROWS))
+    small = n <= SMALL_FRONT  # one item, a warp's: every pivot and update row
+    npc = np.where(small, 1, -(-p // CHUNK))  # (the items a front's children wait for, back)
+    extra = np.where(small, 0, np.maximum(0, -(-(u - UPDATE_ROWS) // UPDATE_ROWS)))
     height, depth = tree_levels(par)
     fo = np.argsort(height, kind="stable")
     nf = (npc + extra)[fo]
@@ -320,7 +327,6 @@ def sweep_items(n, p, parent) -> tuple:
     jb = np.arange(len(f_bwd)) - np.repeat(np.cumsum(nb) - nb, nb)
     i0_bwd = (npc[f_bwd] - 1 - jb) * CHUNK
     need_bwd = np.where(has, npc[np.maximum(par, 0)], 0)
-    small = n <= SMALL_FRONT
     i0_fwd = _small_groups(f_fwd, i0_fwd, small, height)
     i0_bwd = _small_groups(f_bwd, i0_bwd, small, depth)
     return f_fwd, i0_fwd, need_fwd, f_bwd, i0_bwd, need_bwd
@@ -385,6 +391,10 @@ def frontal_solve_graph(req: FrontalSolveRequest, opts: dict) -> TaskGraph:
     cols_f = np.where(rows_f > 0, (h * (i0_f + h) + upd * p[f_f]) // np.maximum(rows_f, 1), 0)
     hb = np.minimum(CHUNK, p[f_b] - i0_b)
     rows_b, cols_b = n[f_b] - i0_b, hb
+    # a small front's one item: its whole front
+    sf, sb = code_f < 0, code_b < 0
+    rows_f[sf], cols_f[sf] = n[f_f[sf]], p[f_f[sf]]
+    rows_b[sb], cols_b[sb] = n[f_b[sb]], p[f_b[sb]]
 
     def args(f, i0, need):
         return np.stack([par[f], p[f], u[f], i0, need], axis=1).astype(np.int64)

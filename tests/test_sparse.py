@@ -453,8 +453,8 @@ def sweep_tree(rng, dtype):
     one launch), three trees and a lone 1 x 1 root. Factored fronts are made directly (a
     well-conditioned L), since the solve reads only L."""
     # (p, u, parent), in postorder
-    # (the last six: small fronts, n <= 64, that share blocks a warp each, one a root alone,
-    # one the parent of a large front)
+    # (fronts of n <= 64 are small: a warp each, up to 8 of a level to a block; one is a root
+    # alone, one the parent of a large front)
     spec = [(65, 257, 2), (1, 300, 2), (130, 256, 5), (63, 1, 4), (64, 255, 5), (300, 0, -1),
             (1, 0, -1), (64, 64, 9), (129, 1, 9), (65, 0, -1),
             (30, 20, 14), (2, 5, 14), (64, 0, -1), (100, 10, 15), (40, 24, 15), (30, 0, -1)]
