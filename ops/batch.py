@@ -453,12 +453,30 @@ def tight_offsets(sizes: np.ndarray, ld: np.ndarray | None = None) -> np.ndarray
     return out
 
 
+_TIGHT: dict = {}  # read-only shape arrays (by identity) -> their layout (tight_layout)
+
+
 def tight_layout(m: np.ndarray, n: np.ndarray, order: str) -> tuple[np.ndarray, np.ndarray, int]:
-    """``(offset, ld, total elements)`` of matrices of shapes ``(m, n)`` packed back to back."""
+    """``(offset, ld, total elements)`` of matrices of shapes ``(m, n)`` packed back to back.
+    For read-only ``m`` and ``n`` (an op's shape rule that keeps its arrays, as the sparse
+    solve's scratch does) the layout is made once: for 40,517 fronts it was ~0.3 ms of every
+    solve of the 1000 Laplacians (H100 host, 2026-11-25)."""
+    frozen = not getattr(getattr(m, "flags", None), "writeable", True) and \
+        not getattr(getattr(n, "flags", None), "writeable", True)
+    if frozen:
+        hit = _TIGHT.get((id(m), id(n), order))
+        if hit is not None and hit[0] is m and hit[1] is n:
+            return hit[2]
     ld = np.maximum(n if order == "C" else m, 1).astype(np.int64)
     size = ld * (m if order == "C" else n)
     off = tight_offsets(size)
-    return off, ld, int(off[-1] + size[-1]) if len(size) else 0
+    out = off, ld, int(off[-1] + size[-1]) if len(size) else 0
+    if frozen:
+        off.flags.writeable = ld.flags.writeable = False
+        if len(_TIGHT) > 64:
+            _TIGHT.clear()
+        _TIGHT[id(m), id(n), order] = (m, n, out)  # (holding m and n keeps their ids theirs)
+    return out
 
 
 def _extent_end(m, n, off, ld, order) -> np.ndarray:

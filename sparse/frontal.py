@@ -260,11 +260,17 @@ def _sync_shape(req) -> tuple:
     """The sweeps' scratch: per front ``[children's update items added, pivot chunks solved
     forward, pivot chunks solved backward]``, and after front 0's the two sweeps' tickets, as
     32-bit counters over 4 (front 0: 6) entries of the working dtype."""
-    k = req.a.k
-    m = np.full(k, 4, np.int64)
-    if k:
-        m[0] = 6
-    return m, np.ones(k, np.int64)
+    cache = req.a.cache()  # the fronts' own: one pair of read-only arrays (tight_layout)
+    hit = cache.get("frontal.sync")
+    if hit is None:
+        k = req.a.k
+        m = np.full(k, 4, np.int64)
+        if k:
+            m[0] = 6
+        n = np.ones(k, np.int64)
+        m.flags.writeable = n.flags.writeable = False
+        hit = cache["frontal.sync"] = (m, n)
+    return hit
 
 
 def tree_levels(parent) -> tuple[np.ndarray, np.ndarray]:
