@@ -108,20 +108,17 @@ SWEEP_RESET_KIND = register(TaskKind(
     doc="zero the sweeps' counters (the op's own scratch, one per call): one task",
 ), (SWEEP_RESET,))
 
-_SWEEP_DOC = ("an item of {}: args (parent, p, u, i0, need); rows, cols: the rows it computes "
-              "and the columns of L it reads; width: r")
-SWEEP_FWD_KIND = register(TaskKind(
-    name=SWEEP_FWD, op="frontal", args=("parent", "p", "u", "i0", "need"),
-    window=_one_window, launches=single(SWEEP_FWD),
-    flops=_sweep_flops, bytes=_sweep_bytes, ordered=True,
-    doc=_SWEEP_DOC.format("the forward sweep"),
-), (SWEEP_FWD,))
-SWEEP_BWD_KIND = register(TaskKind(
-    name=SWEEP_BWD, op="frontal", args=("parent", "p", "u", "i0", "need"),
-    window=_one_window, launches=single(SWEEP_BWD),
-    flops=_sweep_flops, bytes=_sweep_bytes, ordered=True,
-    doc=_SWEEP_DOC.format("the backward sweep"),
-), (SWEEP_BWD,))
+def _sweep_kind(name: str, which: str) -> TaskKind:
+    return register(TaskKind(
+        name=name, op="frontal", args=("parent", "p", "u", "i0", "need"), window=_one_window,
+        launches=single(name), flops=_sweep_flops, bytes=_sweep_bytes, ordered=True,
+        doc=f"an item of the {which} sweep: args (parent, p, u, i0, need); rows, cols: the rows "
+            "it computes and the columns of L it reads; width: r",
+    ), (name,))
+
+
+SWEEP_FWD_KIND = _sweep_kind(SWEEP_FWD, "forward")
+SWEEP_BWD_KIND = _sweep_kind(SWEEP_BWD, "backward")
 
 
 class FrontalRequest(_Request):
