@@ -341,9 +341,9 @@ def _small_groups(f, i0, small, level) -> np.ndarray:
     (their rows are run by the first one's block, a warp each: the fronts of one level never
     wait for each other)."""
     i0 = i0.copy()
-    if not len(f):
-        return i0
     sm = small[f]
+    if not sm.any():  # (no small front: nothing to group)
+        return i0
     lv = level[f]
     start = sm & np.r_[True, ~sm[:-1] | (lv[1:] != lv[:-1])]
     run = np.cumsum(start) - 1
@@ -411,8 +411,8 @@ def frontal_solve_graph(req: FrontalSolveRequest, opts: dict) -> TaskGraph:
     width = np.full(1 + nf + nb_, r, np.int64)
     fwd = 1 + np.arange(nf)
     bwd = 1 + nf + np.arange(nb_)
-    first_b = np.full(k, -1, np.int64)
-    first_b[f_b[::-1]] = bwd[::-1]  # each front's first backward item (its last chunk)
+    first_b = np.full(k, len(kind), np.int64)
+    np.minimum.at(first_b, f_b, bwd)  # each front's first backward item (its last chunk)
     last_f = np.full(k, -1, np.int64)
     last_f[f_f] = fwd  # each front's last forward item (a front's items are together)
     edges = np.concatenate([np.stack([np.zeros(nf, np.int64), fwd], 1),

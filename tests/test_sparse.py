@@ -503,6 +503,38 @@ def test_frontal_solve_sweeps(device, order, dtype, r):
     assert err <= 10 * n.max() * eps, f"{err:.3g}"
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_frontal_solve_with_no_small_front(device):
+    """Every front larger than a warp's (one dense front of order 100, and a two-front tree):
+    no group of small fronts to make."""
+    from vbatch.ops.batch import pack
+    from vbatch.sparse.frontal import solve_reference
+
+    rng = np.random.default_rng(5)
+    for n, p, parent, rel in (([100], [100], [-1], [np.zeros(0)]),
+                              ([90, 80], [20, 80], [1, -1], [np.arange(70), np.zeros(0)])):
+        fronts = []
+        for k, pk in zip(n, p):
+            m = np.tril(rng.standard_normal((k, k))) / np.sqrt(k)
+            m[np.arange(pk), np.arange(pk)] = 1.0 + rng.random(pk)
+            fronts.append(m)
+        rhs = [np.zeros((k, 1)) for k in n]
+        for f, pk in enumerate(p):
+            rhs[f][:pk] = rng.standard_normal((pk, 1))
+        want = solve_reference(fronts, p, parent, rel, rhs)
+        a, x = pack([f.copy() for f in fronts]), pack([v.copy() for v in rhs])
+        rr = pack([v.reshape(-1, 1).astype(np.float64) for v in rel], order="F")
+        if device == "cuda":
+            import cupy
+
+            a, rr, x = (b.with_data(cupy.asarray(b.data)) for b in (a, rr, x))
+        got = Runtime(device).submit("frontal_solve", a=a, rel=rr, parent=parent, npiv=p, x=x,
+                                     overwrite=True).result().fronts
+        g = np.concatenate([host(got.matrix(f))[: p[f]] for f in range(len(n))])
+        w = np.concatenate([want[f][: p[f]] for f in range(len(n))])
+        assert np.linalg.norm(g - w) <= 10 * max(n) * np.finfo(float).eps * np.linalg.norm(w)
+
+
 def test_frontal_solve_plan_is_three_launches():
     """However deep the trees, the solve is the reset and one launch a sweep; its items keep
     the sweep order (children's forward items before their parent's, roots first backward)."""
