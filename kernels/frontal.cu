@@ -50,7 +50,8 @@ frontal_extend_add(const unsigned long long* tbl, const long long* meta, const i
 // ---------------------------------------------------------------------------------------------
 // The solve (frontal_solve): two sweeps over every front of the batch, each one launch
 // (vbatch.sparse.frontal.sweep_items says what an item does). A block takes a ticket and runs
-// the item at that place in the launch's task range; the items are in an order where every item
+// the item at that place in the launch's task range (a group of small fronts' first item: the
+// group, a warp each; a later member's block exits); the items are in an order where every item
 // needs only earlier ones, which are held by blocks already running, so waiting cannot
 // deadlock. What an item waits for is counted per front in the op's scratch (tbl[3], 32-bit
 // counters over each front's entries; zeroed by frontal_sweep_reset at the start of the call):

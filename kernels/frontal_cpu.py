@@ -104,6 +104,17 @@ def _extend_add(data, off, ld, fcol, rdata, roff, rld, rcol, rows):
                 data[off[par] + ri * pi + rj * pj] += data[cbase + i * ci + j * cj]
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _item(rows, t, lld, lcol, xld, xcol):
+    """Item ``t`` of a sweep: its front, parent, pivots, update rows and first row, whether it
+    is a small front's one item (``i0 < 0`` in sweep_items: every row; its ``i0`` then 0), and
+    the strides of the front's L and X."""
+    q, par, p, u, i0 = rows[t, 0], rows[t, 1], rows[t, 2], rows[t, 3], rows[t, 4]
+    li, lj = strides(lld, lcol, q, False)
+    xi, xj = strides(xld, xcol, q, False)
+    return q, par, p, u, max(i0, 0), i0 < 0, li, lj, xi, xj
+
+
 @njit(cache=True, nogil=True)
 def _forward(l, loff, lld, lcol, x, xoff, xld, xcol, rdata, roff, rld, rcol, rows, r, ch, ur):
     """The forward sweep's items ``(front, parent, p, u, i0, need)`` in order: the pivot
@@ -111,14 +122,9 @@ def _forward(l, loff, lld, lcol, x, xoff, xld, xcol, rdata, roff, rld, rcol, row
     (the last chunk's first ``ur``, or an update item's) added into the parent as
     ``X[i] - L[i, :p] X[:p]``."""
     for t in range(rows.shape[0]):
-        q, par, p, u, i0 = rows[t, 0], rows[t, 1], rows[t, 2], rows[t, 3], rows[t, 4]
+        q, par, p, u, i0, whole, li, lj, xi, xj = _item(rows, t, lld, lcol, xld, xcol)
         n = p + u
-        li, lj = strides(lld, lcol, q, False)
-        xi, xj = strides(xld, xcol, q, False)
         lb, xb = loff[q], xoff[q]
-        whole = i0 < 0  # a small front's one item (sweep_items): every row
-        if whole:
-            i0 = 0
         if i0 < p:
             h = p if whole else min(ch, p - i0)
             for c in range(r):
@@ -147,14 +153,9 @@ def _backward(l, loff, lld, lcol, x, xoff, xld, xcol, rdata, roff, rld, rcol, ro
     """The backward sweep's items in order: a front's first (its last chunk) copies its update
     rows' solution from the parent; each solves its chunk with ``L^T``, last row first."""
     for t in range(rows.shape[0]):
-        q, par, p, u, i0 = rows[t, 0], rows[t, 1], rows[t, 2], rows[t, 3], rows[t, 4]
+        q, par, p, u, i0, whole, li, lj, xi, xj = _item(rows, t, lld, lcol, xld, xcol)
         n = p + u
-        li, lj = strides(lld, lcol, q, False)
-        xi, xj = strides(xld, xcol, q, False)
         lb, xb = loff[q], xoff[q]
-        whole = i0 < 0  # a small front's one item (sweep_items): every pivot
-        if whole:
-            i0 = 0
         h = p if whole else min(ch, p - i0)
         if (whole or i0 + ch >= p) and u > 0:
             rs, _ = strides(rld, rcol, q, False)

@@ -42,7 +42,7 @@ from vbatch.ops.batch import PackedBatch
 from vbatch.ops.blas import _Request
 from vbatch.ops.cholesky import CholeskyResult, potrf_graph
 from vbatch.ops.errors import InputError
-from vbatch.ops.kinds import TaskKind, by_log2, by_rows, register, single
+from vbatch.ops.kinds import TaskKind, by_rows, register, single
 from vbatch.ops.op import Buffer, Op
 from vbatch.ops.op import register as register_op
 from vbatch.ops.operands import together
