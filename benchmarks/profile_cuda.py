@@ -163,7 +163,7 @@ def cmd_launches(args):
         else:
             upd = 2.0 * h * w * j
             fac = w**3 / 3.0 + (h - w) * w * w
-            flops = float({"fused": upd + fac, "update": upd, "potf2": w**3 / 3.0,
+            flops = float({"fused": upd + fac, "update": upd + w**3 / 3.0,
                            "trsm": (h - w) * w * w}[lc.kind].sum())
             reads_l = (h * j) if lc.kind in ("fused", "update") else 0
             byts = float((reads_l + 2 * h * w).sum()) * isz

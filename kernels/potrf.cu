@@ -366,7 +366,7 @@ struct UpdateTile {
   const T* A;
   T* L;
   long long ld;
-  int j, w, r0, mx;
+  int q, j, w, r0, mx;
 };
 
 template <typename T, int NB, int RC, bool ROW>
@@ -378,6 +378,7 @@ __device__ __forceinline__ bool update_tile(const unsigned long long* tbl, const
   const int* info = reinterpret_cast<const int*>(tbl[2]);
   const vb::Matrix pr = vb::matrix_of(meta, imeta, K, tk.q);  // with info: one round trip
   if (info[tk.q] != 0) return false;
+  t.q = tk.q;
   t.j = tk.a0;
   t.w = tk.a1;
   const int m = pr.n - t.j;
@@ -395,12 +396,66 @@ __device__ __forceinline__ bool update_tile(const unsigned long long* tbl, const
   return true;
 }
 
-// update: L[j + r, j + c] = A[j + r, j + c] - sum_k L[j + r, k] L[j + c, k] for the tile's rows.
-// RC rows per tile (32, 64, 128) is picked per launch from the tallest panel, as for fused_step:
+// The panel's diagonal block, factored by the block of its first row tile once that block has
+// written the tile, updated, to L (every thread of the block calls this after its last store).
+// This was a launch of its own (potf2_step,
+// one warp a task) between the update and the trsm of every separated panel: in a 3-D
+// Laplacian's factorization (40^3, H100, 2026-11-25) 404 such launches of ~10 us each, 15% of
+// the kernel time, each on the critical path of its front. No other block of the launch reads
+// the diagonal block (they read the factored columns left of it), so factoring it in place here
+// races with nothing. Writes L11 (zeros above its diagonal) and, on a failed pivot, info and the
+// leading columns before it, as the fused kernels do; trsm_step then solves the rows below.
+// `sm`: NB * (NB + 1) + 2 * NB elements of shared memory that no thread reads any more (the
+// update kernels' pipeline buffers, at least 2,176 elements for NB = 32).
+template <typename T, int NB, bool ROW>
+__device__ __forceinline__ void factor_diag(const UpdateTile<T>& t, int* info, T* sm) {
+  // The block through shared memory: the block's loads and stores coalesce, and warp 0 reads its
+  // rows at fixed shared offsets. Loading them straight from column-major L took one 64-bit
+  // address register per column, and the update kernels 166 registers a thread against 78.
+  constexpr int LDD = NB + 1;
+  T* D = sm;              // D[r * LDD + c] = L(j + r, j + c)
+  T* col = sm + NB * LDD;  // potf2_regs' column broadcast
+  __shared__ int s_wf;
+  const int w = t.w, nt = blockDim.x;
+  __syncthreads();  // the tile's rows are in L, and `sm` is free
+  for (int e = threadIdx.x; e < w * w; e += nt) {
+    const int r = ROW ? e / w : e % w, c = ROW ? e % w : e / w;
+    D[r * LDD + c] = t.L[at<ROW>(t.j + r, t.j + c, t.ld)];
+  }
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    const int lane = threadIdx.x;
+    T a[NB];
+#pragma unroll
+    for (int c = 0; c < NB; ++c) a[c] = (lane < w && c <= lane && c < w) ? D[lane * LDD + c] : T(0);
+    const int fail = potf2_regs<T, NB>(a, w, lane < w, col);
+    const int wf = fail ? fail - 1 : w;
+    if (fail && lane == 0) info[t.q] = t.j + fail;
+    if (lane < w) {
+#pragma unroll
+      for (int c = 0; c < NB; ++c)
+        if (c < w) D[lane * LDD + c] = c <= lane ? a[c] : T(0);
+    }
+    if (lane == 0) s_wf = wf;
+  }
+  __syncthreads();
+  const int wf = s_wf;
+  for (int e = threadIdx.x; e < w * wf; e += nt) {
+    const int r = ROW ? e / wf : e % w, c = ROW ? e % wf : e / w;
+    t.L[at<ROW>(t.j + r, t.j + c, t.ld)] = D[r * LDD + c];
+  }
+}
+
+// update: L[j + r, j + c] = A[j + r, j + c] - sum_k L[j + r, k] L[j + c, k] for the tile's rows
+// (j = 0: the panel copied), then the first row tile's block factors the diagonal block
+// (factor_diag). RC rows per tile (32, 64, 128) is picked per launch from the tallest panel, as for fused_step:
 // with 128-row tiles, panels of 32 rows left three quarters of each block idle (12.5x its floor
 // at uniform Nmax 512, last step).
 template <typename T, int NB, int RC, bool ROW>
-__global__ void __launch_bounds__(2 * RC)
+// At least 768 threads an SM (<= 80 registers a thread, as before factor_diag: its 32-column
+// row in registers took float64 builds to 94-98 and RC = 128 to two blocks an SM; capped, ptxas
+// spills 12-68 bytes, 2026-11-25).
+__global__ void __launch_bounds__(2 * RC, 384 / RC)
 update_step(const unsigned long long* tbl, const long long* meta, const int* imeta, const int* tasks,
             int K, int lo, int hi, int zero_tiles) {
   constexpr int WARPS = RC / 16, NT = 2 * RC, TM = RC / 32, TN = NB / WARPS, KB = 16;
@@ -438,6 +493,7 @@ update_step(const unsigned long long* tbl, const long long* meta, const int* ime
         }
       }
   }
+  if (t.r0 == 0) factor_diag<T, NB, ROW>(t, reinterpret_cast<int*>(tbl[2]), sbuf);
 }
 
 // update on FP64 tensor cores (float64 only): the same task as update_step, with each warp
@@ -503,40 +559,7 @@ update_mma(const unsigned long long* tbl, const long long* meta, const int* imet
           t.L[g] = t.A[g] - acc[mi][ni][e];
         }
       }
-}
-
-// potf2: one warp per problem factors the diagonal block. It reads A when nothing was updated
-// (j == 0: the plan leaves such updates out), else the updated panel in L.
-template <typename T, int NB, bool ROW>
-__global__ void __launch_bounds__(32)
-potf2_step(const unsigned long long* tbl, const long long* meta, const int* imeta, const int* tasks,
-           int K, int lo, int hi, int unused) {
-  const T* A = reinterpret_cast<const T*>(tbl[0]);
-  T* L = reinterpret_cast<T*>(tbl[1]);
-  int* info = reinterpret_cast<int*>(tbl[2]);
-  vb::Task tk;
-  if (!vb::block_task(tasks, lo, hi, tk)) return;
-  const vb::Matrix pr = vb::matrix_of(meta, imeta, K, tk.q);  // with info: one round trip
-  if (info[tk.q] != 0) return;
-  const int j = tk.a0, w = tk.a1;
-  const T* S = (j == 0 ? A : L) + pr.off;
-  T* Lb = L + pr.off;
-  const long long ld = pr.ld;
-  const int lane = threadIdx.x;
-  __shared__ __align__(16) T col[2 * NB];
-  T a[NB];
-#pragma unroll
-  for (int c = 0; c < NB; ++c) a[c] = (lane < w && c <= lane && c < w) ? S[at<ROW>(j + lane, j + c, ld)] : T(0);
-  const int fail = potf2_regs<T, NB>(a, w, lane < w, col);
-  // On failure the leading fail - 1 columns are written all the same; trsm_step then solves
-  // the rows below against them (it reads info to know how many).
-  const int wf = fail ? fail - 1 : w;
-  if (fail && lane == 0) info[tk.q] = j + fail;
-  if (lane < w) {
-#pragma unroll
-    for (int c = 0; c < NB; ++c)
-      if (c < wf) Lb[at<ROW>(j + lane, j + c, ld)] = c <= lane ? a[c] : T(0);
-  }
+  if (t.r0 == 0) factor_diag<double, NB, ROW>(t, reinterpret_cast<int*>(tbl[2]), sbuf);
 }
 
 // trsm: rows below the diagonal block, one row per thread, 128 rows per block; L11 from L.
@@ -554,7 +577,7 @@ trsm_step(const unsigned long long* tbl, const long long* meta, const int* imeta
   if (!vb::block_task(tasks, lo, hi, tk)) return;
   const vb::Matrix pr = vb::matrix_of(meta, imeta, K, tk.q);
   const int j = tk.a0, w = tk.a1, m = pr.n - j;
-  // info > j: this step's potf2 failed at column info - 1, after writing the wf columns before
+  // info > j: this step's diagonal block (factor_diag) failed at column info - 1, after writing the wf columns before
   // it; solve the rows below against those. info <= j: an earlier step failed; stop.
   const int fail = info[tk.q];
   if (fail != 0 && fail <= j) return;

@@ -6,7 +6,8 @@ problem ``q``, panel columns ``[j, j + w)``; for ``schur``, ``(q, p, n - p)``.
 * ``fused``:  the panel of the output is copied from the input, brought up to date (``syrk`` on
   the diagonal block, ``gemm`` below it), its diagonal block factored (``potrf``) and the rows
   below solved (``trsm``);
-* ``update``, ``potf2``, ``trsm``: the same three, one per launch (separated plans);
+* ``update``, ``trsm``: the same, in two launches (separated plans): the update factors the
+  diagonal block too;
 * ``schur``: the trailing block copied and updated by ``syrk`` (partial factorizations).
 
 Where a problem fits in one panel (the default panel width is 512) its fused task is the whole
@@ -32,7 +33,7 @@ from vbatch.kernels import jit
 from vbatch.kernels.cpu import Work, split
 from vbatch.kernels.jit import njit, strides
 from vbatch.kernels.lapack import Calls
-from vbatch.ops.cholesky import FUSED, POTF2, SCHUR, TRSM, UPDATE
+from vbatch.ops.cholesky import FUSED, SCHUR, TRSM, UPDATE
 
 OP = "potrf"
 # Whole problems of at most this many flops (the factorization and its Schur complement) of
@@ -70,7 +71,7 @@ def _launch_flops(kind: str, j, w, m) -> np.ndarray:
     upd = 2.0 * m * w * j
     pot = w**3 / 3
     trs = w * w * np.maximum(m - w, 0)
-    return {FUSED: upd + pot + trs, UPDATE: upd, POTF2: pot, TRSM: trs}[kind]
+    return {FUSED: upd + pot + trs, UPDATE: upd + pot, TRSM: trs}[kind]
 
 
 def prepare(backend, plan, launches) -> State:
@@ -266,16 +267,15 @@ def _task(backend, ex, c: Calls, a, out, kind: str, q: int, j: int, w: int) -> N
         return
     m = n - j
     diag = c.at(dst, ld, j, j)
-    if kind in (FUSED, UPDATE) or (kind == POTF2 and j == 0):
+    if kind in (FUSED, UPDATE):
         # The panel: rows [j, n) of columns [j, j + w), lower trapezoid (only the lower
         # triangle of the input is read).
         if out_of_place:
             c.copy("L", c.at(src, lds, j, j), diag, m, w, lds, ld)
-        if kind != POTF2 and j:
+        if j:
             c.syrk_lower(diag, c.at(dst, ld, j, 0), w, j, ld)
             c.gemm_nt(c.at(dst, ld, j + w, j), c.at(dst, ld, j + w, 0), c.at(dst, ld, j, 0),
                       m - w, w, j, ld)
-    if kind in (FUSED, POTF2):
         if not _potf2(backend, ex, c, q, j, w, m, ld, src, lds, diag, out_of_place):
             return
     if kind in (FUSED, TRSM):

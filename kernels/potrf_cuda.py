@@ -136,6 +136,12 @@ def mma_smem(rc: int, nb: int, row: bool) -> int:
     return 2 * (sa + sb)
 
 
+def diag_smem(nb: int) -> int:
+    """Elements factor_diag reuses of an update kernel's tiles (the diagonal block, padded,
+    and potf2_regs' column broadcast)."""
+    return nb * (nb + 1) + 2 * nb
+
+
 # Names, in the syntax both NVRTC's name expressions and C++'s address-of accept.
 def fused_name(T: str, nb: int, nt: int, R: str) -> str:
     return f"vb::fused_step<{T},{nb},{nt},{R}>"
@@ -153,10 +159,6 @@ def update_mma_name(nb: int, rc: int, R: str) -> str:
     return f"vb::update_mma<{nb},{rc},{R}>"
 
 
-def potf2_name(T: str, nb: int, R: str) -> str:
-    return f"vb::potf2_step<{T},{nb},{R}>"
-
-
 def trsm_name(T: str, nb: int, R: str) -> str:
     return f"vb::trsm_step<{T},{nb},{R}>"
 
@@ -166,7 +168,7 @@ def schur_name(T: str, R: str) -> str:
 
 
 TEMPLATES = ("vb::fused_step", "vb::small_step", "vb::update_step", "vb::update_mma",
-             "vb::potf2_step", "vb::trsm_step", "vb::schur_step")
+             "vb::trsm_step", "vb::schur_step")
 
 
 @dataclass(frozen=True)
@@ -204,12 +206,10 @@ def select(lc, nb: int, dtype, order: str, fp64_update: str = "fma") -> Selectio
         grid = (lc.count, zero_tiles + math.ceil(rows / rc))
         if T == "double" and fp64_update == "mma":
             sel = Selection(update_mma_name(nb, rc, R), grid, (rc,),
-                            mma_smem(rc, nb, order == "C") * isz, zero_tiles)
+                            max(mma_smem(rc, nb, order == "C"), diag_smem(nb)) * isz, zero_tiles)
         else:
             sel = Selection(update_name(T, nb, rc, R), grid, (2 * rc,),
-                            gemm_smem(rc, nb) * isz, zero_tiles)
-    elif lc.kind == "potf2":
-        sel = Selection(potf2_name(T, nb, R), (lc.count,), (32,), 0)
+                            max(gemm_smem(rc, nb), diag_smem(nb)) * isz, zero_tiles)
     elif lc.kind == "trsm":
         sel = Selection(trsm_name(T, nb, R), (lc.count, max(1, math.ceil(rows / TRSM_RT))),
                         (TRSM_RT,), 0)
@@ -250,6 +250,6 @@ def kernel_names(dtypes=DTYPES, nbs=NB_SUPPORTED, orders=ORDERS) -> list[str]:
                 out += [update_name(T, nb, rc, R) for rc in UPDATE_RCS]
                 if T == "double":
                     out += [update_mma_name(nb, rc, R) for rc in UPDATE_RCS]
-                out += [potf2_name(T, nb, R), trsm_name(T, nb, R)]
+                out += [trsm_name(T, nb, R)]
             out += [schur_name(T, R), small_name(T, R)]
     return out

@@ -10,7 +10,6 @@ from vbatch.ops.batch import (
 )
 from vbatch.ops.cholesky import (
     FUSED,
-    POTF2,
     POTRF,
     SCHUR,
     TRSM,
@@ -51,7 +50,6 @@ __all__ = [
     "tight_layout",
     "tight_offsets",
     "FUSED",
-    "POTF2",
     "POTRF",
     "SCHUR",
     "TRSM",

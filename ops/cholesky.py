@@ -4,15 +4,17 @@ Algorithm: blocked **left-looking** Cholesky with panel width ``nb``. Problem ``
 ``S_i = ceil(p_i / nb)`` panel tasks; panel ``s`` works on columns ``[j, j + w)``,
 ``j = s * nb``, ``w = min(nb, p - j)``, rows ``[j, n)``:
 
-* ``update``  the panel is brought up to date from the already factored columns:
-  ``A[j:, j:j+w] -= L[j:, :j] @ L[j:j+w, :j]^T`` (SYRK on the diagonal block, GEMM below it);
-* ``potf2``   the ``w x w`` diagonal block is factored (unblocked Cholesky);
+* ``update``  the panel is brought up to date from the already factored columns,
+  ``A[j:, j:j+w] -= L[j:, :j] @ L[j:j+w, :j]^T`` (SYRK on the diagonal block, GEMM below it;
+  the first panel is copied), and its ``w x w`` diagonal block is factored (unblocked Cholesky);
 * ``trsm``    the rows below it are solved: ``L[j+w:, j:j+w] = A[j+w:, j:j+w] L11^-T``.
 
-These three are the *launch kinds* of one task kind, ``potrf.panel``: a launch group of panels
-runs as one ``fused`` launch when its tallest panel has at most ``fused_max_rows`` rows (the
-crossover a backend measures), else as the three separated launches in that order (an update
-with nothing to read, or a trsm with no rows below, left out).
+These are the *launch kinds* of one task kind, ``potrf.panel``: a launch group of panels runs as
+one ``fused`` launch (both in one) when its tallest panel has at most ``fused_max_rows`` rows (the
+crossover a backend measures), else as the two separated launches in that order (a trsm with no
+rows below left out). The diagonal block's factorization was a launch of its own between them;
+on CUDA it cost every separated panel a launch of one warp a task (~10 us each, on the critical
+path of a sparse factorization's large fronts), so the update's kernels do it.
 
 **Partial Cholesky** factors only the first ``p`` columns (``npiv``) and leaves the Schur
 complement ``A22 - L21 L21^T`` in the trailing ``(n - p) x (n - p)`` block: a multifrontal front
@@ -42,17 +44,14 @@ from vbatch.ops.op import register as register_op
 from vbatch.scheduler.graph import TaskGraph, chain_edges
 
 # Launch kinds (what backends implement).
-UPDATE, POTF2, TRSM, SCHUR = "update", "potf2", "trsm", "schur"
-FUSED = "fused"  # update + potf2 + trsm of one panel in one launch
+UPDATE, TRSM, SCHUR = "update", "trsm", "schur"
+FUSED = "fused"  # update (with the diagonal block's factorization) + trsm of one panel
 
 
 def _panel_launches(group: Group, options: dict) -> list[tuple[str, str]]:
     if group.rows.max() <= options["fused_max_rows"]:
         return [(FUSED, "fused")]
-    out = []
-    if group.cols.max() > 0:  # an update with nothing to read (all first panels) is left out
-        out.append((UPDATE, "separated"))
-    out.append((POTF2, "separated"))
+    out = [(UPDATE, "separated")]
     if (group.rows - group.width).max() > 0:  # rows below the diagonal block
         out.append((TRSM, "separated"))
     return out
@@ -67,7 +66,7 @@ PANEL = register(TaskKind(
     name="potrf.panel", op="potrf", args=("j", "w"), window=by_rows,
     launches=_panel_launches, flops=_panel_flops,
     doc="one panel of a left-looking Cholesky: rows = n - j, cols = j (first column), width = w",
-), (FUSED, UPDATE, POTF2, TRSM))
+), (FUSED, UPDATE, TRSM))
 
 SCHUR_KIND = register(TaskKind(
     name="potrf.schur", op="potrf", args=("p", "tr"), window=by_rows, launches=single(SCHUR),

@@ -3,9 +3,10 @@
     compute-sanitizer --tool memcheck --error-exitcode 9 python tests/gpu_sanitize.py
     compute-sanitizer --tool racecheck --error-exitcode 9 python tests/gpu_sanitize.py
 
-Covers fused (several block shapes), small_step, update, potf2, trsm, schur, gather and scatter,
-in both layouts and dtypes, full and partial, with a non-SPD matrix (its failed panel completes its
-leading columns in the fused kernel, and in potf2_step + trsm_step when separated) and an infinite
+Covers fused (several block shapes), small_step, update (with its diagonal block), trsm, schur,
+gather and scatter, in both layouts and dtypes, full and partial, with a non-SPD matrix (its failed
+panel completes its leading columns in the fused kernel, and in update + trsm_step when
+separated) and an infinite
 pivot; then the blas family (GEMM, SYRK, TRSM, TRMM, POSV with a failing problem), then the
 frontal family (vbatch.sparse, with a failing matrix; the extend-add and the solve's sweeps
 in both layouts, on fronts that split into several items). Exits 1 if

@@ -57,7 +57,7 @@ def test_every_selected_kernel_is_in_kernel_names():
                             assert s.block[0] >= lc.rows[1]
     # The random plans did reach every fused block size and every kind of launch.
     assert fused_threads == set(sel.FUSED_THREADS) and small
-    assert kinds == {"fused", "update", "potf2", "trsm", "schur"}
+    assert kinds == {"fused", "update", "trsm", "schur"}
 
 
 def _blas_plans(dtype):
@@ -128,9 +128,9 @@ def test_fused_thread_counts_between_the_powers_of_two_are_compiled():
 def test_kernel_names_is_the_whole_set_once():
     names = build.kernel_names()
     assert len(names) == len(set(names))
-    # Per dtype and order: 7 fused, 3 update, potf2, trsm for each nb; 3 update_mma in float64;
+    # Per dtype and order: 7 fused, 3 update, trsm for each nb; 3 update_mma in float64;
     # then schur and small_step; per dtype, copy and spd_fill.
-    per_nb = {"float64": 7 + 3 + 3 + 2, "float32": 7 + 3 + 2}
+    per_nb = {"float64": 7 + 3 + 3 + 1, "float32": 7 + 3 + 1}
     nbs = len(sel.NB_SUPPORTED)
     want = sum(2 * (nbs * per_nb[dt] + 2) + 2 for dt in sel.DTYPES)
     # The blas family, per dtype (no order or panel width: its kernels read layouts at run
@@ -176,7 +176,7 @@ def test_every_launch_kind_has_a_kernel_on_both_backends():
     cpu = kernel_modules("_cpu")
     for op in {k.op for k in KINDS.values()}:
         assert op in build.launchers() and op in cpu, op
-    assert set(LAUNCH_KINDS) >= {"fused", "update", "potf2", "trsm", "schur"}
+    assert set(LAUNCH_KINDS) >= {"fused", "update", "trsm", "schur"}
 
 
 def test_the_selection_module_imports_without_cupy():
