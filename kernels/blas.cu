@@ -3,7 +3,8 @@
 // Every kernel takes (tbl, meta, imeta, tasks, K, lo, hi, extra), like every vbatched kernel
 // (vbatched.cuh). The family's section of the per-call table is: tbl[0] alpha, tbl[1] beta (the
 // call's, as float64 bits), tbl[2] info, tbl[3 + s] the op's buffer s. meta holds, per buffer s,
-// offset[K] then ld[K] (meta + s * 2K). A task row is (q, r0, mm, k0, kk, nn).
+// offset[K] then ld[K] (meta + s * 2K). A task row is (q, r0, mm, k0, kk, nn, c0): a GEMM's
+// output columns are [c0, c0 + nn) (0 but in a blocked Cholesky's block updates).
 //
 // A *view* is a buffer read as is or transposed: element (r, c) at r * ld + c when its rows are
 // contiguous (a row-major buffer, or a column-major one transposed), else r + c * ld. Which
@@ -114,7 +115,7 @@ struct GemmOut {
 // the task's rows.
 template <typename T, int BM, int BN>
 struct GemmTile {
-  int q, r0, mm, k0, kk, nn, i0, c0;
+  int q, r0, mm, k0, kk, nn, i0, c0;  // nn: the end of the task's columns; c0: the tile's first
   int R0, rows, cols;  // the tile's first row (absolute), its rows and columns inside the task
   bool has_c, read_c, any_in;
   static constexpr int TP = BN + 1;  // row stride of the tile as parked for store_tile
@@ -128,13 +129,15 @@ struct GemmTile {
     const int row = lo + (int)blockIdx.x / ntiles, tile = (int)blockIdx.x % ntiles;
     const int* t = tasks + (long long)row * VB_TASK_COLS;
     q = t[0]; r0 = t[1]; mm = t[2]; k0 = t[3]; kk = t[4]; nn = t[5];
+    const int cs = t[6];  // the first column
     L = blas_launch(tbl, extra);
     if (L.skip && failed(tbl, q)) return false;
     const int tiles_n = (nn + BN - 1) / BN;
     const int tm = tile / tiles_n, tn = tile % tiles_n;
     if (tm * BM >= mm) return false;
     i0 = tm * BM;
-    c0 = tn * BN;
+    c0 = cs + tn * BN;
+    nn += cs;  // from here on the end of the columns: every kernel compares absolute columns
     O = view_of<T>(tbl, meta, K, q, L.slot[3], L.row[3]);
     has_c = L.slot[2] != 7;
     C = has_c ? view_of<T>(tbl, meta, K, q, L.slot[2], L.row[2]) : O;

@@ -1,6 +1,7 @@
 """The ``blas`` kernel family on the CPU: GEMM joins, diagonal blocks, copies, on views.
 
-A task is ``(q, r0, mm, k0, kk, nn)`` (:mod:`vbatch.ops.blas`); its kind's ``params`` name the
+A task is ``(q, r0, mm, k0, kk, nn, c0)`` (:mod:`vbatch.ops.blas`; a graph without ``c0`` has it
+0); its kind's ``params`` name the
 op's buffers it reads and writes, and whether each is seen transposed. Each task is one call of
 scipy's BLAS (through :mod:`vbatch.kernels.lapack`: ctypes, the GIL released) on numpy views of
 the operands, or a numpy copy. The CPU plans triangular ops with a base larger than any problem
@@ -60,7 +61,9 @@ def prepare(backend, plan, launches) -> State:
         a = t.args[sl]
         kd = plan.kinds[int(t.kind[lc.lo])]
         cost = kd.flops(a, t.rows[sl], t.cols[sl], t.width[sl]) + 1.0
-        tasks = list(zip(t.problem[sl].tolist(), *(a[:, i].tolist() for i in range(5))))
+        a6 = np.zeros((len(a), 6), dtype=np.int64)  # c0 = 0 where the graph leaves it out
+        a6[:, :min(6, a.shape[1])] = a[:, :6]
+        tasks = list(zip(t.problem[sl].tolist(), *(a6[:, i].tolist() for i in range(6))))
         w = split(tasks, cost, np.zeros(len(tasks), dtype=bool), backend.threads.size)
         if jit.AVAILABLE and lc.kind in _COMPILED and (cost <= SMALL_FLOPS).any():
             small = dict(zip(tasks, (cost <= SMALL_FLOPS).tolist()))
@@ -170,7 +173,7 @@ def run(backend, ex, lc, whole: bool, tasks: list) -> None:
             fn(ex, lc.kind, p, *row)
 
 
-def _copy(ex, lk, p, q, r0, mm, k0, kk, nn) -> None:
+def _copy(ex, lk, p, q, r0, mm, k0, kk, nn, c0) -> None:
     src = _view(ex, p["src"], q, p["t"])[:mm, :nn]
     dst = _view(ex, p["dst"], q, p["t"])[:mm, :nn]
     alpha = _scalar(ex, p["alpha"])
@@ -183,12 +186,12 @@ def _copy(ex, lk, p, q, r0, mm, k0, kk, nn) -> None:
         np.multiply(src, dst.dtype.type(alpha), out=dst)
 
 
-def _gemm(ex, lk, p, q, r0, mm, k0, kk, nn) -> None:
+def _gemm(ex, lk, p, q, r0, mm, k0, kk, nn, c0) -> None:
     out = _view(ex, p["o"], q, p["tc"])
-    o = out[r0:r0 + mm, :nn]
+    o = out[r0:r0 + mm, c0:c0 + nn]
     alpha, beta = _scalar(ex, p["alpha"]), _scalar(ex, p["beta"])
     if p["c"]:
-        c = _view(ex, p["c"], q, p["tc"])[r0:r0 + mm, :nn]
+        c = _view(ex, p["c"], q, p["tc"])[r0:r0 + mm, c0:c0 + nn]
         if not np.shares_memory(c, o):
             np.copyto(o, c)  # BLAS updates in place: C into the output first
     elif beta != 0.0:
@@ -196,7 +199,7 @@ def _gemm(ex, lk, p, q, r0, mm, k0, kk, nn) -> None:
     if not p["c"]:
         beta = 0.0
     a = _view(ex, p["a"], q, p["ta"])[r0:r0 + mm, k0:k0 + kk]
-    b = _view(ex, p["b"], q, p["tb"])[k0:k0 + kk, :nn]
+    b = _view(ex, p["b"], q, p["tb"])[k0:k0 + kk, c0:c0 + nn]
     uplo = p["uplo"]
     if kk == 0 or alpha == 0.0:
         if beta == 0.0:
@@ -205,13 +208,26 @@ def _gemm(ex, lk, p, q, r0, mm, k0, kk, nn) -> None:
             _scale(o, beta, uplo)
         return
     if uplo:
-        if p["a"] == p["b"] and p["ta"] != p["tb"]:
+        # B is A's own rows transposed (a SYRK) when the block starts on the diagonal; a
+        # blocked Cholesky's block update is such a SYRK on its top nn rows and a GEMM below.
+        syrk = p["a"] == p["b"] and p["ta"] != p["tb"] and r0 == c0
+        if syrk and uplo == "lower" and mm > nn:
+            _syrk(ex, p, a[:nn], o[:nn], alpha, beta, uplo, q)
+            _gemm_into(o[nn:], a[nn:], b, alpha, beta)
+        elif syrk and mm == nn:
             _syrk(ex, p, a, o, alpha, beta, uplo, q)
         else:  # (SYR2K's products) the whole product, then its triangle
             m = _tri_mask(o.shape, uplo)
             prod = np.matmul(a, b)
             o[m] = alpha * prod[m] + (beta * o[m] if beta != 0.0 else 0.0)
         return
+    _gemm_into(o, a, b, alpha, beta)
+
+
+def _gemm_into(o: np.ndarray, a: np.ndarray, b: np.ndarray, alpha: float, beta: float) -> None:
+    """``o := alpha a b + beta o`` by the BLAS, on views (``o`` contiguous in one dimension)."""
+    mm, nn = o.shape
+    kk = a.shape[1]
     args = _args(o.dtype)
     bo = _blas(o)
     ba, bb = _blas(a) or _blas(np.asfortranarray(a)), _blas(b) or _blas(np.asfortranarray(b))
@@ -263,7 +279,7 @@ def _syrk(ex, p, a: np.ndarray, o: np.ndarray, alpha: float, beta: float, uplo: 
                    ba[1], pla, args.sa + o.itemsize, bo[1], plo)
 
 
-def _diag(ex, lk, p, q, r0, mm, k0, kk, nn) -> None:
+def _diag(ex, lk, p, q, r0, mm, k0, kk, nn, c0) -> None:
     """``X[o:o+w] := T[o:o+w, o:o+w]^{-1} X[o:o+w]`` (TRSM) or ``T X`` (TRMM), on views."""
     o, w = r0, mm
     t = _view(ex, p["t"], q, p["tt"])[o:o + w, o:o + w]
@@ -333,15 +349,15 @@ _COMPILED = {GEMM: _run_gemm, TRSM: _run_diag, TRMM: _run_diag, COPY: _run_copy}
 @njit(cache=True, nogil=True)
 def _gemm_small(rows, info, skip, A, ao, al, ac, ta, B, bo, bl, bc, tb, C, co, cl, cc, O, oo,
                 ol, oc, tc, has_c, alpha, beta, uplo):
-    """``O := alpha op(A) op(B) + beta C`` on every task row ``(q, r0, mm, k0, kk, nn)``: rows
-    ``[r0, r0 + mm)`` of ``O``, inner range ``[k0, k0 + kk)``; ``uplo`` 1/2 writes only the
-    lower/upper triangle of the ``mm x nn`` block, the other one taking C's entries as they are
+    """``O := alpha op(A) op(B) + beta C`` on every task row ``(q, r0, mm, k0, kk, nn, c0)``:
+    rows ``[r0, r0 + mm)`` and columns ``[c0, c0 + nn)`` of ``O``, inner range ``[k0, k0 + kk)``;
+    ``uplo`` 1/2 writes only the lower/upper triangle of the ``mm x nn`` block, the other one taking C's entries as they are
     (the views' path copies C into O first). As BLAS: A and B are not read when alpha is 0,
     nor C when beta is 0."""
     acc = np.zeros(max(rows[:, 2].max(), 1) if rows.shape[0] else 1, np.float64)
     for t in range(rows.shape[0]):
-        q, r0, mm, k0, kk, nn = rows[t, 0], rows[t, 1], rows[t, 2], rows[t, 3], rows[t, 4], \
-            rows[t, 5]
+        q, r0, mm, k0, kk, nn, cs = rows[t, 0], rows[t, 1], rows[t, 2], rows[t, 3], \
+            rows[t, 4], rows[t, 5], rows[t, 6]
         if skip and info[q] != 0:
             continue
         ar, ak = strides(al, ac, q, ta)
@@ -349,9 +365,9 @@ def _gemm_small(rows, info, skip, A, ao, al, ac, ta, B, bo, bl, bc, tb, C, co, c
         cr, cj = strides(cl, cc, q, tc)
         orr, oj = strides(ol, oc, q, tc)
         a0 = ao[q] + r0 * ar + k0 * ak
-        b0 = bo[q] + k0 * bk
-        c0 = co[q] + r0 * cr
-        o0 = oo[q] + r0 * orr
+        b0 = bo[q] + k0 * bk + cs * bj
+        c0 = co[q] + r0 * cr + cs * cj
+        o0 = oo[q] + r0 * orr + cs * oj
         for j in range(nn):
             lo = j if uplo == 1 else 0
             hi = min(mm, j + 1) if uplo == 2 else mm

@@ -161,20 +161,22 @@ __device__ __forceinline__ void trsm_row(T (&x)[NB], const T* D, int ldd, const 
 }
 
 // ------------------------------------------------------------------ a panel row's update
-// x[c] -= sum_{k < j} L(j + r, k) L(j + c, k) for c < NB: row r of a panel brought up to date
-// from the factored columns [0, j), KB at a time, the next chunk's loads in flight while the
+// x[c] -= sum_{kb <= k < j} L(j + r, k) L(j + c, k) for c < NB: row r of a panel brought up to
+// date from the factored columns [kb, j) (kb: the panel's block column; columns left of it
+// were applied by the block update), KB at a time, the next chunk's loads in flight while the
 // current one is multiplied. Each thread streams its own row (coalesced across lanes for
 // column-major L); the top w rows, which their own threads load, come through `lt` (two KB x NB
 // buffers) and every thread reads them as broadcasts. WARP: the threads are one warp
 // (small_step) and sync with __syncwarp, else the block (fused_step) with __syncthreads.
 template <typename T, int NB, bool ROW, bool WARP, int KB = 8>
-__device__ __forceinline__ void panel_update(T (&x)[NB], const T* Lb, long long ld, int j, int r,
-                                             int w, bool row, T (*lt)[KB][NB]) {
+__device__ __forceinline__ void panel_update(T (&x)[NB], const T* Lb, long long ld, int j, int kb,
+                                             int r, int w, bool row, T (*lt)[KB][NB]) {
   T own[KB], nxt[KB];
 #pragma unroll
-  for (int kk = 0; kk < KB; ++kk) nxt[kk] = (row && kk < j) ? Lb[at<ROW>(j + r, kk, ld)] : T(0);
+  for (int kk = 0; kk < KB; ++kk)
+    nxt[kk] = (row && kb + kk < j) ? Lb[at<ROW>(j + r, kb + kk, ld)] : T(0);
   int buf = 0;
-  for (int k0 = 0; k0 < j; k0 += KB, buf ^= 1) {
+  for (int k0 = kb; k0 < j; k0 += KB, buf ^= 1) {
 #pragma unroll
     for (int kk = 0; kk < KB; ++kk) own[kk] = nxt[kk];
     if (r < w) {
@@ -244,8 +246,9 @@ fused_step(const unsigned long long* tbl, const long long* meta, const int* imet
   // block waits for one round trip after the task row, not two (as the pre-task-table kernels).
   const vb::Matrix pr = vb::matrix_of(meta, imeta, K, tk.q);
   if (info[tk.q] != 0) return;  // failed at an earlier step: stop, like LAPACK
-  const int j = tk.a0, w = tk.a1, m = pr.n - j;
-  const T* Ab = A + pr.off;
+  const int j = tk.a0, w = tk.a1, kb = tk.a2, m = pr.n - j;
+  // A panel of a later block column reads L: the block update has written it there.
+  const T* Ab = (kb > 0 ? L : A) + pr.off;
   T* Lb = L + pr.off;
   const long long ld = pr.ld;
   const int r = threadIdx.x;
@@ -257,8 +260,8 @@ fused_step(const unsigned long long* tbl, const long long* meta, const int* imet
   for (int c = 0; c < NB; ++c) x[c] = (row && c < w) ? Ab[at<ROW>(j + r, j + c, ld)] : T(0);
   zero_rect<T, ROW>(Lb, ld, 0, j, j, w, r, NT);
 
-  // 2. update from the factored columns [0, j).
-  if (j > 0) panel_update<T, NB, ROW, false, KB>(x, Lb, ld, j, r, w, row, Lt);
+  // 2. update from the factored columns [kb, j).
+  if (j > kb) panel_update<T, NB, ROW, false, KB>(x, Lb, ld, j, kb, r, w, row, Lt);
 
   // 3. POTF2 by warp 0.
   if (r < 32) {
@@ -302,7 +305,7 @@ fused_step(const unsigned long long* tbl, const long long* meta, const int* imet
 // issued ~3,900 instructions a warp on U[1, 32] sizes, 21 us for 2,000 problems at 0.31
 // instructions a cycle per scheduler (ncu, H200, 2026-11-24); this kernel took 12.8 us.
 template <typename T, int NB, bool ROW>
-__device__ __forceinline__ void small_panel(const T* Ab, T* Lb, long long ld, int j, int m,
+__device__ __forceinline__ void small_panel(const T* Ab, T* Lb, long long ld, int j, int kb, int m,
                                             int w, int* info, int q, T* col, T* lt) {
   const int lane = threadIdx.x & 31;
   const bool row = lane < m;
@@ -310,10 +313,10 @@ __device__ __forceinline__ void small_panel(const T* Ab, T* Lb, long long ld, in
 #pragma unroll
   for (int c = 0; c < NB; ++c)
     a[c] = (row && c < w && c <= lane) ? Ab[at<ROW>(j + lane, j + c, ld)] : T(0);
-  if (j > 0) {
-    zero_rect<T, ROW>(Lb, ld, 0, j, j, w, lane, 32);
-    panel_update<T, NB, ROW, true>(a, Lb, ld, j, lane, w, row, reinterpret_cast<T (*)[8][NB]>(lt));
-  }
+  if (j > 0) zero_rect<T, ROW>(Lb, ld, 0, j, j, w, lane, 32);
+  if (j > kb)
+    panel_update<T, NB, ROW, true>(a, Lb, ld, j, kb, lane, w, row,
+                                   reinterpret_cast<T (*)[8][NB]>(lt));
   const int fail = potf2_regs<T, NB>(a, w, row, col);
   // A failed pivot at panel column fail - 1: the columns before it are final in every row
   // (LAPACK's leading factor) and written; the rest is not.
@@ -340,17 +343,18 @@ small_step(const unsigned long long* tbl, const long long* meta, const int* imet
   if (!vb::warp_task(tasks, lo, hi, WARPS, warp, tk)) return;
   const vb::Matrix pr = vb::matrix_of(meta, imeta, K, tk.q);
   int* info = reinterpret_cast<int*>(tbl[2]);
-  const int j = tk.a0, w = tk.a1, m = pr.n - j;
+  const int j = tk.a0, w = tk.a1, kb = tk.a2, m = pr.n - j;
   // A first panel needs no look at info (the host zeroed it; a read of pinned host memory).
   if (j > 0 && info[tk.q] != 0) return;  // failed at an earlier step: stop, like LAPACK
-  const T* Ab = reinterpret_cast<const T*>(tbl[0]) + pr.off;
+  // A panel of a later block column reads L: the block update has written it there.
+  const T* Ab = reinterpret_cast<const T*>(tbl[kb > 0 ? 1 : 0]) + pr.off;
   T* Lb = reinterpret_cast<T*>(tbl[1]) + pr.off;
   T* cb = col[warp];
   T* tw = lt[warp];
-  if (w <= 8) small_panel<T, 8, ROW>(Ab, Lb, pr.ld, j, m, w, info, tk.q, cb, tw);
-  else if (w <= 16) small_panel<T, 16, ROW>(Ab, Lb, pr.ld, j, m, w, info, tk.q, cb, tw);
-  else if (w <= 24) small_panel<T, 24, ROW>(Ab, Lb, pr.ld, j, m, w, info, tk.q, cb, tw);
-  else small_panel<T, 32, ROW>(Ab, Lb, pr.ld, j, m, w, info, tk.q, cb, tw);
+  if (w <= 8) small_panel<T, 8, ROW>(Ab, Lb, pr.ld, j, kb, m, w, info, tk.q, cb, tw);
+  else if (w <= 16) small_panel<T, 16, ROW>(Ab, Lb, pr.ld, j, kb, m, w, info, tk.q, cb, tw);
+  else if (w <= 24) small_panel<T, 24, ROW>(Ab, Lb, pr.ld, j, kb, m, w, info, tk.q, cb, tw);
+  else small_panel<T, 32, ROW>(Ab, Lb, pr.ld, j, kb, m, w, info, tk.q, cb, tw);
 }
 
 // ================================================================== separated kernels
@@ -363,10 +367,10 @@ small_step(const unsigned long long* tbl, const long long* meta, const int* imet
 // the block has nothing to multiply: past `hi`, a failed problem, a zero tile, or past its rows.
 template <typename T>
 struct UpdateTile {
-  const T* A;
+  const T* A;  // where the panel's values come from: A, or L in a later block column
   T* L;
   long long ld;
-  int q, j, w, r0, mx;
+  int q, j, w, kb, r0, mx;  // kb: the panel's block column (its update reads [kb, j))
 };
 
 template <typename T, int NB, int RC, bool ROW>
@@ -381,8 +385,9 @@ __device__ __forceinline__ bool update_tile(const unsigned long long* tbl, const
   t.q = tk.q;
   t.j = tk.a0;
   t.w = tk.a1;
+  t.kb = tk.a2;
   const int m = pr.n - t.j;
-  t.A = reinterpret_cast<const T*>(tbl[0]) + pr.off;
+  t.A = reinterpret_cast<const T*>(tbl[t.kb > 0 ? 1 : 0]) + pr.off;
   t.L = reinterpret_cast<T*>(tbl[1]) + pr.off;
   t.ld = pr.ld;
   if ((int)blockIdx.y < zero_tiles) {
@@ -465,7 +470,8 @@ update_step(const unsigned long long* tbl, const long long* meta, const int* ime
   if (!update_tile<T, NB, RC, ROW>(tbl, meta, imeta, tasks, K, lo, hi, zero_tiles, t)) return;
   const int tid = threadIdx.x, ty = tid & 31, tx = tid >> 5;
   T acc[TM][TN];
-  gemm_nt<T, RC, NB, WARPS, KB, ROW>(t.L, t.ld, t.j + t.r0, t.mx, t.j, t.w, t.j, acc, sbuf);
+  gemm_nt<T, RC, NB, WARPS, KB, ROW>(t.L + at<ROW>(0, t.kb, t.ld), t.ld, t.j + t.r0, t.mx, t.j,
+                                     t.w, t.j - t.kb, acc, sbuf);
   if (ROW) {
     // Stage through shared memory so that each row of the tile is written contiguously.
     T* C = sbuf;
@@ -522,12 +528,14 @@ update_mma(const unsigned long long* tbl, const long long* meta, const int* imet
     for (int ni = 0; ni < NTL; ++ni) acc[mi][ni][0] = acc[mi][ni][1] = 0.0;
   const auto ia = [](int r, int kk) { return sm<ROW, RC, KB>(r, kk); };
   const auto ib = [](int c, int kk) { return sm<ROW, NB, KB>(c, kk); };
+  const double* Lk = t.L + at<ROW>(0, t.kb, t.ld);  // the columns [kb, j) the update reads
+  const int kn = t.j - t.kb;
   k_pipeline<KB>(
-      t.j,
+      kn,
       [&](int buf, int k0) {
         double* sA = sbuf + buf * STAGE;
-        stage_rows<double, ROW, RC, KB>(sA, t.L, t.ld, t.j + t.r0, t.mx, k0, t.j, tid, NT, ia);
-        stage_rows<double, ROW, NB, KB>(sA + SA, t.L, t.ld, t.j, t.w, k0, t.j, tid, NT, ib);
+        stage_rows<double, ROW, RC, KB>(sA, Lk, t.ld, t.j + t.r0, t.mx, k0, kn, tid, NT, ia);
+        stage_rows<double, ROW, NB, KB>(sA + SA, Lk, t.ld, t.j, t.w, k0, kn, tid, NT, ib);
         cp_async_commit();
       },
       [&](int buf) {
@@ -567,7 +575,6 @@ template <typename T, int NB, bool ROW>
 __global__ void __launch_bounds__(128)
 trsm_step(const unsigned long long* tbl, const long long* meta, const int* imeta, const int* tasks,
           int K, int lo, int hi, int unused) {
-  const T* A = reinterpret_cast<const T*>(tbl[0]);
   T* L = reinterpret_cast<T*>(tbl[1]);
   int* info = reinterpret_cast<int*>(tbl[2]);
   constexpr int RT = 128;
@@ -585,7 +592,9 @@ trsm_step(const unsigned long long* tbl, const long long* meta, const int* imeta
   if (wf == 0) return;
   const int r0 = w + blockIdx.y * RT;
   if (r0 >= m) return;
-  const T* S = (j == 0 ? A : L) + pr.off;
+  // A first panel's rows are read from A (its update copied them to L, the same values: reading
+  // L here took ptxas from 94 registers to 166).
+  const T* S = (j == 0 ? reinterpret_cast<const T*>(tbl[0]) : L) + pr.off;
   T* Lb = L + pr.off;
   const long long ld = pr.ld;
   const int tid = threadIdx.x;

@@ -1,7 +1,9 @@
 """POTRF on the CPU: what each launch kind of a batched (partial) Cholesky does to one problem.
 
-Buffers: ``a`` (input) and ``l`` (output; ``a`` itself in place). A task is ``(q, j, w)``:
-problem ``q``, panel columns ``[j, j + w)``; for ``schur``, ``(q, p, n - p)``.
+Buffers: ``a`` (input) and ``l`` (output; ``a`` itself in place). A task is ``(q, j, w, b)``:
+problem ``q``, panel columns ``[j, j + w)`` of block column ``b`` (a blocked factorization's
+panel is brought up to date from the columns ``[b, j)``, the block update having applied those
+left of ``b`` to it in the output); for ``schur``, ``(q, p, n - p, 0)``.
 
 * ``fused``:  the panel of the output is copied from the input, brought up to date (``syrk`` on
   the diagonal block, ``gemm`` below it), its diagonal block factored (``potrf``) and the rows
@@ -52,7 +54,15 @@ def plan_defaults(dtype) -> dict:
     # wider problems are blocked, and their tasks get the BLAS's threads when they dominate a
     # launch. The sweep of nb 64 / 256 / 512 / 1024 on the 2-core VM (docs/notes.md,
     # 2026-11-21) put 512 at or near the best everywhere. No shared-memory limit: always fused.
-    return {"nb": 512, "fused_max_rows": int(np.iinfo(np.int64).max), "streams": 1}
+    # Not blocked: a panel of 512 is one LAPACK potrf, which blocks for the caches itself.
+    return {"nb": 512, "fused_max_rows": int(np.iinfo(np.int64).max), "streams": 1, "block": 0,
+            "block_above": 0}
+
+
+def check_options(dtype, options: dict) -> None:
+    from vbatch.ops.cholesky import check_block
+
+    check_block(int(options["nb"]), options.get("block", 0))
 
 
 @dataclass
@@ -90,9 +100,10 @@ def prepare(backend, plan, launches) -> State:
     for lc in launches:
         q = t.problem[lc.lo:lc.hi]
         a0, a1 = t.args[lc.lo:lc.hi, 0], t.args[lc.lo:lc.hi, 1]
+        a2 = t.args[lc.lo:lc.hi, 2] if t.args.shape[1] > 2 else np.zeros_like(a0)
         if lc.kind == SCHUR:
             keep = ~folded[q]
-            q, a0, a1 = q[keep], a0[keep], a1[keep]
+            q, a0, a1, a2 = q[keep], a0[keep], a1[keep], a2[keep]
             cost = a1.astype(np.float64) ** 2 * a0 + 1.0
             whole = np.zeros(len(q), dtype=bool)
         else:
@@ -103,7 +114,7 @@ def prepare(backend, plan, launches) -> State:
                 tr = (n[q] - p[q]).astype(np.float64)
                 cost = cost + np.where(whole, tr * tr * a1, 0.0)
                 folded[q[whole & (tr > 0)]] = True
-        tasks = list(zip(q.tolist(), a0.tolist(), a1.tolist()))
+        tasks = list(zip(q.tolist(), a0.tolist(), a1.tolist(), a2.tolist()))
         w = split(tasks, cost, whole, backend.threads.size)
         small = whole & (cost <= SMALL_FLOPS)
         if jit.AVAILABLE and small.any():
@@ -137,7 +148,7 @@ def _tabled(tasks: list, small: dict, n: np.ndarray) -> list:
     mine = [t for t in tasks if small[t]]
     if not mine:
         return tasks
-    table = np.array([(q, int(n[q]), p) for q, _, p in mine], dtype=np.int64).reshape(-1, 3)
+    table = np.array([(q, int(n[q]), p) for q, _, p, _ in mine], dtype=np.int64).reshape(-1, 3)
     nn, pp = table[:, 1].astype(np.float64), table[:, 2].astype(np.float64)
     uu = nn - pp
     copy = pp**3 / 3 + pp * pp * uu + pp * uu * uu <= SMALL_FLOPS_COPY
@@ -163,8 +174,8 @@ def run(backend, ex, lc, whole: bool, tasks: list) -> None:
     if whole and a is not out:
         _whole(backend, ex, c, a, out, tasks)
     else:
-        for q, j, w in tasks:
-            _task(backend, ex, c, a, out, kind, q, j, w)
+        for q, j, w, b in tasks:
+            _task(backend, ex, c, a, out, kind, q, j, w, b)
 
 
 def _small(ex, a, out, table: np.ndarray) -> None:
@@ -236,7 +247,7 @@ def _whole(backend, ex, c: Calls, a, out, tasks: list) -> None:
     lo = c.lo
     ns = ex.states[OP].n
     sb, so, sl, db, do, dl = a.base, a.off, a.ld, out.base, out.off, out.ld
-    for q, _, p in tasks:
+    for q, _, p, _ in tasks:
         n = ns[q]
         ld = dl[q]
         ii[0], ii[1], ii[2] = n, sl[q], ld
@@ -247,14 +258,14 @@ def _whole(backend, ex, c: Calls, a, out, tasks: list) -> None:
         if ii[3]:
             # The general path redoes the problem from the input, leaving the columns before
             # the failing one factored.
-            _task(backend, ex, c, a, out, FUSED, q, 0, p)
+            _task(backend, ex, c, a, out, FUSED, q, 0, p, 0)
             continue
         if p < n:
             c.trsm_right_lower_t(c.at(d, ld, p, 0), d, n - p, p, ld)
             c.syrk_lower(c.at(d, ld, p, p), c.at(d, ld, p, 0), n - p, p, ld)
 
 
-def _task(backend, ex, c: Calls, a, out, kind: str, q: int, j: int, w: int) -> None:
+def _task(backend, ex, c: Calls, a, out, kind: str, q: int, j: int, w: int, b: int = 0) -> None:
     if ex.info[q]:
         return  # failed at an earlier step: stop, like LAPACK
     n = ex.states[OP].n[q]
@@ -270,12 +281,14 @@ def _task(backend, ex, c: Calls, a, out, kind: str, q: int, j: int, w: int) -> N
     if kind in (FUSED, UPDATE):
         # The panel: rows [j, n) of columns [j, j + w), lower trapezoid (only the lower
         # triangle of the input is read).
-        if out_of_place:
+        # A panel of a later block column (b > 0) is in the output already, up to date with
+        # the columns left of b (the block update).
+        if out_of_place and not b:
             c.copy("L", c.at(src, lds, j, j), diag, m, w, lds, ld)
-        if j:
-            c.syrk_lower(diag, c.at(dst, ld, j, 0), w, j, ld)
-            c.gemm_nt(c.at(dst, ld, j + w, j), c.at(dst, ld, j + w, 0), c.at(dst, ld, j, 0),
-                      m - w, w, j, ld)
+        if j > b:
+            c.syrk_lower(diag, c.at(dst, ld, j, b), w, j - b, ld)
+            c.gemm_nt(c.at(dst, ld, j + w, j), c.at(dst, ld, j + w, b), c.at(dst, ld, j, b),
+                      m - w, w, j - b, ld)
         if not _potf2(backend, ex, c, q, j, w, m, ld, src, lds, diag, out_of_place):
             return
     if kind in (FUSED, TRSM):

@@ -33,6 +33,16 @@ TRSM_RT = 128  # rows per trsm block (trsm_step)
 SCHUR_TS = 64  # Schur complement tile (schur_step)
 SCHUR_THREADS = 256  # schur_step's __launch_bounds__
 MAX_GRID_Y = 65535
+# Problems that factor more than BLOCK_ABOVE columns take them BLOCK at a time, each block
+# column brought up to date by one DMMA GEMM (ops/cholesky.py: blocked). Measured on the H100
+# (2026-11-25, .dbg probe, block 0 / 128 / 256 / 512 in one process, interleaved, ms, float64
+# k = 2000, 500 at 1024): uniform 1024 7.06 / 5.20 / 5.52 / 6.17, gauss 1024 5.44 / 4.34 / 4.60
+# / 4.94, skewed 1024 2.85 / 1.62 / 1.61 / 1.99, skewed 512 1.04 / 0.78 / 0.82 / 1.05; but
+# uniform 512 4.17 / 4.31 / 4.27 / 4.17 and Nmax 256 0.87 / 0.94 / 0.87: problems of at most
+# 512 columns lose more to the longer chains (a launch per block update) and their short K
+# than their updates gain, so they stay unblocked.
+BLOCK = 128
+BLOCK_ABOVE = 512
 # The fused kernel runs one thread per panel row, so the tallest panel it takes is the largest
 # block it is compiled for.
 FUSED_ROWS_MAX = 256
@@ -70,14 +80,18 @@ def plan_defaults(dtype) -> dict:
     # nb 32 beat 16 except in a few small gauss cases (within 15%); fused up to the fused
     # kernel's largest block measured at or near the best (crossover sweep, H100, 2026-11-21,
     # docs/notes.md); 4 streams for the chains of partial factorizations.
-    return {"nb": 32, "fused_max_rows": FUSED_ROWS_MAX, "streams": 4}
+    return {"nb": 32, "fused_max_rows": FUSED_ROWS_MAX, "streams": 4, "block": BLOCK,
+            "block_above": BLOCK_ABOVE}
 
 
 def check_options(dtype, options: dict) -> None:
+    from vbatch.ops.cholesky import check_block
+
     nb = options["nb"]
     if nb not in NB_SUPPORTED:
         raise InputError([(None, f"the cuda backend supports nb in {NB_SUPPORTED}, got {nb}")],
                          what="runtime options")
+    check_block(nb, options.get("block", 0))
     # A taller panel than the fused kernel's largest block cannot be fused whatever was asked:
     # the crossover is "fuse up to this height", so it is capped, not refused.
     options["fused_max_rows"] = min(options["fused_max_rows"], FUSED_ROWS_MAX)

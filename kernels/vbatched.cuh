@@ -16,6 +16,7 @@ struct Task {
   int q;   // the problem
   int a0;  // the task's arguments
   int a1;
+  int a2;
 };
 
 // The task of warp `warp` of a launch that runs `per_block` tasks per block (several small tasks
@@ -28,6 +29,7 @@ __device__ __forceinline__ bool warp_task(const int* tasks, int lo, int hi, int 
   t.q = r[0];
   t.a0 = r[1];
   t.a1 = r[2];
+  t.a2 = r[3];
   return true;
 }
 

@@ -6,8 +6,10 @@ launch kinds of the ``blas`` kernel family, whose kernels address a problem's op
 *views*: a buffer (one of the op's) read as is or transposed. Transposing a view costs nothing (it
 swaps the strides), so every case is reduced to a few:
 
-* ``blas.gemm``: ``O[r0:r0+mm, :nn] = alpha A[r0:r0+mm, k0:k0+kk] B[k0:k0+kk, :nn] + beta C[...]``,
-  on views A, B, C, O of the op's buffers; an ``uplo`` restricts it to one triangle of O (SYRK).
+* ``blas.gemm``: ``O[r0:r0+mm, c0:c0+nn] = alpha A[r0:r0+mm, k0:k0+kk] B[k0:k0+kk, c0:c0+nn]
+  + beta C[...]``, on views A, B, C, O of the op's buffers; an ``uplo`` restricts it to one
+  triangle of O (SYRK; such a task's block starts on the diagonal, ``r0 = c0``). ``c0`` is 0
+  but in a blocked Cholesky's block updates (:mod:`vbatch.ops.cholesky`).
   GEMM is one such task per problem (``r0 = k0 = 0``); a TRSM/TRMM join is one with
   ``alpha = -1`` or ``+1``, ``beta = 1`` and ``C = O`` the right-hand sides;
 * ``blas.trsm`` / ``blas.trmm``: one diagonal block ``X[o:o+w] := T[o:o+w, o:o+w]^{-1} X[o:o+w]``
@@ -55,8 +57,9 @@ FAMILY = "blas"
 # Launch kinds (what the blas kernel modules implement).
 COPY, GEMM, TRSM, TRMM = "blas.copy", "blas.gemm", "blas.trsm", "blas.trmm"
 # A blas task's arguments: its row block [r0, r0 + mm), its inner range [k0, k0 + kk) (GEMM),
-# its column count nn. A diagonal block is (o, w, 0, 0, nn); a copy (0, m, 0, 0, n).
-ARGS = ("r0", "mm", "k0", "kk", "nn")
+# its columns [c0, c0 + nn). A diagonal block is (o, w, 0, 0, nn, 0); a copy (0, m, 0, 0, n, 0).
+# Graphs that never set c0 leave the column out (a missing argument is 0).
+ARGS = ("r0", "mm", "k0", "kk", "nn", "c0")
 
 
 def _gemm_flops(args, rows, cols, width):

@@ -16,13 +16,23 @@ rows below left out). The diagonal block's factorization was a launch of its own
 on CUDA it cost every separated panel a launch of one warp a task (~10 us each, on the critical
 path of a sparse factorization's large fronts), so the update's kernels do it.
 
+**Blocked** (``block`` = W > 0, a multiple of ``nb``): a problem with more than
+``block_above`` (at least W) columns to factor takes them W at a time. Before the panels of block column ``[J, J + W)``, one GEMM (the
+``blas`` family's, a SYRK on the diagonal block) brings the whole block column up to date:
+``L[J:, J:J+W] = A[J:, J:J+W] - L[J:, :J] L[J:J+W, :J]^T``; its panels then read it from L and
+update only from the columns ``[J, j)`` of their own block column (the panel's third argument
+is J). Left-looking at nb = 32 re-reads every factored column at every panel, ~8 flops a byte,
+bandwidth-bound on SIMT cores (docs/notes.md, 2026-11-21); the block update runs at GEMM rate on
+FP64 tensor cores, and the panels' updates shrink to at most W - nb columns.
+
 **Partial Cholesky** factors only the first ``p`` columns (``npiv``) and leaves the Schur
 complement ``A22 - L21 L21^T`` in the trailing ``(n - p) x (n - p)`` block: a multifrontal front
 needs exactly this. Left-looking never touches the trailing block during the panels, so one
 ``potrf.schur`` task (a SYRK with ``k = p``) after the last panel forms it.
 
 The task graph (:func:`potrf_graph`) is arrays: one row per task, each problem's tasks in order
-and joined by edges (panel ``s`` before panel ``s + 1``, the last panel before the schur task).
+and joined by edges (panel ``s`` before panel ``s + 1``, a block update between the block
+columns' panels, the last panel before the schur task).
 
 The output of every form is lower triangular: ``L11`` and ``L21`` in the first ``p`` columns,
 the lower triangle of the Schur complement in the trailing block, and zeros above the diagonal.
@@ -37,6 +47,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from vbatch.ops.batch import MatrixList, PackedBatch, Views
+from vbatch.ops.blas import gemm_kind
 from vbatch.ops.errors import InputError
 from vbatch.ops.kinds import Group, TaskKind, by_rows, register, single
 from vbatch.ops.op import Buffer, Op
@@ -59,14 +70,22 @@ def _panel_launches(group: Group, options: dict) -> list[tuple[str, str]]:
 
 def _panel_flops(args, rows, cols, width):
     m, j, w = (np.asarray(x, dtype=np.float64) for x in (rows, cols, width))
-    return 2.0 * m * w * j + w**3 / 3 + w * w * np.maximum(m - w, 0)
+    kb = np.asarray(args[:, 2], np.float64) if args.shape[1] > 2 else 0.0
+    return 2.0 * m * w * (j - kb) + w**3 / 3 + w * w * np.maximum(m - w, 0)
 
 
 PANEL = register(TaskKind(
-    name="potrf.panel", op="potrf", args=("j", "w"), window=by_rows,
+    name="potrf.panel", op="potrf", args=("j", "w", "b"), window=by_rows,
     launches=_panel_launches, flops=_panel_flops,
-    doc="one panel of a left-looking Cholesky: rows = n - j, cols = j (first column), width = w",
+    doc="one panel of a left-looking Cholesky: rows = n - j, cols = j (first column), width = w; "
+        "b: its block column (the update reads columns [b, j))",
 ), (FUSED, UPDATE, TRSM))
+
+# A blocked factorization's block update: L[J:, J:J+W] = A[J:, J:J+W] - L[J:, :J] L[J:J+W, :J]^T
+# (blas args r0 = J, mm = n - J, k0 = 0, kk = J, nn = W, c0 = J), the lower triangle of the
+# diagonal block (what lies above it the panels overwrite with zeros). A failed problem is left
+# alone: its later columns are unspecified, and no work is spent on them.
+BLOCK_UPDATE = gemm_kind("l", "l", "a", "l", 0, 1, 0, "minus", "one", "lower", skip_failed=1)
 
 SCHUR_KIND = register(TaskKind(
     name="potrf.schur", op="potrf", args=("p", "tr"), window=by_rows, launches=single(SCHUR),
@@ -75,33 +94,60 @@ SCHUR_KIND = register(TaskKind(
 ), (SCHUR,))
 
 
-def potrf_graph(n: Any, npiv: Any = None, nb: int = 32) -> TaskGraph:
-    """The tasks of a batched (partial) Cholesky, from the sizes alone (module docstring)."""
+def potrf_graph(n: Any, npiv: Any = None, nb: int = 32, block: int = 0,
+                block_above: int = 0) -> TaskGraph:
+    """The tasks of a batched (partial) Cholesky, from the sizes alone (module docstring):
+    each problem's panels in order, its block updates among them where it factors more than
+    ``max(block, block_above)`` columns (``block`` 0: never), then its schur task."""
     n = np.asarray(n, dtype=np.int64)
     p = n if npiv is None else np.asarray(npiv, dtype=np.int64)
     k = len(n)
     live = n > 0
     steps = np.where(live, -(-p // nb), 0)
+    blocked = live & (block > 0) & (p > max(block, block_above))
+    gemms = np.where(blocked, -(-p // max(block, 1)) - 1, 0)
     schur = live & (p < n)
-    cnt = steps + schur
+    cnt = steps + gemms + schur
     first = np.cumsum(cnt) - cnt
     T = int(cnt.sum())
-    problem = np.repeat(np.arange(k, dtype=np.int64), cnt)
-    local = np.arange(T, dtype=np.int64) - np.repeat(first, cnt)
-    is_schur = local >= np.repeat(steps, cnt)
-    pp, nn = p[problem], n[problem]
-    j = local * nb
-    w = np.minimum(nb, pp - j)
-    tr = nn - pp
-    args = np.stack([np.where(is_schur, pp, j), np.where(is_schur, tr, w)], axis=1)
+    qs = np.arange(k, dtype=np.int64)
+    kind = np.zeros(T, np.int8)
+    problem = np.repeat(qs, cnt)
+    args = np.zeros((T, 6 if gemms.any() else 3), np.int64)
+    rows, cols, width = (np.zeros(T, np.int64) for _ in range(3))
+    # Panels: panel s of problem q is its task s + (block updates before it), in block column
+    # b = (j // block) * block of a blocked problem.
+    pq = np.repeat(qs, steps)
+    s = np.arange(len(pq), dtype=np.int64) - np.repeat(np.cumsum(steps) - steps, steps)
+    j = s * nb
+    bcol = np.where(blocked[pq], j // max(block, 1), 0)
+    at = first[pq] + s + bcol
+    args[at, 0], args[at, 1], args[at, 2] = j, np.minimum(nb, p[pq] - j), bcol * block
+    rows[at], cols[at], width[at] = n[pq] - j, j, args[at, 1]
+    # Block updates: the g-th (g >= 1) comes before the first panel of block column g.
+    gq = np.repeat(qs, gemms)
+    g = 1 + np.arange(len(gq), dtype=np.int64) - np.repeat(np.cumsum(gemms) - gemms, gemms)
+    if len(gq):
+        at = first[gq] + g * (block // nb) + g - 1
+        J = g * block
+        kind[at] = 2
+        args[at, 0], args[at, 1], args[at, 3] = J, n[gq] - J, J
+        args[at, 4], args[at, 5] = np.minimum(block, p[gq] - J), J
+        rows[at], cols[at], width[at] = n[gq] - J, J, args[at, 4]
+    # Schur tasks: each problem's last.
+    sq = np.flatnonzero(schur)
+    at = first[sq] + cnt[sq] - 1
+    kind[at] = 1
+    args[at, 0], args[at, 1] = p[sq], n[sq] - p[sq]
+    rows[at], cols[at], width[at] = n[sq] - p[sq], p[sq], n[sq] - p[sq]
     return TaskGraph(
-        kinds=(PANEL, SCHUR_KIND),
-        kind=is_schur.astype(np.int8),
+        kinds=(PANEL, SCHUR_KIND, BLOCK_UPDATE) if gemms.any() else (PANEL, SCHUR_KIND),
+        kind=kind,
         problem=problem,
         args=args,
-        rows=np.where(is_schur, tr, nn - j),
-        cols=np.where(is_schur, pp, j),
-        width=np.where(is_schur, tr, w),
+        rows=rows,
+        cols=cols,
+        width=width,
         edges=chain_edges(first, cnt),
         k=k,
         chains=(first, cnt),
@@ -109,14 +155,28 @@ def potrf_graph(n: Any, npiv: Any = None, nb: int = 32) -> TaskGraph:
 
 
 def plan_cholesky(n: Any, npiv: Any = None, *, nb: int = 32, policy: str = "dsse",
-                  fused_max_rows: int = 512, streams: int = 1):
+                  fused_max_rows: int = 512, streams: int = 1, block: int = 0,
+                  block_above: int = 0):
     """The plan of a batched (partial) Cholesky of sizes ``n`` (``npiv`` columns each)."""
     from vbatch.scheduler.plan import make_plan
 
     if not isinstance(nb, (int, np.integer)) or isinstance(nb, bool) or nb < 1:
         raise ValueError(f"nb must be a positive int, got {nb!r}")
-    return make_plan(potrf_graph(n, npiv, int(nb)), op="potrf", policy=policy, streams=streams,
-                     nb=int(nb), fused_max_rows=fused_max_rows)
+    check_block(int(nb), block)
+    return make_plan(potrf_graph(n, npiv, int(nb), int(block), int(block_above)), op="potrf",
+                     policy=policy, streams=streams, nb=int(nb), fused_max_rows=fused_max_rows)
+
+
+def graph_options(opts: dict) -> tuple[int, int, int]:
+    """``nb``, ``block`` and ``block_above`` of a plan's options (the last two 0 when unset)."""
+    return int(opts["nb"]), int(opts.get("block", 0)), int(opts.get("block_above", 0))
+
+
+def check_block(nb: int, block: int) -> None:
+    """``block`` is 0 (off) or a multiple of ``nb`` of at least two panels."""
+    if block and (block < 2 * nb or block % nb):
+        raise InputError([(None, f"block must be 0 or a multiple of nb = {nb} of at least "
+                                 f"{2 * nb}, got {block}")], what="runtime options")
 
 
 def _npiv_array(v: Any, k: int) -> np.ndarray:
@@ -335,8 +395,11 @@ POTRF = register_op(Op(
     request=CholeskyRequest,
     # Kernels read A and write L (the same buffer when the caller overwrites).
     buffers=(Buffer("a", "batch"), Buffer("l", "batch", output=True)),
-    graph=lambda req, opts: potrf_graph(req.batch.n, req.npiv, int(opts["nb"])),
+    graph=lambda req, opts: potrf_graph(req.batch.n, req.npiv, *graph_options(opts)),
     signature=lambda req: (req.batch.n.tobytes(), req.npiv.tobytes()),
     result=lambda outs, info, plan: CholeskyResult(outs["l"], info, plan),
+    # A blocked plan's block updates are the blas family's GEMMs (their alpha and beta are
+    # fixed by the kind; the table's slots are filled all the same).
+    scalars=lambda req: {"alpha": 1.0, "beta": 0.0}, families=("potrf", "blas"),
     doc="batched (partial) Cholesky",
 ))

@@ -29,7 +29,7 @@ from vbatch.ops.blas import (
     copy_kind,
     potrs_phases,
 )
-from vbatch.ops.cholesky import CholeskyResult, potrf_graph
+from vbatch.ops.cholesky import CholeskyResult, graph_options, potrf_graph
 from vbatch.ops.op import Buffer, Op
 from vbatch.ops.op import register as register_op
 from vbatch.ops.operands import operand, shape_rule, together
@@ -59,7 +59,7 @@ class PosvRequest(_Request):
 
 def posv_graph(req: PosvRequest, opts: dict) -> TaskGraph:
     n = req.a.n
-    fac = potrf_graph(n, None, int(opts["nb"]))
+    fac = potrf_graph(n, None, *graph_options(opts))
     sol = chain_graph(req.b.m, req.b.n, potrs_phases("l", "x", skip_failed=1),
                       copy_kind("b", "x", 0, "one"),
                       int(opts["blas_nb"]), int(opts.get("blas_whole_rhs", 0)))

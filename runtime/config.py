@@ -18,6 +18,9 @@ class Config(BaseModel):
     * ``nb``: panel width of blocked factorizations.
     * ``policy``: ``"dsse"`` (different starts, same end) or ``"ssde"``.
     * ``fused_max_rows``: the crossover: panels of at most this many rows run fused.
+    * ``block``, ``block_above``: a Cholesky problem that factors more than ``block_above``
+      columns (and more than ``block``) takes them ``block`` at a time, each block column
+      brought up to date by one GEMM first (``block`` 0: never; a multiple of ``nb``).
     * ``streams``: CUDA streams that independent chains of launches may use.
     * ``cuda_graphs``: run each plan as one CUDA graph, captured on its second call
       (``False``: launch by launch, for profiling single kernels).
@@ -38,6 +41,8 @@ class Config(BaseModel):
     nb: int | None = Field(default=None, ge=1, le=1024)
     policy: Literal["dsse", "ssde"] = "dsse"
     fused_max_rows: int | None = Field(default=None, ge=0)
+    block: int | None = Field(default=None, ge=0)
+    block_above: int | None = Field(default=None, ge=0)
     streams: int | None = Field(default=None, ge=1, le=64)
     cuda_graphs: bool = True
     fp64_update: Literal["fma", "mma"] = "fma"
@@ -46,4 +51,5 @@ class Config(BaseModel):
     coalesce_max_n: int = Field(default=512, ge=0)
     coalesce_max_k: int = Field(default=16384, ge=1)
 
-    PLANNER: ClassVar[tuple[str, ...]] = ("nb", "fused_max_rows", "streams")
+    PLANNER: ClassVar[tuple[str, ...]] = ("nb", "fused_max_rows", "streams", "block",
+                                             "block_above")

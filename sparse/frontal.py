@@ -40,7 +40,7 @@ from pydantic import model_validator
 
 from vbatch.ops.batch import PackedBatch
 from vbatch.ops.blas import _Request
-from vbatch.ops.cholesky import CholeskyResult, potrf_graph
+from vbatch.ops.cholesky import CholeskyResult, graph_options, potrf_graph
 from vbatch.ops.errors import InputError
 from vbatch.ops.kinds import TaskKind, by_rows, register, single
 from vbatch.ops.op import Buffer, Op
@@ -175,7 +175,7 @@ class FrontalRequest(_Request):
 def frontal_graph(req: FrontalRequest, opts: dict) -> TaskGraph:
     n, p, par = req.a.n, req.npiv, req.parent
     k = len(n)
-    fac = potrf_graph(n, p, int(opts["nb"]))
+    fac = potrf_graph(n, p, *graph_options(opts))
     u = n - p
     child = np.flatnonzero((par >= 0) & (u > 0))
     c = len(child)
@@ -215,7 +215,8 @@ FRONTAL_OP = register_op(Op(
     buffers=(Buffer("a", "a"), Buffer("l", "a", output=True), Buffer("rel", "rel")),
     graph=frontal_graph, signature=_sig,
     result=lambda outs, info, plan: FrontalResult(outs["l"], info, plan),
-    families=("potrf", "frontal"),
+    # Large fronts factor in blocks, whose updates are the blas family's GEMMs.
+    scalars=lambda req: {"alpha": 1.0, "beta": 0.0}, families=("potrf", "blas", "frontal"),
     doc="the numeric multifrontal Cholesky: partial factorizations and extend-adds, one graph",
 ))
 

@@ -4,7 +4,7 @@
     compute-sanitizer --tool racecheck --error-exitcode 9 python tests/gpu_sanitize.py
 
 Covers fused (several block shapes), small_step, update (with its diagonal block), trsm, schur,
-gather and scatter, in both layouts and dtypes, full and partial, with a non-SPD matrix (its failed
+gather and scatter, in both layouts and dtypes, full and partial, unblocked and blocked, with a non-SPD matrix (its failed
 panel completes its leading columns in the fused kernel, and in update + trsm_step when
 separated) and an infinite
 pivot; then the blas family (GEMM, SYRK, TRSM, TRMM, POSV with a failing problem), then the
@@ -40,15 +40,19 @@ def main() -> int:
         npiv = [min(n, int(rng.integers(0, n + 1))) for n in ns]
         npiv[BAD] = ns[BAD]
         for order in ("F", "C"):
-            for fmr in (None, 0):
-                opts = {} if fmr is None else {"fused_max_rows": fmr}
+            # block 64: problems over 64 columns factor in block columns (the blas GEMM's
+            # block updates, panels that read L and update from their own block column).
+            for fmr, blk in ((None, 0), (0, 0), (None, 64), (0, 64)):
+                opts = {"block": blk, "block_above": 0}
+                if fmr is not None:
+                    opts["fused_max_rows"] = fmr
                 rt = vbatch.Runtime("cuda", **opts)
                 for p in (None, npiv):
                     packed = vbatch.pack(mats, order=order)
                     dev = packed.with_data(cupy.asarray(packed.data))
                     res = rt.cholesky(dev, p).result()
                     host = res.factors.with_data(res.factors.data.get())
-                    tag = f"{dtype.__name__} {order} fmr={fmr} npiv={p is not None}"
+                    tag = f"{dtype.__name__} {order} fmr={fmr} block={blk} npiv={p is not None}"
                     for i, a in enumerate(mats):
                         f = host.matrix(i).astype(np.float64)
                         if i == INF:

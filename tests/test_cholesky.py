@@ -72,6 +72,7 @@ def cases(draw, device):
         form=draw(st.sampled_from(["list", "F", "C"])),
         seed=draw(st.integers(0, 2**31)),
         partial=draw(st.booleans()),
+        block=draw(st.sampled_from([0, 2 * nb, 3 * nb])),
     )
 
 
@@ -82,7 +83,8 @@ def test_factors_match_numpy(device, data):
     rng = np.random.default_rng(c["seed"])
     mats = spd_list(c["ns"], c["dtype"], rng)
     npiv = [int(rng.integers(0, n + 1)) for n in c["ns"]] if c["partial"] else None
-    rt = runtime(device, nb=c["nb"], policy=c["policy"], fused_max_rows=c["fused_max_rows"])
+    rt = runtime(device, nb=c["nb"], policy=c["policy"], fused_max_rows=c["fused_max_rows"],
+                 block=c["block"], block_above=0)
     if c["form"] == "list":
         res = rt.cholesky(as_device(mats, device), npiv).result()
         factors = res.factors
@@ -164,6 +166,54 @@ def test_partial_cholesky_matches_a_dense_schur_complement(device, policy):
     assert kinds.get("schur") and kinds.get("fused") and kinds.get("update") and kinds.get("trsm")
     for i, (a, f) in enumerate(zip(mats, res.factors)):
         check_factor(a, f, np.float64, npiv[i], where=f"problem {i} (npiv {npiv[i]})")
+
+
+BLOCK_NB, BLOCK = 16, 48  # three panels a block column
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("fused_max_rows", [0, 10**6], ids=["separated", "fused"])
+@pytest.mark.parametrize("form", ["F", "C", "list", "overwrite"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_blocked_factorization(device, fused_max_rows, form, dtype):
+    """Blocked (``block``): sizes on both sides of one, two and three block columns, partial
+    factorizations ending inside and on the edge of a block column, pivots that fail in the
+    first, second and third block column (the columns before them still the factor, the other
+    problems untouched), and NaN above the diagonal of every input (never read into a result)."""
+    rng = np.random.default_rng(21)
+    B = BLOCK
+    ns = edge_sizes(BLOCK_NB) + [B - 1, B, B + 1, 2 * B - 1, 2 * B, 2 * B + 1, 3 * B + 5, 150,
+                                 150, 150, 120, 120, 130]
+    npiv = [None] * (len(ns) - 3) + [B, B + 1, 2 * B + 3]
+    fail = {len(ns) - 6: 10, len(ns) - 5: B + 7, len(ns) - 4: 2 * B}  # column that fails
+    mats = spd_list(ns, dtype, rng)
+    for i, col in fail.items():
+        mats[i] = make_indefinite(mats[i].astype(np.float64), col).astype(dtype)
+    junk = [m + np.triu(np.full_like(m, np.nan), 1) for m in mats]
+    p = [n if v is None else v for n, v in zip(ns, npiv)]
+    rt = runtime(device, nb=BLOCK_NB, fused_max_rows=fused_max_rows, block=B, block_above=0)
+    if form == "list":
+        res = rt.cholesky(as_device(junk, device), p).result()
+        factors = list(res.factors)
+    else:
+        b = packed_from(junk, "C" if form == "C" else "F", device)
+        res = rt.cholesky(b, p, overwrite=form == "overwrite").result()
+        factors = res.factors.unpack()
+    assert res.plan.counts().get("blas.gemm"), "no block update was planned"
+    want = [reference(a, v)[1] for a, v in zip(mats, p)]
+    assert res.info.tolist() == want and [want[i] for i in fail] == [c + 1 for c in fail.values()]
+    for i, (a, f) in enumerate(zip(mats, factors)):
+        if i in fail:
+            f = to_host(f).astype(np.float64)
+            k = fail[i]
+            a64 = a.astype(np.float64)
+            sym = np.tril(a64) + np.tril(a64, -1).T
+            lk = f[:, :k]
+            assert np.all(np.isfinite(lk)) and not np.any(np.triu(lk, 1)), f"problem {i}"
+            err = np.linalg.norm(sym[:, :k] - lk @ lk[:k].T) / np.linalg.norm(sym)
+            assert err <= tolerance(ns[i], dtype), f"problem {i}: error {err:.2e}"
+        else:
+            check_factor(a, f, dtype, p[i], where=f"problem {i} (n {ns[i]}, npiv {p[i]})")
 
 
 @pytest.mark.parametrize("device", DEVICES)

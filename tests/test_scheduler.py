@@ -172,7 +172,8 @@ def test_potrf_graph_is_each_problems_panels_then_its_schur():
     # problem 0: one panel; 1: panels j = 0, 16 then schur; 2: nothing; 3: schur only
     assert g.problem.tolist() == [0, 1, 1, 1, 3]
     assert [g.kinds[k].name for k in g.kind] == ["potrf.panel"] * 3 + ["potrf.schur"] * 2
-    assert g.args.tolist() == [[0, 5], [0, 16], [16, 4], [20, 20], [0, 33]]
+    # (j, w, block column) for panels, (p, n - p, 0) for schur tasks
+    assert g.args.tolist() == [[0, 5, 0], [0, 16, 0], [16, 4, 0], [20, 20, 0], [0, 33, 0]]
     assert g.rows.tolist() == [5, 40, 24, 20, 33]
     assert g.edges.tolist() == [[1, 2], [2, 3]]
 
@@ -239,3 +240,44 @@ def test_empty_batches():
     for n in ([], [0, 0]):
         plan = plan_cholesky(n, nb=8)
         assert plan.launches == () and plan.nsteps == 0 and len(plan.problems()) == 0
+
+
+def test_blocked_graph_puts_a_block_update_before_each_later_block_column():
+    g = potrf_graph(np.array([100, 40, 0, 32]), None, nb=16, block=32)
+    names = [g.kinds[c].name.split("[")[0] for c in g.kind]
+    rows = [(int(q), nm, g.args[i].tolist()) for i, (q, nm) in enumerate(zip(g.problem, names))]
+    P, G = "potrf.panel", "blas.gemm"
+    assert rows == [
+        (0, P, [0, 16, 0, 0, 0, 0]), (0, P, [16, 16, 0, 0, 0, 0]),
+        (0, G, [32, 68, 0, 32, 32, 32]),  # rows 32.., columns [32, 64) from the 32 before
+        (0, P, [32, 16, 32, 0, 0, 0]), (0, P, [48, 16, 32, 0, 0, 0]),
+        (0, G, [64, 36, 0, 64, 32, 64]),
+        (0, P, [64, 16, 64, 0, 0, 0]), (0, P, [80, 16, 64, 0, 0, 0]),
+        (0, G, [96, 4, 0, 96, 4, 96]), (0, P, [96, 4, 96, 0, 0, 0]),
+        (1, P, [0, 16, 0, 0, 0, 0]), (1, P, [16, 16, 0, 0, 0, 0]),
+        (1, G, [32, 8, 0, 32, 8, 32]), (1, P, [32, 8, 32, 0, 0, 0]),
+        (3, P, [0, 16, 0, 0, 0, 0]), (3, P, [16, 16, 0, 0, 0, 0]),  # not more than one block
+    ]
+    # One chain per problem, in that order.
+    assert g.edges.tolist() == [[i, i + 1] for i in range(9)] + [[10, 11], [11, 12], [12, 13],
+                                                                 [14, 15]]
+    # Unblocked, the graph is the panels alone, each of block column 0.
+    flat = potrf_graph(np.array([100, 40, 0, 32]), None, nb=16)
+    assert len(flat.kinds) == 2 and not flat.args[:, 2].any()
+    assert flat.args[:, :2].tolist() == [r[2][:2] for r in rows if r[1] == P]
+
+
+@pytest.mark.parametrize("block", [15, 16, 40])
+def test_a_block_that_is_not_whole_panels_is_refused(block):
+    from vbatch import InputError
+
+    with pytest.raises(InputError, match="block must be 0 or a multiple of nb = 16"):
+        plan_cholesky([100], nb=16, block=block)
+
+
+def test_only_problems_over_block_above_columns_are_blocked():
+    g = potrf_graph(np.array([100, 64, 65, 200]), np.array([100, 64, 65, 64]), nb=16, block=32,
+                    block_above=64)
+    blocked = sorted({int(q) for q, c in zip(g.problem, g.kind) if g.kinds[c].name != "potrf.panel"
+                      and g.kinds[c].name != "potrf.schur"})
+    assert blocked == [0, 2]  # 100 and 65 columns; 64 columns are not more than 64
