@@ -631,3 +631,33 @@ def test_frontal_op_against_its_reference(device, order):
         assert err <= 1000 * np.finfo(np.float64).eps, f"solve, front {f}: {err:.3g}"
     with pytest.raises(InputError, match="parent 0 is not a later front"):
         Runtime("cpu").submit("frontal", a=a, rel=r, parent=[3, 0, 3, -1], npiv=p)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_large_fronts_factor_in_blocks(device, dtype):
+    """Fronts of more than ``block_above`` pivots factor a block column at a time (a GEMM
+    updates each later block column in place in the workspace, partial factorizations and
+    extend-adds around it), here with blocks of 32 so that small Laplacians have such fronts;
+    a matrix that is not positive definite gets its info, the others never notice, and the
+    factors equal the unblocked ones to rounding."""
+    rt = Runtime(device, nb=16, block=32, block_above=0)
+    eps = np.finfo(dtype).eps
+    mats = [lap(9, 3), lap(17, 2), lap(6, 3)]
+    bad = lap(6, 3).tolil()
+    bad[200, 200] = -50.0
+    mats.append(sp.csr_matrix(bad))
+    F = sparse.cholesky(mats, runtime=rt, dtype=dtype)
+    plan = F._requests[("frontal", None)][1]
+    assert plan.counts().get("blas.gemm"), "no front was blocked"
+    assert F.info[3] > 0 and not F.info[:3].any(), F.info
+    plain = sparse.cholesky(mats[:3], runtime=Runtime(device), dtype=dtype)
+    rng = np.random.default_rng(4)
+    for i, A in enumerate(mats[:3]):
+        check(F, i, A, eps)
+        b = rng.standard_normal(A.shape[0])
+        x = host(F.solve([b if j == i else np.zeros(M.shape[0]) for j, M in enumerate(mats)])[i])
+        assert backward(A, x, b) <= 50 * A.shape[0] * eps, f"matrix {i}"
+        L1, _ = F.factor(i)
+        L0, _ = plain.factor(i)
+        assert abs(L1 - L0).max() <= 1e3 * eps * abs(L0).max(), f"matrix {i}"
