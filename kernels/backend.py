@@ -99,6 +99,11 @@ class Backend(ABC):
     # {op name: its kernel module for this backend}; each backend fills it.
     kernels: dict = {}
 
+    def tune_key(self) -> str:
+        """What a tune file's entry must have been measured on (:mod:`vbatch.runtime.tune`):
+        the backend and its device."""
+        return self.name
+
     def _op(self, op: str):
         try:
             return self.kernels[op]

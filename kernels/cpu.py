@@ -155,6 +155,19 @@ class CpuBackend(Backend):
         self._run_lock = threading.Lock()
         self.kernels = kernel_modules("_cpu")
 
+    def tune_key(self) -> str:
+        """The processor model and the threads this backend runs on."""
+        import platform
+
+        model = platform.processor() or platform.machine()
+        try:
+            with open("/proc/cpuinfo") as f:
+                model = next((ln.split(":", 1)[1].strip() for ln in f
+                              if ln.startswith("model name")), model)
+        except OSError:
+            pass
+        return f"cpu {model} x{self.threads.size}"
+
     # ------------------------------------------------------------ memory
     def memory_total(self) -> int:
         # Read once: /proc/meminfo costs ~18 us, on the path of every call.

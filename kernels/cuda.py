@@ -337,6 +337,14 @@ class CudaBackend(Backend):
         self._mem_total: dict[int, int] = {}
         self.kernels = launchers()
 
+    def tune_key(self) -> str:
+        """The GPU's name and compute capability, and the CUDA runtime's version."""
+        dev = cupy.cuda.runtime.getDevice()
+        p = cupy.cuda.runtime.getDeviceProperties(dev)
+        name = p["name"].decode() if isinstance(p["name"], bytes) else str(p["name"])
+        return (f"cuda {name} sm_{p['major']}{p['minor']} "
+                f"runtime {cupy.cuda.runtime.runtimeGetVersion()}")
+
     def memory_total(self) -> int:
         dev = cupy.cuda.runtime.getDevice()
         total = self._mem_total.get(dev)

@@ -59,6 +59,12 @@ def plan_defaults(dtype) -> dict:
             "block_above": 0}
 
 
+# What `python -m vbatch tune` measures (vbatch.runtime.tune): the panel width, from the sweep's
+# candidates (docs/notes.md, 2026-11-21), on batches a few seconds' work in all.
+TUNE = (("nb", (64, 128, 256, 512, 1024)),)
+TUNE_WORKLOADS = (("uniform", 500, 128), ("uniform", 100, 512), ("skewed", 200, 512))
+
+
 def check_options(dtype, options: dict) -> None:
     from vbatch.ops.cholesky import check_block
 

@@ -43,6 +43,15 @@ MAX_GRID_Y = 65535
 # than their updates gain, so they stay unblocked.
 BLOCK = 128
 BLOCK_ABOVE = 512
+# What `python -m vbatch tune` measures (vbatch.runtime.tune), from the defaults above: the
+# fused/separated crossover, then the blocking (width, threshold), on the harness's batches.
+TUNE = (
+    ("fused_max_rows", (0, 64, 128, 192, 256)),
+    (("block", "block_above"), ((0, 0), (128, 512), (256, 512), (128, 256), (256, 256),
+                                (512, 512))),
+)
+TUNE_WORKLOADS = (("uniform", 2000, 128), ("uniform", 2000, 512), ("skewed", 2000, 512),
+                  ("uniform", 500, 1024), ("skewed", 500, 1024))
 # The fused kernel runs one thread per panel row, so the tallest panel it takes is the largest
 # block it is compiled for.
 FUSED_ROWS_MAX = 256

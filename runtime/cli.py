@@ -1,7 +1,8 @@
 """The ``vbatch`` command (also ``python -m vbatch``): ``demo`` factors a generated batch and
 checks it, ``plan`` prints its launch plan, ``trace`` times every launch of one call (a Chrome
 trace and a Gantt chart, :mod:`vbatch.runtime.trace`), ``compile`` builds the CUDA kernels ahead
-of use.
+of use, ``tune`` measures the planner's crossovers on this machine and keeps them as the
+defaults (:mod:`vbatch.runtime.tune`).
 
 ``demo`` exits 0 when every factor is within tolerance, 1 when any matrix failed (non-zero
 ``info``, a residual over tolerance, or NaN). Every command exits 2, with one line on stderr, on
@@ -154,7 +155,23 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     comp.add_argument("--out", default=None, metavar="DIR",
                       help="with --nvcc: keep the generated .cu files and cubins in DIR "
                            "(default: a temporary folder, removed afterwards)")
-    for p in (demo, plan, trc, comp):
+    tun = sub.add_parser(
+        "tune", help="measure the planner's crossovers here and keep them as the defaults",
+        description="Time each tunable option's candidates (the kernel modules' TUNE) on "
+                    "generated batches, choose the fastest, and write them to the tune file, "
+                    "where every Runtime on this machine, backend and kernels finds them "
+                    "(options a Runtime is given still win).",
+    )
+    tun.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    tun.add_argument("--dtype", nargs="+", choices=DTYPES, default=list(DTYPES))
+    tun.add_argument("--reps", type=_int_at_least(1), default=5,
+                     help="timed calls per candidate and batch, after warm-up (5)")
+    tun.add_argument("--file", default=None, metavar="PATH",
+                     help="the tune file (default ~/.cache/vbatch/tune.json)")
+    tun.add_argument("--quick", action="store_true",
+                     help="tiny batches, one timed call each: checks the command, not the "
+                          "machine")
+    for p in (demo, plan, trc, comp, tun):
         p.set_defaults(parser=p)  # errors found after parsing name the subcommand too
     return ap
 
@@ -227,6 +244,19 @@ def _runtime(args):
     rt = Runtime(args.device, **opts)
     rt.plan_options(args.dtype)  # the backend checks nb here: fail before generating a batch
     return rt
+
+
+def cmd_tune(args) -> int:
+    from vbatch.ops.errors import InputError
+    from vbatch.runtime.tune import describe, tune
+
+    try:
+        entry = tune(args.device, tuple(args.dtype), quick=args.quick, reps=args.reps,
+                     path=args.file)
+    except (InputError, RuntimeError) as exc:
+        args.parser.error(str(exc))
+    print(describe(entry))
+    return 0
 
 
 def cmd_plan(args, rt) -> int:
@@ -392,6 +422,8 @@ def main(argv: list[str] | None = None, prog: str = "vbatch") -> int:
     if args.cmd == "compile":
         _check_compile(args)
         return cmd_compile(args)
+    if args.cmd == "tune":
+        return cmd_tune(args)
     if args.cmd == "demo" and args.nonspd > args.count:
         args.parser.error(f"argument --nonspd: must be <= --count ({args.count}), "
                           f"got {args.nonspd}")

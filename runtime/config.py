@@ -28,6 +28,9 @@ class Config(BaseModel):
       cores; measured no faster, docs/notes.md).
     * ``fp64_gemm``: the float64 GEMM tiles of the BLAS ops (GEMM, SYRK, the joins of TRSM
       and TRMM) on CUDA: ``"mma"`` (FP64 tensor cores) or ``"fma"``.
+    * ``tuned``: take the planner options ``python -m vbatch tune`` measured on this machine
+      (from ``tune_file``, default ``~/.cache/vbatch/tune.json``) where this config leaves
+      them unset; :mod:`vbatch.runtime.tune`.
     * ``coalesce_us``: coalesce compatible submissions that arrive within this many
       microseconds into one launch group (``None``: off, every submission is its own);
       :mod:`vbatch.runtime.coalesce`.
@@ -47,6 +50,8 @@ class Config(BaseModel):
     cuda_graphs: bool = True
     fp64_update: Literal["fma", "mma"] = "fma"
     fp64_gemm: Literal["fma", "mma"] = "mma"
+    tuned: bool = True
+    tune_file: str | None = None
     coalesce_us: float | None = Field(default=None, gt=0, le=6e7)
     coalesce_max_n: int = Field(default=512, ge=0)
     coalesce_max_k: int = Field(default=16384, ge=1)

@@ -161,6 +161,10 @@ class Runtime:
         self._tails: dict = {}
         self._lock = threading.Lock()
         self._opts: dict = {}  # (op, dtype) -> planner options (one dict each, identity-keyed)
+        from vbatch.runtime.tune import tuned_options
+
+        # (family, dtype name) -> what `python -m vbatch tune` measured for this machine
+        self._tuned = tuned_options(self.backend, self.config)
         self._plans: OrderedDict = OrderedDict()  # size signature -> plan, last used last
         self._seen: dict = {}  # the known-call path's entries (_known)
         # Names this runtime's replay entries in a batch's cache (_replay): an object, not
@@ -183,7 +187,8 @@ class Runtime:
     # ------------------------------------------------------------------ planning
     def plan_options(self, dtype: Any, op: str = "potrf") -> dict:
         """The planner's options for ``op`` on this dtype: the config's, else the backend's
-        (those of every kernel family the op uses, merged)."""
+        (those of every kernel family the op uses, merged in the op's order, each family's
+        defaults followed by what ``python -m vbatch tune`` measured for it on this machine)."""
         dtype = np.dtype(dtype)
         hit = self._opts.get((op, dtype))
         if hit is None:
@@ -193,6 +198,7 @@ class Runtime:
             hit = {}
             for fam in families:
                 hit.update(self.backend.plan_defaults(fam, dtype))
+                hit.update(self._tuned.get((fam, dtype.name), {}))
             cfg = self.config
             for name in Config.PLANNER:
                 if getattr(cfg, name) is not None and name in hit:

@@ -1,0 +1,68 @@
+"""``python -m vbatch tune`` and the defaults it leaves: the file's entry for this backend and
+these kernels sets what a Runtime is not told (on the CPU backend; the machinery is the same
+on CUDA, whose knobs are the crossover and the blocking)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from vbatch import Runtime
+from vbatch.kernels import potrf_cpu
+from vbatch.runtime import cli
+from vbatch.runtime.tune import entry_key, tune, tuned_options
+
+
+def _write(path, key, options, quick=False):
+    path.write_text(json.dumps({key: {"options": options, "quick": quick}}))
+
+
+def test_a_runtime_takes_the_entry_for_its_backend_and_kernels(tmp_path):
+    f = tmp_path / "tune.json"
+    plain = Runtime("cpu", tuned=False)
+    key = entry_key(plain.backend)
+    default = potrf_cpu.plan_defaults("float64")["nb"]
+    _write(f, key, {"potrf": {"float64": {"nb": 128}}})
+    rt = Runtime("cpu", tune_file=str(f))
+    assert rt.plan_options("float64")["nb"] == 128
+    assert rt.plan_options("float32")["nb"] == default  # no entry for float32
+    assert rt.plan_options("float64", "posv")["nb"] == 128  # every op of the family
+    assert Runtime("cpu", tune_file=str(f), nb=256).plan_options("float64")["nb"] == 256
+    assert Runtime("cpu", tune_file=str(f), tuned=False).plan_options("float64")["nb"] == default
+    # Measured on other kernels (another hash), or by a quick run: not taken.
+    _write(f, key.rsplit(" ", 1)[0] + " 0123456789abcdef", {"potrf": {"float64": {"nb": 128}}})
+    assert Runtime("cpu", tune_file=str(f)).plan_options("float64")["nb"] == default
+    _write(f, key, {"potrf": {"float64": {"nb": 128}}}, quick=True)
+    assert Runtime("cpu", tune_file=str(f)).plan_options("float64")["nb"] == default
+    # A missing or unreadable file is no entry.
+    f.write_text("{not json")
+    assert tuned_options(plain.backend, Runtime("cpu", tune_file=str(f)).config) == {}
+    assert Runtime("cpu", tune_file=str(tmp_path / "none.json")).plan_options("float64")["nb"] \
+        == default
+
+
+def test_tune_measures_every_candidate_and_writes_its_choice(tmp_path):
+    f = tmp_path / "sub" / "tune.json"
+    lines = []
+    entry = tune("cpu", ("float64",), quick=True, path=str(f), log=lines.append)
+    nb = entry["options"]["potrf"]["float64"]["nb"]
+    candidates = {potrf_cpu.plan_defaults("float64")["nb"], *potrf_cpu.TUNE[0][1]}
+    assert nb in candidates
+    timed = entry["timings"]["potrf"]["float64"]["nb"]
+    assert {int(c) for c in timed} == candidates
+    assert all(len(ms) == 2 and all(t > 0 for t in ms) for ms in timed.values())
+    saved = json.loads(f.read_text())
+    assert saved[entry_key(Runtime("cpu", tuned=False).backend)]["options"] == entry["options"]
+    assert sum(line.lstrip().startswith("*") for line in lines) == 1  # one choice marked
+
+
+def test_tune_command(tmp_path, capsys):
+    f = tmp_path / "tune.json"
+    assert cli.main(["tune", "--device", "cpu", "--quick", "--dtype", "float32",
+                     "--file", str(f)]) == 0
+    out = capsys.readouterr().out
+    assert "potrf float32: nb=" in out and f.exists()
+    with pytest.raises(SystemExit) as e:
+        cli.main(["tune", "--reps", "0"])
+    assert e.value.code == 2
