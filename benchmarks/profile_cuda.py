@@ -158,14 +158,19 @@ def cmd_launches(args):
     for lc, ms in rows:
         t = plan.tasks
         j, w, h = t.cols[lc.lo:lc.hi], t.width[lc.lo:lc.hi], t.rows[lc.lo:lc.hi]
+        a = t.args[lc.lo:lc.hi].astype(np.float64)
         if lc.kind == "schur":
             flops = byts = 0.0
+        elif lc.kind == "blas.gemm":  # a blocked plan's block update (args r0, mm, k0, kk, nn)
+            flops = float((2.0 * a[:, 1] * a[:, 3] * a[:, 4]).sum())
+            byts = float(_blas_bytes(lc.kind, a, isz).sum())
         else:
-            upd = 2.0 * h * w * j
+            k = j - a[:, 2]  # a panel's update reads the columns of its block column, [b, j)
+            upd = 2.0 * h * w * k
             fac = w**3 / 3.0 + (h - w) * w * w
             flops = float({"fused": upd + fac, "update": upd + w**3 / 3.0,
                            "trsm": (h - w) * w * w}[lc.kind].sum())
-            reads_l = (h * j) if lc.kind in ("fused", "update") else 0
+            reads_l = (h * k) if lc.kind in ("fused", "update") else 0
             byts = float((reads_l + 2 * h * w).sum()) * isz
         floor = max(byts / BW, flops / PEAK[dtype.name]) * 1e3
         tot[lc.kind] = [a + b_ for a, b_ in zip(tot.get(lc.kind, [0, 0, 0]), [ms, flops, floor])]

@@ -66,7 +66,8 @@ __device__ __forceinline__ bool failed(const unsigned long long* tbl, int q) {
   return reinterpret_cast<const int*>(tbl[2])[q] != 0;
 }
 
-// All six task columns (vbatched.cuh's Task holds the first three).
+// The problem and the first five args (vbatched.cuh's Task holds the first four); the
+// diagonal-block and copy kernels have no column start, so they leave the sixth arg, c0, unread.
 __device__ __forceinline__ bool blas_task(const int* tasks, int lo, int hi, int* t) {
   const int row = lo + (int)blockIdx.x;
   if (row >= hi) return false;

@@ -381,7 +381,12 @@ __device__ __forceinline__ bool update_tile(const unsigned long long* tbl, const
   if (!vb::block_task(tasks, lo, hi, tk)) return false;
   const int* info = reinterpret_cast<const int*>(tbl[2]);
   const vb::Matrix pr = vb::matrix_of(meta, imeta, K, tk.q);  // with info: one round trip
-  if (info[tk.q] != 0) return false;
+  // Stop at an earlier step's failure only: this launch's own first row tile may set info
+  // (factor_diag, info = j + column > j) while its other tiles are still to start, and they
+  // must still bring their rows up to date for trsm_step, which solves them against the
+  // columns before the failing one.
+  const int fail = info[tk.q];
+  if (fail != 0 && fail <= tk.a0) return false;
   t.q = tk.q;
   t.j = tk.a0;
   t.w = tk.a1;
@@ -403,13 +408,15 @@ __device__ __forceinline__ bool update_tile(const unsigned long long* tbl, const
 
 // The panel's diagonal block, factored by the block of its first row tile once that block has
 // written the tile, updated, to L (every thread of the block calls this after its last store).
-// This was a launch of its own (potf2_step,
-// one warp a task) between the update and the trsm of every separated panel: in a 3-D
-// Laplacian's factorization (40^3, H100, 2026-11-25) 404 such launches of ~10 us each, 15% of
-// the kernel time, each on the critical path of its front. No other block of the launch reads
-// the diagonal block (they read the factored columns left of it), so factoring it in place here
-// races with nothing. Writes L11 (zeros above its diagonal) and, on a failed pivot, info and the
-// leading columns before it, as the fused kernels do; trsm_step then solves the rows below.
+// This was a launch of its own (potf2_step, one warp a task) between the update and the trsm of
+// every separated panel: in a 3-D Laplacian's factorization (40^3, H100, 2026-11-25) 404 such
+// launches of ~10 us each, 15% of the kernel time, each on the critical path of its front. No
+// other block of the launch reads the diagonal block (they read the factored columns left of
+// it), so factoring it in place here races with no read of it. Writes L11 (zeros above its
+// diagonal) and, on a failed pivot, info and the leading columns before it, as the fused kernels
+// do; trsm_step then solves the rows below. The launch's other blocks of the task must not stop
+// on that info (update_tile reads it at their start, which may come after this write): they
+// stop only at an earlier step's.
 // `sm`: NB * (NB + 1) + 2 * NB elements of shared memory that no thread reads any more (the
 // update kernels' pipeline buffers, at least 2,176 elements for NB = 32).
 template <typename T, int NB, bool ROW>

@@ -81,10 +81,11 @@ class State:
     p_arr: np.ndarray
 
 
-def _launch_flops(kind: str, j, w, m) -> np.ndarray:
-    """Operation counts of one launch's tasks (j: first panel column, w: width, m = n - j)."""
-    j, w, m = (np.asarray(x, dtype=np.float64) for x in (j, w, m))
-    upd = 2.0 * m * w * j
+def _launch_flops(kind: str, j, w, m, b=0) -> np.ndarray:
+    """Operation counts of one launch's tasks (j: first panel column, w: width, m = n - j,
+    b: the block column, whose update reads the columns [b, j))."""
+    j, w, m, b = (np.asarray(x, dtype=np.float64) for x in (j, w, m, b))
+    upd = 2.0 * m * w * (j - b)
     pot = w**3 / 3
     trs = w * w * np.maximum(m - w, 0)
     return {FUSED: upd + pot + trs, UPDATE: upd + pot, TRSM: trs}[kind]
@@ -114,7 +115,7 @@ def prepare(backend, plan, launches) -> State:
             whole = np.zeros(len(q), dtype=bool)
         else:
             m = n[q] - a0
-            cost = _launch_flops(lc.kind, a0, a1, m) + 1.0
+            cost = _launch_flops(lc.kind, a0, a1, m, a2) + 1.0
             whole = (lc.kind == FUSED) & (a0 == 0) & (a1 == p[q])
             if lc.kind == FUSED:
                 tr = (n[q] - p[q]).astype(np.float64)

@@ -34,7 +34,8 @@ SCHUR_TS = 64  # Schur complement tile (schur_step)
 SCHUR_THREADS = 256  # schur_step's __launch_bounds__
 MAX_GRID_Y = 65535
 # Problems that factor more than BLOCK_ABOVE columns take them BLOCK at a time, each block
-# column brought up to date by one DMMA GEMM (ops/cholesky.py: blocked). Measured on the H100
+# column brought up to date by one GEMM of the blas family (DMMA in float64; ops/cholesky.py:
+# blocked). Measured on the H100
 # (2026-11-25, .dbg probe, block 0 / 128 / 256 / 512 in one process, interleaved, ms, float64
 # k = 2000, 500 at 1024): uniform 1024 7.06 / 5.20 / 5.52 / 6.17, gauss 1024 5.44 / 4.34 / 4.60
 # / 4.94, skewed 1024 2.85 / 1.62 / 1.61 / 1.99, skewed 512 1.04 / 0.78 / 0.82 / 1.05; but

@@ -22,8 +22,9 @@ path of a sparse factorization's large fronts), so the update's kernels do it.
 ``L[J:, J:J+W] = A[J:, J:J+W] - L[J:, :J] L[J:J+W, :J]^T``; its panels then read it from L and
 update only from the columns ``[J, j)`` of their own block column (the panel's third argument
 is J). Left-looking at nb = 32 re-reads every factored column at every panel, ~8 flops a byte,
-bandwidth-bound on SIMT cores (docs/notes.md, 2026-11-21); the block update runs at GEMM rate on
-FP64 tensor cores, and the panels' updates shrink to at most W - nb columns.
+bandwidth-bound on SIMT cores (docs/notes.md, 2026-11-21); the block update runs at GEMM rate
+(float64 on FP64 tensor cores with the default ``fp64_gemm``, float32 on the SIMT GEMM tiles),
+and the panels' updates shrink to at most W - nb columns.
 
 **Partial Cholesky** factors only the first ``p`` columns (``npiv``) and leaves the Schur
 complement ``A22 - L21 L21^T`` in the trailing ``(n - p) x (n - p)`` block: a multifrontal front
@@ -99,6 +100,8 @@ def potrf_graph(n: Any, npiv: Any = None, nb: int = 32, block: int = 0,
     """The tasks of a batched (partial) Cholesky, from the sizes alone (module docstring):
     each problem's panels in order, its block updates among them where it factors more than
     ``max(block, block_above)`` columns (``block`` 0: never), then its schur task."""
+    if block % nb:  # the block updates' positions count whole panels (check_block says so)
+        raise ValueError(f"block {block} is not a multiple of nb = {nb}")
     n = np.asarray(n, dtype=np.int64)
     p = n if npiv is None else np.asarray(npiv, dtype=np.int64)
     k = len(n)
@@ -164,7 +167,8 @@ def plan_cholesky(n: Any, npiv: Any = None, *, nb: int = 32, policy: str = "dsse
         raise ValueError(f"nb must be a positive int, got {nb!r}")
     check_block(int(nb), block)
     return make_plan(potrf_graph(n, npiv, int(nb), int(block), int(block_above)), op="potrf",
-                     policy=policy, streams=streams, nb=int(nb), fused_max_rows=fused_max_rows)
+                     policy=policy, streams=streams, buffers=("a", "l"), nb=int(nb),
+                     fused_max_rows=fused_max_rows)
 
 
 def graph_options(opts: dict) -> tuple[int, int, int]:

@@ -9,7 +9,7 @@ An operation (``ops/<op>.py``) turns a submission into tasks; each task has a *k
 * ``window``: which tasks of this kind may share one vbatched launch at one level (implicit
   sorting: the tasks of a launch group differ in size by less than one window);
 * ``launches``: how a group of its tasks is issued, as one or several *launch kinds* in order
-  (POTRF's panel: one fused launch below the crossover, else update, potf2, trsm);
+  (POTRF's panel: one fused launch below the crossover, else update, trsm);
 * ``flops``, ``bytes``: per task, for the roofline floor and for balancing work;
 * ``ordered``: the kind's kernel orders the tasks of one launch itself (device counters), so
   its tasks keep the graph's order in a group.

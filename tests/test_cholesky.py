@@ -269,6 +269,36 @@ def test_a_failed_factor_holds_the_columns_before_the_failing_one(device, dtype,
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("block", [0, 128], ids=["unblocked", "blocked"])
+def test_failures_in_a_batch_larger_than_the_gpu_holds_at_once(device, block):
+    """Separated panels of many problems: on the GPU a launch's blocks then start over time,
+    and the blocks of a failing panel that start after its diagonal block has set ``info``
+    must still bring their rows up to date (the columns before the failing one are the
+    partial factor). 240 problems of 640 are ~2,400 blocks an update launch on CUDA, more than
+    an H100 holds at once; the CPU takes a few."""
+    rng = np.random.default_rng(31)
+    count = 240 if device == "cuda" else 6
+    base = spd(640, np.float64, rng)
+    fail_at = [None, 37, 300, 639, None, 129]
+    mats = [base if c is None else make_indefinite(base, c) for c in fail_at]
+    mats = [mats[i % len(mats)] for i in range(count)]
+    rt = runtime(device, nb=32, fused_max_rows=0, block=block, block_above=0)
+    res = rt.cholesky(packed_from(mats, "F", device)).result()
+    factors = res.factors.unpack()
+    want = [0 if fail_at[i % 6] is None else fail_at[i % 6] + 1 for i in range(count)]
+    assert res.info.tolist() == want
+    sym = np.tril(base) + np.tril(base, -1).T
+    for i in range(0, count, 7 if device == "cuda" else 1):
+        f = to_host(factors[i])
+        k = want[i] - 1 if want[i] else 640
+        a = sym if not want[i] else np.tril(mats[i]) + np.tril(mats[i], -1).T
+        lk = f[:, :k]
+        assert np.all(np.isfinite(lk)) and not np.any(np.triu(lk, 1)), f"problem {i}"
+        err = np.linalg.norm(a[:, :k] - lk @ lk[:k].T) / np.linalg.norm(a)
+        assert err <= tolerance(640, np.float64), f"problem {i} (info {want[i]}): {err:.2e}"
+
+
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("fused_max_rows", [None, 0], ids=["default", "separated"])
 def test_an_infinite_pivot_is_taken_as_lapack_takes_it(device, dtype, fused_max_rows):

@@ -23,7 +23,8 @@ KERNELS = Path(sel.__file__).parent
 
 
 def _plans(seed: int, count: int):
-    """Random plans over everything the CUDA backend accepts: nb, crossover, policy, partial."""
+    """Random plans over everything the CUDA backend accepts: nb, crossover, policy, partial,
+    blocking."""
     rng = np.random.default_rng(seed)
     for _ in range(count):
         k = int(rng.integers(1, 40))
@@ -32,11 +33,15 @@ def _plans(seed: int, count: int):
         n = np.where(rng.random(k) < 0.7, rng.integers(0, 300, k), rng.integers(0, 2101, k))
         npiv = None if rng.random() < 0.5 else rng.integers(0, n + 1)
         yield plan_cholesky(n, npiv, nb=int(rng.choice(sel.NB_SUPPORTED)),
-                        policy=str(rng.choice(["dsse", "ssde"])),
-                        fused_max_rows=int(rng.choice([0, 64, sel.FUSED_ROWS_MAX])))
+                            policy=str(rng.choice(["dsse", "ssde"])),
+                            fused_max_rows=int(rng.choice([0, 64, sel.FUSED_ROWS_MAX])),
+                            block=int(rng.choice([0, 128, 256])),
+                            block_above=int(rng.choice([0, sel.BLOCK_ABOVE])))
 
 
 def test_every_selected_kernel_is_in_kernel_names():
+    from vbatch.runtime.config import Config
+
     names = set(build.kernel_names())
     fused_threads, kinds, small = set(), set(), 0
     for plan in _plans(seed=0, count=60):
@@ -44,6 +49,12 @@ def test_every_selected_kernel_is_in_kernel_names():
             for order in sel.ORDERS:
                 for update in sel.FP64_UPDATES:
                     for lc in plan.launches:
+                        if lc.family == blas.OP:  # a blocked plan's block updates
+                            s = blas.selection(lc, plan, dtype, {"a": order, "l": order},
+                                               Config())
+                            assert s.name in names and lc.kind == blas.GEMM, s.name
+                            kinds.add(lc.kind)
+                            continue
                         s = sel.select(lc, plan.nb, dtype, order, update)
                         assert s.name in names, (s.name, lc, plan.nb, dtype, order, update)
                         kinds.add(lc.kind)
@@ -57,7 +68,7 @@ def test_every_selected_kernel_is_in_kernel_names():
                             assert s.block[0] >= lc.rows[1]
     # The random plans did reach every fused block size and every kind of launch.
     assert fused_threads == set(sel.FUSED_THREADS) and small
-    assert kinds == {"fused", "update", "trsm", "schur"}
+    assert kinds == {"fused", "update", "trsm", "schur", blas.GEMM}
 
 
 def _blas_plans(dtype):
