@@ -85,7 +85,10 @@ def tuned_options(backend, config) -> dict:
     off)."""
     if not config.tuned:
         return {}
-    entry = _read(file_path(config)).get(entry_key(backend))
+    data = _read(file_path(config))
+    if not data:  # the common case: no file; no device query, no hashing
+        return {}
+    entry = data.get(entry_key(backend))
     if not isinstance(entry, dict) or entry.get("quick"):
         return {}
     out = {}
