@@ -4,8 +4,9 @@ kernels then takes as its defaults.
 
 What is tuned is each kernel family's ``TUNE`` on the backend (``kernels/<family>_<backend>.py``):
 knobs, each an option name or a tuple of names set together, with their candidate values, and
-``TUNE_WORKLOADS``, the batches they are timed on. Knobs go in order, each with the ones before
-it at their chosen values (coordinate descent). A candidate's score is the geometric mean over
+``TUNE_WORKLOADS``, the batches they are timed on, every candidate's calls interleaved with the
+others'. Knobs go in order, each with the ones before it at their chosen values (coordinate
+descent). A candidate's score is the geometric mean over
 the workloads of its median time over that of the value in force, which stays unless a
 candidate beats it by more than ``MARGIN``.
 
@@ -117,16 +118,23 @@ def _batch(rt, dist: str, k: int, nmax: int, dtype, seed: int):
     return spd_packed(n, dtype, np.random.default_rng(seed))
 
 
-def _time(rt, batch, reps: int) -> float:
-    """Median ms of a call of ``rt.cholesky(batch)``, after warm-up calls (plans, graphs)."""
-    for _ in range(3):
-        rt.cholesky(batch).result()
-    ts = []
+def _race(runtimes: dict, batches: list, reps: int) -> dict:
+    """``{candidate: [median ms of rt.cholesky(batch) per batch]}``, the candidates' calls
+    interleaved (round after round, each candidate once a round), so that a drift of the
+    machine's state falls on every candidate alike; after three warm-up calls each (plans, graph
+    captures, pools)."""
+    for rt in runtimes.values():
+        for b in batches:
+            for _ in range(3):
+                rt.cholesky(b).result()
+    ts = {c: [[] for _ in batches] for c in runtimes}
     for _ in range(reps):
-        t = time.perf_counter()
-        rt.cholesky(batch).result()
-        ts.append(time.perf_counter() - t)
-    return float(np.median(ts) * 1e3)
+        for c, rt in runtimes.items():
+            for i, b in enumerate(batches):
+                t = time.perf_counter()
+                rt.cholesky(b).result()
+                ts[c][i].append(time.perf_counter() - t)
+    return {c: [float(np.median(x) * 1e3) for x in per] for c, per in ts.items()}
 
 
 def tune(device: str = "auto", dtypes=("float64", "float32"), quick: bool = False,
@@ -135,6 +143,7 @@ def tune(device: str = "auto", dtypes=("float64", "float32"), quick: bool = Fals
     options into the file (``path``, else the default) and return its entry. ``quick``: tiny
     workloads, one timed call each (checks the machinery, not the machine: runtimes do not
     take such an entry)."""
+    from vbatch.ops.errors import InputError
     from vbatch.runtime.config import Config
     from vbatch.runtime.runtime import Runtime
 
@@ -161,10 +170,16 @@ def tune(device: str = "auto", dtypes=("float64", "float32"), quick: bool = Fals
                 now = tuple(opts[nm] for nm in names)
                 cands = list(dict.fromkeys([now] + [c if isinstance(c, tuple) else (c,)
                                                     for c in candidates]))
-                ms = {}
+                runtimes = {}
                 for c in cands:
-                    rt = Runtime(device, tuned=False, **{**opts, **dict(zip(names, c))})
-                    ms[c] = [_time(rt, b, reps) for _, b in batches]
+                    try:  # a candidate the backend refuses with these options is skipped
+                        rt = Runtime(device, tuned=False, **{**opts, **dict(zip(names, c))})
+                        rt.plan_options(dtype, fam)  # where the backend checks them
+                        runtimes[c] = rt
+                    except InputError as exc:
+                        log(f"    {'/'.join(names)} = {c}: {exc}")
+                cands = [c for c in cands if c in runtimes]
+                ms = _race(runtimes, [b for _, b in batches], reps)
                 score = {c: math.exp(np.mean(np.log(np.asarray(ms[c]) / np.asarray(ms[now]))))
                          for c in cands}
                 best = min(cands, key=lambda c: score[c])

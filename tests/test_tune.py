@@ -66,3 +66,18 @@ def test_tune_command(tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
         cli.main(["tune", "--reps", "0"])
     assert e.value.code == 2
+
+
+def test_a_candidate_the_backend_refuses_is_skipped(tmp_path, monkeypatch):
+    # With nb = 32, a block of 48 is not whole panels: the backend refuses it, tune goes on.
+    monkeypatch.setattr(potrf_cpu, "TUNE", (("nb", (32,)), (("block", "block_above"),
+                                                          ((0, 0), (48, 0), (64, 0)))))
+    monkeypatch.setattr(potrf_cpu, "plan_defaults",
+                        lambda dtype: {"nb": 32, "fused_max_rows": 10**9, "streams": 1,
+                                       "block": 0, "block_above": 0})
+    lines = []
+    entry = tune("cpu", ("float64",), quick=True, path=str(tmp_path / "t.json"),
+                 log=lines.append)
+    assert entry["options"]["potrf"]["float64"]["block"] in (0, 64)
+    assert set(entry["timings"]["potrf"]["float64"]["block/block_above"]) == {"0/0", "64/0"}
+    assert any("block must be 0 or a multiple of nb = 32" in ln for ln in lines)
