@@ -1,7 +1,6 @@
 """The ``blas`` kernel family on the CPU: GEMM joins, diagonal blocks, copies, on views.
 
-A task is ``(q, r0, mm, k0, kk, nn, c0)`` (:mod:`vbatch.ops.blas`; a graph without ``c0`` has it
-0); its kind's ``params`` name the
+A task is ``(q, r0, mm, k0, kk, nn, c0)`` (:mod:`vbatch.ops.blas`); its kind's ``params`` name the
 op's buffers it reads and writes, and whether each is seen transposed. Each task is one call of
 scipy's BLAS (through :mod:`vbatch.kernels.lapack`: ctypes, the GIL released) on numpy views of
 the operands, or a numpy copy. The CPU plans triangular ops with a base larger than any problem
@@ -30,7 +29,7 @@ from vbatch.kernels import jit
 from vbatch.kernels.cpu import Work, split
 from vbatch.kernels.jit import njit, strides
 from vbatch.kernels.lapack import _SCALAR, routines
-from vbatch.ops.blas import COPY, GEMM, TRMM, TRSM
+from vbatch.ops.blas import ARGS, COPY, GEMM, TRMM, TRSM
 
 OP = "blas"
 # Larger than any problem: one diagonal task per problem, a whole dtrsm/dtrmm.
@@ -61,9 +60,7 @@ def prepare(backend, plan, launches) -> State:
         a = t.args[sl]
         kd = plan.kinds[int(t.kind[lc.lo])]
         cost = kd.flops(a, t.rows[sl], t.cols[sl], t.width[sl]) + 1.0
-        a6 = np.zeros((len(a), 6), dtype=np.int64)  # c0 = 0 where the graph leaves it out
-        a6[:, :min(6, a.shape[1])] = a[:, :6]
-        tasks = list(zip(t.problem[sl].tolist(), *(a6[:, i].tolist() for i in range(6))))
+        tasks = list(zip(t.problem[sl].tolist(), *(a[:, i].tolist() for i in range(len(ARGS)))))
         w = split(tasks, cost, np.zeros(len(tasks), dtype=bool), backend.threads.size)
         if jit.AVAILABLE and lc.kind in _COMPILED and (cost <= SMALL_FLOPS).any():
             small = dict(zip(tasks, (cost <= SMALL_FLOPS).tolist()))

@@ -107,7 +107,7 @@ def prepare(backend, plan, launches) -> State:
     for lc in launches:
         q = t.problem[lc.lo:lc.hi]
         a0, a1 = t.args[lc.lo:lc.hi, 0], t.args[lc.lo:lc.hi, 1]
-        a2 = t.args[lc.lo:lc.hi, 2] if t.args.shape[1] > 2 else np.zeros_like(a0)
+        a2 = t.args[lc.lo:lc.hi, 2]
         if lc.kind == SCHUR:
             keep = ~folded[q]
             q, a0, a1, a2 = q[keep], a0[keep], a1[keep], a2[keep]

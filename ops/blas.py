@@ -58,7 +58,7 @@ FAMILY = "blas"
 COPY, GEMM, TRSM, TRMM = "blas.copy", "blas.gemm", "blas.trsm", "blas.trmm"
 # A blas task's arguments: its row block [r0, r0 + mm), its inner range [k0, k0 + kk) (GEMM),
 # its columns [c0, c0 + nn). A diagonal block is (o, w, 0, 0, nn, 0); a copy (0, m, 0, 0, n, 0).
-# Graphs that never set c0 leave the column out (a missing argument is 0).
+# Every blas graph's args have these six columns.
 ARGS = ("r0", "mm", "k0", "kk", "nn", "c0")
 
 
@@ -191,10 +191,10 @@ def chain_graph(m: np.ndarray, n: np.ndarray, phases: list[tuple], copy: TaskKin
         L = len(codes)
         parts_p.append(np.repeat(probs, L))
         parts_k.append(np.tile(np.asarray(codes, dtype=np.int8), len(probs)))
-        a = np.zeros((len(probs), L, 5), dtype=np.int64)
+        a = np.zeros((len(probs), L, len(ARGS)), dtype=np.int64)
         a[:, :, :4] = np.asarray(rows, dtype=np.int64)[None]
         a[:, :, 4] = n[probs][:, None]
-        parts_a.append(a.reshape(-1, 5))
+        parts_a.append(a.reshape(-1, len(ARGS)))
     if parts_p:
         problem = np.concatenate(parts_p)
         order = np.argsort(problem, kind="stable")
@@ -204,7 +204,7 @@ def chain_graph(m: np.ndarray, n: np.ndarray, phases: list[tuple], copy: TaskKin
     else:
         problem = np.zeros(0, np.int64)
         kcode = np.zeros(0, np.int8)
-        args = np.zeros((0, 5), np.int64)
+        args = np.zeros((0, len(ARGS)), np.int64)
     cnt = np.bincount(problem, minlength=k).astype(np.int64)
     first = np.cumsum(cnt) - cnt
     return TaskGraph(kinds=tuple(kinds), kind=kcode, problem=problem, args=args,
@@ -216,7 +216,7 @@ def single_graph(kd: TaskKind, m: np.ndarray, n: np.ndarray, kk: np.ndarray) -> 
     """One task per non-empty problem: ``(0, m, 0, kk, n)`` (a GEMM or SYRK)."""
     m, n, kk = (np.asarray(x, dtype=np.int64) for x in (m, n, kk))
     q = np.flatnonzero((m > 0) & (n > 0))
-    args = np.zeros((len(q), 5), dtype=np.int64)
+    args = np.zeros((len(q), len(ARGS)), dtype=np.int64)
     args[:, 1], args[:, 3], args[:, 4] = m[q], kk[q], n[q]
     return TaskGraph(kinds=(kd,), kind=np.zeros(len(q), np.int8), problem=q, args=args,
                      rows=m[q], cols=kk[q], width=n[q], edges=np.zeros((0, 2), np.int64),
@@ -230,7 +230,7 @@ def pair_graph(k1: TaskKind, k2: TaskKind, m: np.ndarray, n: np.ndarray,
     second after the first (SYR2K's two products into one triangle)."""
     m, n, kk = (np.asarray(x, dtype=np.int64) for x in (m, n, kk))
     q = np.flatnonzero((m > 0) & (n > 0))
-    args = np.zeros((2 * len(q), 5), dtype=np.int64)
+    args = np.zeros((2 * len(q), len(ARGS)), dtype=np.int64)
     args[:, 1], args[:, 3], args[:, 4] = np.repeat(m[q], 2), np.repeat(kk[q], 2), \
         np.repeat(n[q], 2)
     first = np.arange(0, 2 * len(q), 2, dtype=np.int64)

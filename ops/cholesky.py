@@ -71,8 +71,7 @@ def _panel_launches(group: Group, options: dict) -> list[tuple[str, str]]:
 
 def _panel_flops(args, rows, cols, width):
     m, j, w = (np.asarray(x, dtype=np.float64) for x in (rows, cols, width))
-    kb = np.asarray(args[:, 2], np.float64) if args.shape[1] > 2 else 0.0
-    return 2.0 * m * w * (j - kb) + w**3 / 3 + w * w * np.maximum(m - w, 0)
+    return 2.0 * m * w * (j - np.asarray(args[:, 2], np.float64)) + w**3 / 3 + w * w * np.maximum(m - w, 0)
 
 
 PANEL = register(TaskKind(

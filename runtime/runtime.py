@@ -31,6 +31,7 @@ from vbatch.ops.errors import InputError, validated
 from vbatch.ops.op import Op
 from vbatch.runtime.config import Config
 from vbatch.runtime.device import resolve_device
+from vbatch.runtime.tune import tuned_options
 from vbatch.scheduler.plan import Plan, make_plan
 
 # Plans kept per runtime, by size signature (least recently used dropped first).
@@ -161,8 +162,6 @@ class Runtime:
         self._tails: dict = {}
         self._lock = threading.Lock()
         self._opts: dict = {}  # (op, dtype) -> planner options (one dict each, identity-keyed)
-        from vbatch.runtime.tune import tuned_options
-
         # (family, dtype name) -> what `python -m vbatch tune` measured for this machine
         self._tuned = tuned_options(self.backend, self.config)
         self._plans: OrderedDict = OrderedDict()  # size signature -> plan, last used last

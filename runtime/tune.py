@@ -6,9 +6,8 @@ What is tuned is each kernel family's ``TUNE`` on the backend (``kernels/<family
 knobs, each an option name or a tuple of names set together, with their candidate values, and
 ``TUNE_WORKLOADS``, the batches they are timed on, every candidate's calls interleaved with the
 others'. Knobs go in order, each with the ones before it at their chosen values (coordinate
-descent). A candidate's score is the geometric mean over
-the workloads of its median time over that of the value in force, which stays unless a
-candidate beats it by more than ``MARGIN``.
+descent). A candidate's score is the geometric mean over the workloads of its median time over
+that of the value in force, which stays unless a candidate beats it by more than ``MARGIN``.
 
 The file (``Config.tune_file``; default ``~/.cache/vbatch/tune.json``) maps a key to the
 chosen options, per family and dtype, and the timings behind them. The key names the backend
@@ -25,6 +24,7 @@ import math
 import os
 import time
 from pathlib import Path
+
 import numpy as np
 
 # A candidate must beat the value in force by more than this to replace it: medians of the same
@@ -53,8 +53,9 @@ def source_hash() -> str:
     return _HASH["h"]
 
 
-def file_path(config) -> Path:
-    return Path(config.tune_file).expanduser() if config.tune_file else DEFAULT_FILE.expanduser()
+def file_path(tune_file: str | None) -> Path:
+    """The tune file: ``tune_file`` (``Config.tune_file``), else the default."""
+    return Path(tune_file or DEFAULT_FILE).expanduser()
 
 
 def _read(path: Path) -> dict:
@@ -86,7 +87,7 @@ def tuned_options(backend, config) -> dict:
     off)."""
     if not config.tuned:
         return {}
-    data = _read(file_path(config))
+    data = _read(file_path(config.tune_file))
     if not data:  # the common case: no file; no device query, no hashing
         return {}
     entry = data.get(entry_key(backend))
@@ -153,7 +154,10 @@ def tune(device: str = "auto", dtypes=("float64", "float32"), quick: bool = Fals
     timings: dict = {}
     for fam in FAMILIES:
         mod = backend._op(fam)
-        knobs = getattr(mod, "TUNE", ())
+        # each knob as (names, candidates), a candidate a tuple of values, one per name
+        knobs = [((names,) if isinstance(names, str) else tuple(names),
+                  [c if isinstance(c, tuple) else (c,) for c in candidates])
+                 for names, candidates in getattr(mod, "TUNE", ())]
         work = getattr(mod, "TUNE_WORKLOADS", ())
         if quick:
             work = (("uniform", 24, 40), ("skewed", 24, 80))
@@ -166,10 +170,8 @@ def tune(device: str = "auto", dtypes=("float64", "float32"), quick: bool = Fals
                        for i, (d, k, m) in enumerate(work)]
             log(f"{backend.name} {fam} {dt}: {', '.join(w for w, _ in batches)}")
             for names, candidates in knobs:
-                names = (names,) if isinstance(names, str) else tuple(names)
                 now = tuple(opts[nm] for nm in names)
-                cands = list(dict.fromkeys([now] + [c if isinstance(c, tuple) else (c,)
-                                                    for c in candidates]))
+                cands = list(dict.fromkeys([now] + candidates))
                 runtimes = {}
                 for c in cands:
                     try:  # a candidate the backend refuses with these options is skipped
@@ -193,12 +195,11 @@ def tune(device: str = "auto", dtypes=("float64", "float32"), quick: bool = Fals
                         + " ".join(f"{t:9.3f}" for t in ms[c]) + f"   x{score[c]:.3f}")
                 timings.setdefault(fam, {}).setdefault(dt, {})[label] = {
                     "/".join(map(str, c)): ms[c] for c in cands}
-            tuned = {nm: opts[nm] for names, _ in knobs
-                     for nm in ((names,) if isinstance(names, str) else names)}
-            chosen.setdefault(fam, {})[dt] = tuned
+            chosen.setdefault(fam, {})[dt] = {nm: opts[nm] for names, _ in knobs
+                                              for nm in names}
     entry = {"options": chosen, "timings": timings, "reps": reps, "quick": quick,
              "date": time.strftime("%Y-%m-%d %H:%M:%S")}
-    out = Path(path).expanduser() if path else DEFAULT_FILE.expanduser()
+    out = file_path(path)
     data = dict(_read(out))
     data[entry_key(backend)] = entry
     out.parent.mkdir(parents=True, exist_ok=True)
