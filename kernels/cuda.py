@@ -47,7 +47,7 @@ from vbatch.kernels.cuda_build import (
     source_text,
     spd_fill_name,
 )
-from vbatch.ops.batch import MatrixList, PackedBatch, array_kind, pack
+from vbatch.ops.batch import MatrixList, PackedBatch, addresses, array_kind, pack
 from vbatch.scheduler.plan import Launch, Plan
 
 
@@ -367,7 +367,7 @@ class CudaBackend(Backend):
                 host = pack(batch, order="C")
                 work = host.with_data(cupy.asarray(host.data))
             else:
-                work = pack(batch, order="C", backend=self)
+                work = pack(batch, order=batch.packed_order, backend=self)
             work.cache()["tight"] = True
             return work
         if batch.kind == "cupy":
@@ -392,32 +392,31 @@ class CudaBackend(Backend):
         return staged
 
     def gather(self, mats: list, m: np.ndarray, n: np.ndarray, offset: np.ndarray,
-               ld: np.ndarray, dtype, order: str):
-        """One kernel copies every matrix of a cupy list into a new packed buffer."""
+               ld: np.ndarray, dtype, order: str, addr: np.ndarray | None = None):
+        """One kernel copies every matrix of a cupy list into a new packed buffer (``addr``:
+        the arrays' addresses and strides, :func:`vbatch.ops.batch.addresses`, if known)."""
         size = ld * (m if order == "C" else n)
         total = int(offset[-1] + size[-1]) if len(n) else 0
         data = cupy.empty(total, dtype=dtype)
         if total:
-            self._copy(mats, data, m, n, offset, ld, order, to_packed=True)
+            self._copy(mats, data, m, n, offset, ld, order, to_packed=True, addr=addr)
         return data
 
-    def _copy(self, mats, data, m, n, offset, ld, order, to_packed: bool) -> None:
+    def _copy(self, mats, data, m, n, offset, ld, order, to_packed: bool,
+              addr: np.ndarray | None = None) -> None:
         k = len(mats)
-        isz = np.dtype(data.dtype).itemsize
-        addr = np.empty((3, k), dtype=np.int64)
-        for i, a in enumerate(mats):
-            addr[0, i] = a.data.ptr
-            addr[1, i] = a.strides[0] // isz
-            addr[2, i] = a.strides[1] // isz
-        d_addr = cupy.asarray(addr)
-        d_off = cupy.asarray(np.asarray(offset, dtype=np.int64))
-        d_ld = cupy.asarray(np.asarray(ld, dtype=np.int64))
-        d_m = cupy.asarray(np.asarray(m, dtype=np.int32))
-        d_n = cupy.asarray(np.asarray(n, dtype=np.int32))
+        tab = np.empty((7, k), dtype=np.int64)
+        tab[:3] = addresses(mats, np.dtype(data.dtype).itemsize) if addr is None else addr
+        tab[3], tab[4], tab[5], tab[6] = offset, ld, m, n
+        d_tab = cupy.asarray(tab)  # (one upload: each costs a round trip of its own)
         name = copy_name(data.dtype)
         kern = _kernel(name, source_of(name))
-        kern((k,), (32, 8), (d_addr[0], d_addr[1], d_addr[2], data, d_off, d_ld, d_m, d_n,
-                             np.int32(k), np.int32(order == "C"), np.int32(to_packed)))
+        # Each block copies at most ~16 elements a thread of its matrix (runs of 256 elements,
+        # gridDim.y blocks a matrix): the largest matrix sets how many blocks a matrix gets.
+        most = int((m * n).max()) if k else 0
+        ys = max(1, min(65535, -(-most // (256 * 16))))
+        kern((k, ys), (256,), (d_tab, data, np.int32(k), np.int32(order == "C"),
+                               np.int32(to_packed)))
 
     def scatter(self, work: PackedBatch, target) -> None:
         if isinstance(target, PackedBatch):

@@ -21,6 +21,8 @@ this module checks what every operand must be. Zero-size matrices are valid.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import chain
+from operator import attrgetter
 from typing import Any, Literal
 
 import numpy as np
@@ -486,6 +488,62 @@ def _extent_end(m, n, off, ld, order) -> np.ndarray:
     return off + (n - 1) * ld + m
 
 
+def _describe_uniform(mats: list, square: bool) -> dict | None:
+    """MatrixList's common case without a Python step per array: every array of one numpy or
+    cupy type, one supported dtype, 2-D (and square where asked). Each attribute is read for
+    all arrays by one ``map`` (no interpreter frame per array). ``None`` where any of that does
+    not hold: the general pass then finds and names each problem. Measured on the H100 host
+    (2026-11-25, .dbg/list_prof.py): the per-array loop took 0.79 ms for 2,000 cupy arrays."""
+    k = len(mats)
+    types = set(map(type, mats))
+    if len(types) != 1:
+        return None
+    kind = array_kind(mats[0])  # (answered per type)
+    if kind is None:
+        return None
+    dtypes = set(map(_DTYPE, mats))
+    if len(dtypes) != 1:
+        return None
+    dtype = np.dtype(dtypes.pop())
+    if dtype not in SUPPORTED_DTYPES:
+        return None
+    shapes = list(map(_SHAPE, mats))
+    if set(map(len, shapes)) != {2}:
+        return None
+    mn = np.fromiter(chain.from_iterable(shapes), dtype=np.int64, count=2 * k).reshape(k, 2)
+    m, n = mn[:, 0].copy(), mn[:, 1].copy()
+    if square and not np.array_equal(m, n):
+        return None
+    addr = None
+    if kind == "cupy":
+        addr = addresses(mats, dtype.itemsize)
+        addr.flags.writeable = False
+    n.flags.writeable = False
+    if square or np.array_equal(m, n):
+        m = n
+    else:
+        m.flags.writeable = False
+    return {"mats": mats, "kind": kind, "dtype": dtype, "m": m, "n": n, "frontend": None,
+            "source": mats, "addr": addr}
+
+
+_DTYPE = attrgetter("dtype")
+_SHAPE = attrgetter("shape")
+_STRIDES = attrgetter("strides")
+_PTR = attrgetter("data.ptr")
+
+
+def addresses(mats: list, itemsize: int) -> np.ndarray:
+    """Each device array's address and strides in elements (3 x k, int64): what the gather and
+    scatter kernels read (:attr:`MatrixList.addr`, computed the same way)."""
+    k = len(mats)
+    addr = np.empty((3, k), dtype=np.int64)
+    addr[0] = np.fromiter(map(_PTR, mats), dtype=np.int64, count=k)
+    st = np.fromiter(chain.from_iterable(map(_STRIDES, mats)), dtype=np.int64, count=2 * k)
+    addr[1:] = st.reshape(k, 2).T // itemsize
+    return addr
+
+
 class MatrixList(BaseModel):
     """A validated list of 2-D arrays: one kind (numpy or cupy), one dtype; ``m`` and ``n``
     hold each array's rows and columns. With ``square=True`` (an operation's shape rule that
@@ -501,6 +559,9 @@ class MatrixList(BaseModel):
     n: Any
     frontend: str | None = None  # the framework of the caller's arrays (frontends.py)
     source: Any = None  # the caller's own arrays, when they were adopted (else mats)
+    # Each array's address and strides in elements (int64, 3 x k), read in the validating pass
+    # when every array is of one numpy or cupy type (None otherwise: read when needed).
+    addr: Any = None
 
     @model_validator(mode="before")
     @classmethod
@@ -512,6 +573,9 @@ class MatrixList(BaseModel):
             raise InputError([(None, f"expected a list of 2-D arrays, got {got}")])
         source = mats
         mats = list(mats)
+        fast = _describe_uniform(mats, square)
+        if fast is not None:
+            return fast
         problems: list[tuple[int | None, str]] = []
         m = np.zeros(len(mats), dtype=np.int64)
         n = np.zeros(len(mats), dtype=np.int64)
@@ -583,6 +647,21 @@ class MatrixList(BaseModel):
     def k(self) -> int:
         return len(self.mats)
 
+    @property
+    def packed_order(self) -> str:
+        """The order a packed copy of these arrays takes so that copying them reads and writes
+        along their unit strides: ``"F"`` where every array is column-major (Fortran-ordered,
+        a batch's views), else ``"C"``. A row-major buffer gathered from column-major arrays
+        read each warp's elements from 32 columns: a list of 2,000 matrices of up to 512 took
+        11 ms more than the packed call (H100, 2026-11-25)."""
+        a = self.addr
+        if a is None:
+            return "C"
+        rs, cs = a[1], a[2]
+        col = bool(np.all((rs == 1) | (self.m <= 1)))
+        row = bool(np.all((cs == 1) | (self.n <= 1)))
+        return "F" if col and not row else "C"
+
 
 def pack(mats: Any, order: Literal["F", "C"] = "C", backend: Any = None) -> PackedBatch:
     """Copy a list of arrays into one new buffer, once.
@@ -607,6 +686,6 @@ def pack(mats: Any, order: Literal["F", "C"] = "C", backend: Any = None) -> Pack
             from vbatch.kernels import get_backend
 
             backend = get_backend("cuda")
-        data = backend.gather(ml.mats, ml.m, ml.n, offset, ld, ml.dtype, order)
+        data = backend.gather(ml.mats, ml.m, ml.n, offset, ld, ml.dtype, order, ml.addr)
     return PackedBatch.model_construct(data=data, m=ml.m, n=ml.n, offset=offset, ld=ld,
                                        order=order)

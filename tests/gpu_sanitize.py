@@ -85,6 +85,11 @@ def main() -> int:
                         bad += 1
         work = [cupy.asarray(m) for m in mats]
         vbatch.Runtime("cuda").cholesky(work, overwrite=True).result()  # gather + scatter
+        # column-major arrays: gathered into a column-major buffer (several blocks a matrix
+        # past 4,096 elements), then scattered back
+        work = [cupy.asfortranarray(cupy.asarray(m)) for m in mats]
+        vbatch.Runtime("cuda").cholesky(work).result()
+        vbatch.Runtime("cuda").cholesky(work, overwrite=True).result()
         bad += blas(rng, dtype)
         bad += sparse(rng, dtype)
     print("sanitize batch:", "ok" if not bad else f"{bad} failures")

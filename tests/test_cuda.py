@@ -147,6 +147,35 @@ def test_gather_and_scatter_for_cupy_lists(cupy):
     assert not cupy.any(big[1::2, :]), "scatter wrote outside the strided view"
 
 
+@pytest.mark.parametrize("order", ["F", "C"])
+@pytest.mark.parametrize("overwrite", [False, True])
+def test_lists_of_one_order_are_packed_in_it(cupy, order, overwrite):
+    """Arrays all column-major (a batch's views, Fortran-ordered arrays) are gathered into a
+    column-major buffer, row-major ones into a row-major one; matrices past one block's share
+    (4,096 elements) are copied by several blocks; 1 x 1 and empty ones in between. Inputs stay
+    unmodified unless overwritten, and a factor comes back in its input's order."""
+    rng = np.random.default_rng(11)
+    ns = [0, 1, 31, 32, 33, 64, 65, 300, 513, 2]
+    host = spd_list(ns, np.float64, rng)
+    mats = [cupy.array(m, order=order) for m in host]
+    kept = [m.copy() for m in mats]
+    rt = _rt()
+    from vbatch.ops.batch import MatrixList
+
+    assert MatrixList(mats=mats, square=True).packed_order == order
+    res = rt.cholesky(mats, overwrite=overwrite).result()
+    assert not res.info.any()
+    for i, (a, f) in enumerate(zip(host, res.factors)):
+        check_factor(a, f.get(), np.float64, where=f"problem {i}")
+        if ns[i] > 1:
+            assert f.flags.f_contiguous == (order == "F"), f"problem {i}: order of the factor"
+    for i, (m, k0) in enumerate(zip(mats, kept)):
+        if overwrite:
+            assert res.factors[i] is m
+        else:
+            assert cupy.array_equal(m, k0), f"problem {i}: input modified"
+
+
 def test_non_spd_isolation_on_device_inputs(cupy):
     rng = np.random.default_rng(7)
     good = spd_list([40, 700, 33, 90], np.float64, rng)
