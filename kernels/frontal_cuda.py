@@ -28,6 +28,15 @@ MAX_GRID_Y = 65535  # more tiles than this: the blocks of a task loop over them
 _CTYPE = {np.dtype(np.float64): "double", np.dtype(np.float32): "float"}
 
 
+# The cost model by which the sparse analysis's "auto" ordering chooses (analysis.estimate):
+# seconds a flop, and a panel step on the assembly tree's critical path. Fitted (least squares
+# on relative error) to the float64 factor times of 25 (matrix, ordering) pairs on the H100
+# (2026-11-25, .dbg/order_probe.py and order_fit.py: the shared matrices, 2-D and 3-D
+# Laplacians, in ND, RCM and natural order): 1.4 TFLOP/s and 18 us a step. bcsstk16 has the
+# least fill in its natural order (a band) but a chain of 129 fronts: 5.45 ms; ND 2.27 ms.
+ORDER_COST = {"flop": 7.2e-13, "step": 1.8e-5}
+
+
 def plan_defaults(dtype) -> dict:
     # A front's panels are one problem's chain, latency-bound like a skewed batch's largest
     # problems, so fronts block from 256 columns in block columns of 256 (the dense default is

@@ -136,7 +136,10 @@ class Factor:
         self._batched = batched
         self.dtype = np.dtype(dtype)
         lowers = _read(mats, self.dtype)
-        self.analyses = _analyses(lowers, ordering, relax_width, relax_zeros)
+        # "auto" orders by the backend's cost model (its frontal kernels' ORDER_COST), where
+        # it has one: on a GPU a tall tree of small fronts costs its launches, not its flops.
+        cost = getattr(runtime.backend._op("frontal"), "ORDER_COST", None)
+        self.analyses = _analyses(lowers, ordering, relax_width, relax_zeros, cost)
         self._assemble_layout()
         t1 = time.perf_counter()
         self.stats = Stats(
@@ -428,7 +431,7 @@ def _stack(arrays: list, shift: np.ndarray) -> np.ndarray:
     return out
 
 
-def _analyses(lowers: list, ordering, relax_width, relax_zeros) -> list:
+def _analyses(lowers: list, ordering, relax_width, relax_zeros, cost=None) -> list:
     """One analysis per matrix; matrices of one pattern share one (a batch of many similar
     problems, a mesh's blocks, often repeats its patterns: the 1000 Laplacians of the cuDSS
     anchor have 33). The pattern alone decides an analysis, so sharing changes nothing else.
@@ -441,7 +444,7 @@ def _analyses(lowers: list, ordering, relax_width, relax_zeros) -> list:
         key = lw.pattern_key()
         an = seen.get(key)
         if an is None:
-            an = seen[key] = analyze(lw, ordering, relax_width, relax_zeros)
+            an = seen[key] = analyze(lw, ordering, relax_width, relax_zeros, cost)
         out.append(an)
     return out
 
@@ -451,7 +454,8 @@ def cholesky(A: Any, *, runtime=None, dtype=np.float64, ordering="auto",
     """Factor a sparse SPD matrix, or a list of them at once (module docstring).
 
     ``runtime``: the :class:`vbatch.Runtime` to run on (default: vbatch's default runtime);
-    ``ordering``: ``"auto"`` (the least fill of the next three), ``"nd"`` (METIS nested
+    ``ordering``: ``"auto"`` (of the next three, the least time in the backend's cost model,
+    :func:`vbatch.sparse.analysis.estimate`), ``"nd"`` (METIS nested
     dissection), ``"rcm"``, ``"natural"``, or a permutation (``perm[new] = old``);
     ``relax_width``, ``relax_zeros``: the amalgamation's rule (:mod:`vbatch.sparse.analysis`)."""
     from vbatch.runtime.runtime import default_runtime

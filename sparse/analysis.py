@@ -5,9 +5,11 @@ its triangles compared when both are stored, and its lower triangle made canonic
 :class:`Lower`). The rest comes from that pattern alone (so :meth:`Factor.refactor` reuses all
 of it, and matrices of one pattern in a batch share one analysis):
 
-1. **Ordering.** By default the fewest entries of L among METIS nested dissection (pymetis, on
-   the pattern of ``A + A^T``), reverse Cuthill-McKee and the natural order (:func:`order`);
-   or one of them by name, or an integer array taken as given. ``docs/notes.md`` (2026-11-23)
+1. **Ordering.** By default, of METIS nested dissection (pymetis, on the pattern of
+   ``A + A^T``), reverse Cuthill-McKee and the natural order, the least time in the backend's
+   cost model (:func:`estimate`: flops, and panel steps on the tree's critical path, which on a
+   GPU are launches waited through), or the fewest entries of L where there is no model
+   (:func:`order`); or one of them by name, or an integer array taken as given. ``docs/notes.md`` (2026-11-23)
    compares the fill against SuperLU's MMD.
 2. **Elimination tree** of the permuted matrix (Liu's algorithm with path compression), then a
    postorder, so that every subtree's columns are contiguous.
@@ -316,6 +318,20 @@ def _tree_height(parent):
         p = parent[f]
         if p >= 0 and h[p] < h[f] + 1:
             h[p] = h[f] + 1
+    return h.max() if len(h) else 0
+
+
+@njit(cache=True)
+def _critical_path(parent, steps):
+    """The most ``steps`` summed over a leaf-to-root path of a forest whose parents come after
+    their children."""
+    h = steps.copy()
+    best = np.zeros(len(parent), np.int64)  # the longest path below each node
+    for f in range(len(parent)):
+        h[f] = steps[f] + best[f]
+        p = parent[f]
+        if p >= 0 and best[p] < h[f]:
+            best[p] = h[f]
     return h.max() if len(h) else 0
 
 
@@ -696,8 +712,21 @@ def order(lower, ordering) -> np.ndarray:
         return _rcm(n, gptr, gadj)
     if ordering == "nd":
         return _nd(gptr, gadj)
-    cands = [np.arange(n, dtype=np.int64), _rcm(n, gptr, gadj), _nd(gptr, gadj)]
-    return min(cands, key=lambda p: fill(lower, p))
+    return min(candidates(lower), key=lambda p: fill(lower, p))
+
+
+def candidates(lower) -> list[np.ndarray]:
+    """The orderings ``"auto"`` chooses among: natural, then (where the matrix has off-diagonal
+    entries) reverse Cuthill-McKee and METIS nested dissection."""
+    lower = _as_lower(lower)
+    n = lower.n
+    natural = np.arange(n, dtype=np.int64)
+    if n <= 2:
+        return [natural]
+    gptr, gadj = _sym_graph(n, lower.indptr, lower.indices)
+    if len(gadj) == 0:
+        return [natural]
+    return [natural, _rcm(n, gptr, gadj), _nd(gptr, gadj)]
 
 
 def _nd(gptr: np.ndarray, gadj: np.ndarray) -> np.ndarray:
@@ -739,21 +768,18 @@ def _inverse(perm: np.ndarray) -> np.ndarray:
     return ipos
 
 
-def analyze(lower, ordering="auto", relax_width: int = RELAX_WIDTH,
-            relax_zeros: float = RELAX_ZEROS) -> Analysis:
-    """The analysis of the SPD matrix whose lower triangle (diagonal included) is ``lower``
-    (a :class:`Lower`, or a scipy sparse matrix, read by :func:`lower_triangle`)."""
-    lower = _as_lower(lower)
+def _supernodes(lower: "Lower", perm: np.ndarray, relax_width: int, relax_zeros: float):
+    """Steps 2-4 of the analysis for the ordering ``perm``: the postordered permutation, the
+    inverse, the permuted pattern by columns, the column counts, each column's supernode and
+    each supernode's first and last column (after amalgamation)."""
     n = lower.n
     lptr, lidx = lower.indptr, lower.indices
-    perm = order(lower, ordering)
     # CSR of the permuted lower pattern: row k, columns <= k
     rptr, ridx = _permuted_lower(n, lptr, lidx, _inverse(perm), True)
     parent = _etree(n, rptr, ridx)
     post = _postorder(parent)
     perm = perm[post]
     ipos = _inverse(perm)
-    rptr, ridx = _permuted_lower(n, lptr, lidx, ipos, True)
     # A postorder is a relabelling of the same tree: the permuted matrix's parent array is the
     # old one renumbered, not a second elimination-tree pass.
     ipost = _inverse(post)
@@ -779,9 +805,50 @@ def analyze(lower, ordering="auto", relax_width: int = RELAX_WIDTH,
     snode = new_id[rep[snode]]
     nsn = int(keep.sum())
     # snode is nondecreasing (supernodes are runs of columns): each one's first and last
-    cols = np.arange(n)
     sfirst = np.flatnonzero(np.concatenate([[True], snode[1:] != snode[:-1]]))
     slast = np.append(sfirst[1:], n) - 1
+    return perm, ipos, parent, count, cptr, cidx, snode, sfirst, slast, nsn
+
+
+def estimate(lower, perm: np.ndarray, cost: dict, relax_width: int = RELAX_WIDTH,
+             relax_zeros: float = RELAX_ZEROS) -> float:
+    """The modelled seconds of the numeric factorization in the ordering ``perm``:
+    ``cost["flop"]`` a flop, ``cost["step"]`` a panel step on the tree's critical path (a front
+    of width w takes 1 + ceil(w / 32) steps, the panels and its update, on the longest
+    leaf-to-root path: what a tree of dependent launches waits through), ``cost["front"]`` a
+    front. The fronts come from the amalgamated supernodes without their row lists: a merged
+    front holds its columns and the rows below its last column (a child's update rows lie in
+    its parent's structure), ``width + count[last] - 1`` rows."""
+    _, _, parent, count, _, _, snode, sfirst, slast, nsn = _supernodes(
+        _as_lower(lower), perm, relax_width, relax_zeros)
+    width = (slast - sfirst + 1).astype(np.float64)
+    size = width + count[slast] - 1
+    u = size - width
+    flops = float((width**3 / 3 + width * width * u + width * u * u).sum())
+    sparent = np.where(parent[slast] >= 0, snode[np.maximum(parent[slast], 0)], -1)
+    steps = 1 + -(-(slast - sfirst + 1) // 32)
+    path = _critical_path(sparent, steps.astype(np.int64)) if nsn else 0
+    return (cost.get("flop", 0.0) * flops + cost.get("step", 0.0) * path
+            + cost.get("front", 0.0) * nsn)
+
+
+def analyze(lower, ordering="auto", relax_width: int = RELAX_WIDTH,
+            relax_zeros: float = RELAX_ZEROS, cost: dict | None = None) -> Analysis:
+    """The analysis of the SPD matrix whose lower triangle (diagonal included) is ``lower``
+    (a :class:`Lower`, or a scipy sparse matrix, read by :func:`lower_triangle`). With
+    ``cost`` (a backend's, :func:`estimate`), ``"auto"`` takes the candidate ordering of least
+    modelled time; without, the one of least fill (:func:`order`)."""
+    lower = _as_lower(lower)
+    n = lower.n
+    lptr, lidx = lower.indptr, lower.indices
+    if cost is not None and isinstance(ordering, str) and ordering == "auto":
+        perm = min(candidates(lower),
+                   key=lambda p: estimate(lower, p, cost, relax_width, relax_zeros))
+    else:
+        perm = order(lower, ordering)
+    perm, ipos, parent, count, cptr, cidx, snode, sfirst, slast, nsn = _supernodes(
+        lower, perm, relax_width, relax_zeros)
+    cols = np.arange(n)
     fptr, frows, fparent = _fronts(n, cptr, cidx, snode, sfirst, slast, nsn)
     size = np.diff(fptr)
     width = slast - sfirst + 1

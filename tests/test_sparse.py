@@ -127,6 +127,63 @@ def test_auto_ordering_fill_against_superlu_mmd():
         assert ours <= 1.25 * lu.L.nnz, f"{name}: nnz(L) {ours} against MMD's {lu.L.nnz}"
 
 
+def _band(n: int, half: int, seed: int) -> sp.csc_matrix:
+    """A random SPD band matrix (diagonally dominant): least fill in its natural order, whose
+    elimination tree is a chain."""
+    rng = np.random.default_rng(seed)
+    diags = [rng.uniform(-1, 0, n - d) for d in range(1, half + 1)]
+    low = sp.diags(diags, [-d for d in range(1, half + 1)], shape=(n, n))
+    A = low + low.T + sp.diags(np.full(n, 2.0 * half + 1.0))
+    return sp.csc_matrix(A)
+
+
+@pytest.mark.parametrize("name", ["band", "lap2", "bcsstk09.mtx"])
+def test_cost_estimate_matches_the_analysis(name):
+    """estimate() models the fronts without building them: its flops equal the analysis's, and
+    its critical path (1 + ceil(w / 32) steps a front) equals the one walked over the built
+    fronts, in every candidate ordering."""
+    from vbatch.sparse.analysis import analyze, candidates, estimate, lower_triangle
+
+    A = {"band": lambda: _band(700, 5, 1), "lap2": lambda: lap(17, 2)}.get(
+        name, lambda: load(name))()
+    low = lower_triangle(A)
+    for perm in candidates(low):
+        an = analyze(low, perm)
+        assert estimate(low, perm, {"flop": 1.0}) == pytest.approx(an.flops, rel=1e-12)
+        assert estimate(low, perm, {"front": 1.0}) == an.fronts
+        steps = 1 + -(-an.width // 32)
+        below = np.zeros(an.fronts, np.int64)
+        longest = 0
+        for f in range(an.fronts):  # postorder: children first
+            here = steps[f] + below[f]
+            longest = max(longest, here)
+            if an.parent[f] >= 0:
+                below[an.parent[f]] = max(below[an.parent[f]], here)
+        assert estimate(low, perm, {"step": 1.0}) == longest
+
+
+def test_auto_ordering_by_the_backend_cost_model():
+    """A band matrix has the least fill in its natural order, a chain of fronts. Without a
+    cost model "auto" keeps that order; with the CUDA backend's (launch steps weigh) it takes
+    the candidate of least modelled time, whose tree is far shorter; the CPU backend has no
+    model and keeps the least fill."""
+    from vbatch.kernels.frontal_cuda import ORDER_COST
+    from vbatch.sparse.analysis import analyze, candidates, estimate, fill, lower_triangle
+
+    low = lower_triangle(_band(3000, 4, 2))
+    cands = candidates(low)
+    by_fill = analyze(low, "auto")
+    fills = [fill(low, p) for p in cands]
+    assert fill(low, by_fill.perm) == min(fills)
+    by_cost = analyze(low, "auto", cost=ORDER_COST)
+    costs = [estimate(low, p, ORDER_COST) for p in cands]
+    assert estimate(low, by_cost.perm, ORDER_COST) == pytest.approx(min(costs))
+    steps = {"step": 1.0}
+    assert estimate(low, by_cost.perm, steps) * 4 < estimate(low, by_fill.perm, steps)
+    F = sparse.cholesky(_band(3000, 4, 2), runtime=Runtime("cpu"))
+    assert fill(low, F.analyses[0].perm) == min(fills)
+
+
 def _tril_reference(B, dtype=np.float64) -> sp.csc_matrix:
     """What the analysis must read, through scipy: the lower triangle of the duplicates-summed
     matrix, or the transposed upper one where only that is stored."""
@@ -306,6 +363,27 @@ def test_factor_entries_match_superlu_for_the_same_ordering(ordering):
 
 
 # ------------------------------------------------------------------ numeric, every backend
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_band_matrix_in_the_backends_order(device):
+    """The factor takes the ordering its backend's cost model chooses (the least fill where
+    it has none), and is right in it."""
+    from vbatch.sparse.analysis import analyze, lower_triangle
+
+    A = _band(3000, 4, 2)
+    rt = runtime(device)
+    F = sparse.cholesky(A, runtime=rt)
+    cost = getattr(rt.backend._op("frontal"), "ORDER_COST", None)
+    assert np.array_equal(F.analyses[0].perm, analyze(lower_triangle(A), "auto", cost=cost).perm)
+    assert F.info.tolist() == [0]
+    check(F, 0, A, np.finfo(np.float64).eps)
+    b = np.random.default_rng(3).standard_normal(A.shape[0])
+    x = F.solve(b)
+    x = x.get() if hasattr(x, "get") else x
+    eps = np.finfo(np.float64).eps
+    scale = sp.linalg.norm(A, 1) * np.linalg.norm(x) + np.linalg.norm(b)
+    assert np.linalg.norm(A @ x - b) <= 30 * A.shape[0] * eps * scale, "solve's backward error"
+
+
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("name", REAL)
 def test_real_matrices(device, name):
