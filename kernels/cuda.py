@@ -402,6 +402,13 @@ class CudaBackend(Backend):
             self._copy(mats, data, m, n, offset, ld, order, to_packed=True, addr=addr)
         return data
 
+    def copy_in(self, mats: list, data, m, n, offset, ld, addr: np.ndarray) -> None:
+        """Copy each cupy array ``mats[i]`` (``m[i] x n[i]``, its address and strides in
+        elements in ``addr``, 3 x k) into ``data`` at ``offset[i]``, row-major with leading
+        dimension ``ld[i]``: one launch (the sparse solve stacks a list of right-hand sides so;
+        a 1-D array is an ``n x 1`` matrix of row stride its stride)."""
+        self._copy(mats, data, m, n, offset, ld, "C", to_packed=True, addr=addr)
+
     def _copy(self, mats, data, m, n, offset, ld, order, to_packed: bool,
               addr: np.ndarray | None = None) -> None:
         k = len(mats)

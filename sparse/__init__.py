@@ -35,6 +35,8 @@ import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from collections.abc import Sequence
+from operator import attrgetter, itemgetter
 from typing import Any
 
 import numpy as np
@@ -58,7 +60,7 @@ from vbatch.sparse.frontal import (  # noqa: F401 - reference: the numpy referen
     reference,
 )
 
-__all__ = ["cholesky", "Factor", "Analysis", "analyze", "laplacian", "read"]
+__all__ = ["cholesky", "Factor", "Solutions", "Analysis", "analyze", "laplacian", "read"]
 
 
 def read(path: str) -> sp.csr_matrix:
@@ -124,6 +126,50 @@ class Stats:
     solve_s: float = 0.0
     levels: int = 0  # the height of the tallest assembly tree (fronts on its longest path)
     per_matrix: list = field(default_factory=list)
+
+
+_SHAPE = attrgetter("shape")
+_STRIDES = attrgetter("strides")
+_DTYPE = attrgetter("dtype")
+_PTR = attrgetter("data.ptr")
+
+
+class Solutions(Sequence):
+    """A batch's solutions (:meth:`Factor.solve` given a list) as a read-only sequence: each
+    is a view of one stacked array, made when first touched, in its right-hand side's shape
+    and kind; so a solve of 1,000 matrices makes no Python object per matrix until one is
+    read. Indexing, slicing, ``len``, iteration and ``list(...)`` work as on a list."""
+
+    __slots__ = ("_sol", "_row0", "_shapes", "_kinds", "_xp")
+
+    def __init__(self, sol, row0: np.ndarray, shapes: list, kinds: list | None, xp):
+        self._sol, self._row0, self._shapes, self._kinds, self._xp = sol, row0, shapes, kinds, xp
+
+    def __len__(self) -> int:
+        return len(self._shapes)
+
+    def _one(self, i: int):
+        x = self._sol[int(self._row0[i]): int(self._row0[i + 1])].reshape(self._shapes[i])
+        return x if self._kinds is None else Factor._as_kind(x, self._kinds[i], self._xp)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self._one(j) for j in range(*i.indices(len(self)))]
+        k = len(self)
+        j = int(i)
+        if j != i or isinstance(i, (bool, float)):
+            raise TypeError(f"indices must be integers or slices, not {type(i).__name__}")
+        if j < 0:
+            j += k
+        if not 0 <= j < k:
+            raise IndexError(f"index {i} out of range for {k} solutions")
+        return self._one(j)
+
+    def __iter__(self):
+        return (self._one(j) for j in range(len(self)))
+
+    def __repr__(self) -> str:
+        return f"Solutions({len(self)} of {type(self._sol).__module__.split('.')[0]} arrays)"
 
 
 class Factor:
@@ -294,7 +340,8 @@ class Factor:
     # ------------------------------------------------------------------ solve
     def solve(self, b: Any) -> Any:
         """``A x = b``: ``b`` of shape (n,) or (n, r), numpy or cupy; the solution comes back
-        in the same form and kind. For a batch, a list of them (one a matrix; a list back), or
+        in the same form and kind. For a batch, a list of them (one a matrix; back comes a
+        list-like :class:`Solutions`, each in its right-hand side's shape and kind), or
         one array of shape (N,) or (N, r) holding every matrix's rows one after another
         (N = the sum of their orders; one array back, in the same form). Matrices whose
         ``info`` is set get NaN."""
@@ -312,60 +359,100 @@ class Factor:
             if len(bs) != len(self.analyses):
                 raise InputError([(None, f"expected {len(self.analyses)} right-hand sides, "
                                          f"got {len(bs)}")], what="right-hand sides")
-            kinds = [array_kind(x) for x in bs]
-            shapes = []
-            for i, (x, kd, an) in enumerate(zip(bs, kinds, self.analyses)):
-                if kd is None or x.ndim not in (1, 2) or x.shape[0] != an.n:
-                    raise InputError([(None, f"right-hand side {i}: expected an array of shape "
-                                             f"({an.n},) or ({an.n}, r), got "
-                                             f"{getattr(x, 'shape', type(x).__name__)}")],
-                                     what="right-hand sides")
-                shapes.append(x.shape)
-        r = {1 if len(s) == 1 else s[1] for s in shapes}
+            kinds, shapes = self._describe(bs)
+        ndims = set(map(len, shapes))  # (one pass per attribute: no Python step per array)
+        if ndims == {1}:
+            r = {1}
+        elif ndims == {2}:
+            r = set(map(itemgetter(1), shapes))
+        else:
+            r = {1 if len(s) == 1 else s[1] for s in shapes}
         if len(r) != 1:
             raise InputError([(None, "every right-hand side needs the same number of columns")],
                              what="right-hand sides")
         r = r.pop()
         xp = self._xp()
+        one = kinds[0] if len(set(kinds)) == 1 else None  # the kind of them all, if one
         if r:
-            # host right-hand sides go over in one copy, not one per matrix; device ones come
-            # to the host for the CPU backend
-            host = all(kd == "numpy" for kd in kinds) or xp is np
-            parts = [(x.get() if kd == "cupy" else np.asarray(x)) if host else xp.asarray(x)
-                     for x, kd in zip(bs, kinds)]
-            mod = np if host else xp
-            if stacked or len(parts) == 1:
-                stack = parts[0]
+            ext = xp.empty(N * r + 1, dtype=self.dtype)
+            if stacked or len(bs) == 1:
+                ext[:-1] = xp.asarray(bs[0]).reshape(-1)
+            elif one == "cupy" and xp is not np and len(set(map(_DTYPE, bs))) == 1:
+                # one gather kernel (as a list of dense operands is), each b an n x r matrix
+                # of the stacked (N, r) rows: cupy.concatenate and a reshape per array were
+                # most of a 1000-matrix solve
+                isz = np.dtype(self.dtype).itemsize
+                if bs[0].dtype != self.dtype:
+                    bs = [x.astype(self.dtype) for x in bs]
+                addr = np.empty((3, len(bs)), np.int64)
+                addr[0] = np.fromiter(map(_PTR, bs), np.int64, len(bs))
+                strides = list(map(_STRIDES, bs))
+                addr[1] = np.fromiter(map(itemgetter(0), strides), np.int64, len(bs)) // isz
+                addr[2] = 1 if r == 1 else np.fromiter(
+                    map(itemgetter(-1), strides), np.int64, len(bs)) // isz
+                rows = np.diff(self._row0)
+                self._rt.backend.copy_in(bs, ext, rows, np.full(len(bs), r, np.int64),
+                                         self._row0[:-1] * r, np.full(len(bs), r, np.int64),
+                                         addr)
             else:
-                stack = mod.concatenate([p.reshape(an.n, r)
-                                         for p, an in zip(parts, self.analyses)])
+                # host right-hand sides go over in one copy, not one per matrix; device ones
+                # come to the host for the CPU backend
+                host = one == "numpy" or xp is np
+                parts = [(x.get() if kd == "cupy" else np.asarray(x)) if host else xp.asarray(x)
+                         for x, kd in zip(bs, kinds)]
+                mod = np if host else xp
+                if len(ndims) == 1:  # one ndim: no reshape per array
+                    stack = mod.concatenate(parts)
+                else:
+                    stack = mod.concatenate([p.reshape(an.n, r)
+                                             for p, an in zip(parts, self.analyses)])
+                ext[:-1] = xp.asarray(stack).reshape(-1)
+            ext[-1] = 0
             tmpl, into, back = self._layout(r, xp)
             # b's entries (and a zero, for the fronts' update rows) into the workspace, and the
             # solution out of it, as one take each: fancy-index assignments cost ~85 us each
             # with cupy (494_bus, H100, 2026-11-25)
-            ext = xp.empty(N * r + 1, dtype=self.dtype)
-            ext[:-1] = xp.asarray(stack).reshape(-1)
-            ext[-1] = 0
             data = ext.take(into)
             self._submit(FRONTAL_SOLVE_OP, tmpl.with_data(data)).result()
             sol = data.take(back).reshape(N, r)
         else:
             sol = xp.zeros((N, 0), dtype=self.dtype)
         bad = np.flatnonzero(self.info)
+        if len(bad):  # one assignment: the rows of every failed matrix
+            sol[xp.asarray(np.repeat(self.info != 0, np.diff(self._row0)))] = np.nan
         if stacked:
-            for i in bad.tolist():
-                sol[self._row0[i]: self._row0[i + 1]] = np.nan
             out = self._as_kind(sol.reshape(b.shape), kinds[0], xp)
             self.stats.solve_s = time.perf_counter() - t0
             return out
-        out = []
-        for i, (an, r0, x, kd) in enumerate(zip(self.analyses, self._row0, bs, kinds)):
-            si = sol[r0: r0 + an.n]
-            if self.info[i]:
-                si = xp.full_like(si, np.nan)
-            out.append(self._as_kind(si.reshape(shapes[i]), kd, xp))
+        if one is not None:
+            sol = self._as_kind(sol, one, xp)  # one copy for them all, where one is needed
+        out = Solutions(sol, self._row0, shapes, None if one is not None else kinds, xp)
         self.stats.solve_s = time.perf_counter() - t0
         return out if self._batched else out[0]
+
+    def _describe(self, bs: list) -> tuple[list, list]:
+        """Each right-hand side's kind and shape, checked against its matrix's order: by one
+        pass per attribute over the list where every array is of one numpy or cupy type (a
+        Python step per array cost ~3 us of each matrix of a batch's solve); else, or for any
+        problem, array by array (naming the first bad one)."""
+        orders = np.diff(self._row0)
+        if len(bs) > 1 and len(set(map(type, bs))) == 1:
+            kind = array_kind(bs[0])
+            if kind is not None:
+                shapes = list(map(_SHAPE, bs))
+                if set(map(len, shapes)) <= {1, 2} and np.array_equal(
+                        np.fromiter(map(itemgetter(0), shapes), np.int64, len(bs)), orders):
+                    return [kind] * len(bs), shapes
+        kinds = [array_kind(x) for x in bs]
+        shapes = []
+        for i, (x, kd, an) in enumerate(zip(bs, kinds, self.analyses)):
+            if kd is None or x.ndim not in (1, 2) or x.shape[0] != an.n:
+                raise InputError([(None, f"right-hand side {i}: expected an array of shape "
+                                         f"({an.n},) or ({an.n}, r), got "
+                                         f"{getattr(x, 'shape', type(x).__name__)}")],
+                                 what="right-hand sides")
+            shapes.append(x.shape)
+        return kinds, shapes
 
     @staticmethod
     def _as_kind(a, kind: str, xp):

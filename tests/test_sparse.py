@@ -439,6 +439,34 @@ def test_laplacians_alone_and_batched_with_a_failure(device, dtype):
             assert backward(A, x, b) <= 50 * A.shape[0] * eps, f"matrix {i}"
     alone = sparse.cholesky(mats[5], runtime=rt, dtype=dtype)
     assert backward(mats[5], host(alone.solve(bs[5])), bs[5]) <= 50 * mats[5].shape[0] * eps
+    # lists of the backend's arrays (float64 whatever the factor's dtype): 1-D, n x 2
+    # row-major, column-major and a strided view, and 1-D mixed with n x 1; each solution in
+    # its right-hand side's shape and kind, the failed matrix's NaN
+    if device == "cuda":
+        import cupy as xp
+    else:
+        xp = np
+    forms = {
+        "1-D": lambda n: xp.asarray(rng.standard_normal(n)),
+        "C": lambda n: xp.asarray(rng.standard_normal((n, 2))),
+        "F": lambda n: xp.asfortranarray(xp.asarray(rng.standard_normal((n, 2)))),
+        "strided": lambda n: xp.asarray(rng.standard_normal((2 * n, 3)))[::2, 1:],
+    }
+    for form, make in [*forms.items(), ("mixed", None)]:
+        if make is None:
+            bl = [xp.asarray(rng.standard_normal((A.shape[0],) + ((1,) if i % 2 else ())))
+                  for i, A in enumerate(mats)]
+        else:
+            bl = [make(A.shape[0]) for A in mats]
+        xl = F.solve(bl)
+        assert len(xl) == len(mats)
+        for i, (A, b, x) in enumerate(zip(mats, bl, xl)):
+            assert type(x) is type(b) and x.shape == b.shape, f"{form}, matrix {i}"
+            x, b = host(x), host(b)
+            if i == 4:
+                assert np.isnan(x).all()
+            else:
+                assert backward(A, x, b) <= 50 * A.shape[0] * eps, f"{form}, matrix {i}"
     # the stacked form: one array of every matrix's rows, the same solutions back in one array
     # (of the input's kind), the failed matrix's rows NaN; with 2 columns too
     N = sum(A.shape[0] for A in mats)
