@@ -376,7 +376,8 @@ class Factor:
         if r:
             ext = xp.empty(N * r + 1, dtype=self.dtype)
             if stacked or len(bs) == 1:
-                ext[:-1] = xp.asarray(bs[0]).reshape(-1)
+                x = bs[0].get() if xp is np and kinds[0] == "cupy" else bs[0]
+                ext[:-1] = xp.asarray(x).reshape(-1)
             elif one == "cupy" and xp is not np and len(set(map(_DTYPE, bs))) == 1:
                 # one gather kernel (as a list of dense operands is), each b an n x r matrix
                 # of the stacked (N, r) rows: cupy.concatenate and a reshape per array were
