@@ -670,4 +670,101 @@ schur_step(const unsigned long long* tbl, const long long* meta, const int* imet
   else zero_rect<T, ROW>(Lb, ld, 0, p, p + c0, ny, tid, NT);
 }
 
+// ================================================================== whole problems in registers
+// One block of 256 threads factors a whole small problem (n <= 64): thread (ti, tj) of a 16 x 16
+// grid holds the 4 x 4 tile of rows 4 ti.., columns 4 tj.. in registers (tiles above the
+// diagonal hold nothing), right-looking, one column an iteration: the pivot's owner publishes
+// it; the owners of column k scale it and publish it (shared memory, 64 values); every thread
+// takes the rank-1 update of its tile (16 FMAs from 8 broadcast reads). Two barriers a column
+// and no trip through shared memory for the matrix itself: a first version kept the matrix in
+// shared memory, a warp a column of the update, and was 1.5-2x slower than the panel chain it
+// replaced (uniform Nmax 64, H100, 2026-11-25, .dbg/whole_ab.py).
+// The first p columns are factored; the trailing block that remains is the Schur complement
+// A22 - L21 L21^T (a partial factorization's), so a problem is one task and one launch. Written
+// back whole: L, the Schur complement, zeros above the diagonal. A failed pivot sets info and
+// stops; the columns before it are final (LAPACK's leading factor), the rest unspecified.
+template <typename T, bool ROW>
+__global__ void __launch_bounds__(256)
+whole_step(const unsigned long long* tbl, const long long* meta, const int* imeta,
+           const int* tasks, int K, int lo, int hi, int unused) {
+  constexpr int TS = 4, TD = 16;  // tile side, tiles a side: n <= 64
+  __shared__ __align__(16) T col[TS * TD];
+  __shared__ T piv;
+  vb::Task tk;
+  if (!vb::block_task(tasks, lo, hi, tk)) return;
+  const vb::Matrix pr = vb::matrix_of(meta, imeta, K, tk.q);
+  const int n = pr.n, p = tk.a1;  // (a0 = j = 0, a2 = b = 0: the problem's one task)
+  const T* A = reinterpret_cast<const T*>(tbl[0]) + pr.off;
+  T* L = reinterpret_cast<T*>(tbl[1]) + pr.off;
+  const long long ld = pr.ld;
+  // Row-major threads take tiles along a row of tiles (their columns contiguous in memory),
+  // column-major ones down a column of tiles.
+  const int tid = threadIdx.x;
+  const int ti = ROW ? tid / TD : tid % TD, tj = ROW ? tid % TD : tid / TD;
+  const int r0 = ti * TS, c0 = tj * TS;
+  const bool mine = ti >= tj && r0 < n;  // a tile on or below the diagonal, inside the matrix
+  T a[TS][TS];
+#pragma unroll
+  for (int ii = 0; ii < TS; ++ii)
+#pragma unroll
+    for (int jj = 0; jj < TS; ++jj) {
+      const int r = r0 + ii, c = c0 + jj;
+      a[ii][jj] = (mine && r < n && c <= r) ? A[at<ROW>(r, c, ld)] : T(0);
+    }
+  int fail = 0;
+  for (int k = 0; k < p; ++k) {
+    const int kt = k / TS, kk = k % TS;
+    if (ti == kt && tj == kt) {
+#pragma unroll
+      for (int q = 0; q < TS; ++q)
+        if (q == kk) piv = a[q][q];
+    }
+    __syncthreads();
+    const T d = piv;
+    if (!(d > T(0))) {  // the same value in every thread: a uniform exit
+      fail = k + 1;
+      break;
+    }
+    // (an infinite pivot: sqrt(inf) = inf and the column scaled by 0, as reference LAPACK)
+    const T rd = vrsqrt(d);
+    if (mine && tj == kt) {
+#pragma unroll
+      for (int ii = 0; ii < TS; ++ii)
+#pragma unroll
+        for (int q = 0; q < TS; ++q)
+          if (q == kk) {
+            const int r = r0 + ii;
+            if (r == k) a[ii][q] = isinf(d) ? d : d * rd;
+            else if (r > k) {
+              a[ii][q] *= rd;
+              col[r] = a[ii][q];
+            }
+          }
+    }
+    __syncthreads();
+    if (mine && c0 + TS - 1 > k) {
+      T x[TS], y[TS];
+#pragma unroll
+      for (int ii = 0; ii < TS; ++ii) x[ii] = r0 + ii > k ? col[r0 + ii] : T(0);
+#pragma unroll
+      for (int jj = 0; jj < TS; ++jj) y[jj] = c0 + jj > k ? col[c0 + jj] : T(0);
+#pragma unroll
+      for (int jj = 0; jj < TS; ++jj)
+        if (c0 + jj > k) {  // (factored columns untouched, whatever x holds)
+#pragma unroll
+          for (int ii = 0; ii < TS; ++ii) a[ii][jj] = fma(-x[ii], y[jj], a[ii][jj]);
+        }
+    }
+  }
+  if (fail && tid == 0) reinterpret_cast<int*>(tbl[2])[tk.q] = fail;
+  if (r0 >= n || c0 >= n) return;
+#pragma unroll
+  for (int ii = 0; ii < TS; ++ii)
+#pragma unroll
+    for (int jj = 0; jj < TS; ++jj) {
+      const int r = r0 + ii, c = c0 + jj;
+      if (r < n && c < n) L[at<ROW>(r, c, ld)] = (mine && c <= r) ? a[ii][jj] : T(0);
+    }
+}
+
 }  // namespace vb
