@@ -35,7 +35,7 @@ from vbatch.kernels import jit
 from vbatch.kernels.cpu import Work, split
 from vbatch.kernels.jit import njit, strides
 from vbatch.kernels.lapack import Calls
-from vbatch.ops.cholesky import FUSED, SCHUR, TRSM, UPDATE, WHOLE
+from vbatch.ops.cholesky import FUSED, SCHUR, TRSM, UPDATE
 
 OP = "potrf"
 # Whole problems of at most this many flops (the factorization and its Schur complement) of
@@ -55,10 +55,8 @@ def plan_defaults(dtype) -> dict:
     # launch. The sweep of nb 64 / 256 / 512 / 1024 on the 2-core VM (docs/notes.md,
     # 2026-11-21) put 512 at or near the best everywhere. No shared-memory limit: always fused.
     # Not blocked: a panel of 512 is one LAPACK potrf, which blocks for the caches itself.
-    # whole_max: a problem within one panel is one task already (one LAPACK potrf), so the
-    # whole kind adds nothing here; it runs where asked (the CUDA backend's plans, tests).
     return {"nb": 512, "fused_max_rows": int(np.iinfo(np.int64).max), "streams": 1, "block": 0,
-            "block_above": 0, "whole_max": 0}
+            "block_above": 0}
 
 
 # What `python -m vbatch tune` measures (vbatch.runtime.tune): the panel width, from the sweep's
@@ -98,9 +96,7 @@ def prepare(backend, plan, launches) -> State:
     k = plan.k
     code = {kd.name: i for i, kd in enumerate(plan.kinds)}
     is_schur = t.kind == code.get("potrf.schur", -1)
-    # (a whole task is a first panel of width p that also does its Schur complement: what a
-    # FUSED task of j = 0 and w = p does here, so it runs as one)
-    panel = np.isin(t.kind, [code.get("potrf.panel", -1), code.get("potrf.whole", -1)])
+    panel = t.kind == code.get("potrf.panel", -1)
     p = np.bincount(t.problem[panel], weights=t.width[panel], minlength=k).astype(np.int64)
     n = np.zeros(k, dtype=np.int64)
     first = panel & (t.cols == 0)
@@ -109,20 +105,19 @@ def prepare(backend, plan, launches) -> State:
     folded = np.zeros(k, dtype=bool)  # schur done by the problem's one fused task
     work = {}
     for lc in launches:
-        lk = FUSED if lc.kind == WHOLE else lc.kind
         q = t.problem[lc.lo:lc.hi]
         a0, a1 = t.args[lc.lo:lc.hi, 0], t.args[lc.lo:lc.hi, 1]
         a2 = t.args[lc.lo:lc.hi, 2]
-        if lk == SCHUR:
+        if lc.kind == SCHUR:
             keep = ~folded[q]
             q, a0, a1, a2 = q[keep], a0[keep], a1[keep], a2[keep]
             cost = a1.astype(np.float64) ** 2 * a0 + 1.0
             whole = np.zeros(len(q), dtype=bool)
         else:
             m = n[q] - a0
-            cost = _launch_flops(lk, a0, a1, m, a2) + 1.0
-            whole = (lk == FUSED) & (a0 == 0) & (a1 == p[q])
-            if lk == FUSED:
+            cost = _launch_flops(lc.kind, a0, a1, m, a2) + 1.0
+            whole = (lc.kind == FUSED) & (a0 == 0) & (a1 == p[q])
+            if lc.kind == FUSED:
                 tr = (n[q] - p[q]).astype(np.float64)
                 cost = cost + np.where(whole, tr * tr * a1, 0.0)
                 folded[q[whole & (tr > 0)]] = True
@@ -170,7 +165,7 @@ def _tabled(tasks: list, small: dict, n: np.ndarray) -> list:
 
 # ------------------------------------------------------------------ running tasks
 def run(backend, ex, lc, whole: bool, tasks: list) -> None:
-    kind = FUSED if lc.kind == WHOLE else lc.kind
+    kind = lc.kind
     a, out = ex.buffers["a"], ex.buffers["l"]
     c = backend.calls(out.dtype, out.order)
     if tasks and isinstance(tasks[0], Small):  # small whole problems (_tabled)

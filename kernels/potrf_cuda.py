@@ -44,22 +44,15 @@ MAX_GRID_Y = 65535
 # than their updates gain, so they stay unblocked.
 BLOCK = 128
 BLOCK_ABOVE = 512
-# Problems of at most WHOLE_MAX rows are one task each, factored whole in one block's
-# registers (whole_step: 4 x 4 tiles, a 16 x 16 grid of threads, so WHOLE_LIMIT = 64).
-WHOLE_MAX = 64
-WHOLE_LIMIT = 64
-WHOLE_THREADS = 256
 # What `python -m vbatch tune` measures (vbatch.runtime.tune), from the defaults above: the
-# whole-problem size, the fused/separated crossover, then the blocking (width, threshold), on
-# the harness's batches.
+# fused/separated crossover, then the blocking (width, threshold), on the harness's batches.
 TUNE = (
-    ("whole_max", (0, 48, 64)),
     ("fused_max_rows", (0, 64, 128, 192, 256)),
     (("block", "block_above"), ((0, 0), (128, 512), (256, 512), (128, 256), (256, 256),
                                 (512, 512))),
 )
-TUNE_WORKLOADS = (("uniform", 2000, 64), ("uniform", 2000, 128), ("uniform", 2000, 512),
-                  ("skewed", 2000, 512), ("uniform", 500, 1024), ("skewed", 500, 1024))
+TUNE_WORKLOADS = (("uniform", 2000, 128), ("uniform", 2000, 512), ("skewed", 2000, 512),
+                  ("uniform", 500, 1024), ("skewed", 500, 1024))
 # The fused kernel runs one thread per panel row, so the tallest panel it takes is the largest
 # block it is compiled for.
 FUSED_ROWS_MAX = 256
@@ -98,7 +91,7 @@ def plan_defaults(dtype) -> dict:
     # kernel's largest block measured at or near the best (crossover sweep, H100, 2026-11-21,
     # docs/notes.md); 4 streams for the chains of partial factorizations.
     return {"nb": 32, "fused_max_rows": FUSED_ROWS_MAX, "streams": 4, "block": BLOCK,
-            "block_above": BLOCK_ABOVE, "whole_max": WHOLE_MAX}
+            "block_above": BLOCK_ABOVE}
 
 
 def check_options(dtype, options: dict) -> None:
@@ -109,10 +102,6 @@ def check_options(dtype, options: dict) -> None:
         raise InputError([(None, f"the cuda backend supports nb in {NB_SUPPORTED}, got {nb}")],
                          what="runtime options")
     check_block(nb, options.get("block", 0))
-    if options.get("whole_max", 0) > WHOLE_LIMIT:
-        raise InputError([(None, f"the cuda backend factors whole problems of at most "
-                                 f"{WHOLE_LIMIT} rows (shared memory), got whole_max = "
-                                 f"{options['whole_max']}")], what="runtime options")
     # A taller panel than the fused kernel's largest block cannot be fused whatever was asked:
     # the crossover is "fuse up to this height", so it is capped, not refused.
     options["fused_max_rows"] = min(options["fused_max_rows"], FUSED_ROWS_MAX)
@@ -202,12 +191,8 @@ def schur_name(T: str, R: str) -> str:
     return f"vb::schur_step<{T},{R}>"
 
 
-def whole_name(T: str, R: str) -> str:
-    return f"vb::whole_step<{T},{R}>"
-
-
 TEMPLATES = ("vb::fused_step", "vb::small_step", "vb::update_step", "vb::update_mma",
-             "vb::trsm_step", "vb::schur_step", "vb::whole_step")
+             "vb::trsm_step", "vb::schur_step")
 
 
 @dataclass(frozen=True)
@@ -252,10 +237,6 @@ def select(lc, nb: int, dtype, order: str, fp64_update: str = "fma") -> Selectio
     elif lc.kind == "trsm":
         sel = Selection(trsm_name(T, nb, R), (lc.count, max(1, math.ceil(rows / TRSM_RT))),
                         (TRSM_RT,), 0)
-    elif lc.kind == "whole":
-        if rows > WHOLE_LIMIT:
-            raise ValueError(f"a whole launch of {rows} rows is past the kernel's {WHOLE_LIMIT}")
-        sel = Selection(whole_name(T, R), (lc.count,), (WHOLE_THREADS,), 0)
     elif lc.kind == "schur":
         t = math.ceil(rows / SCHUR_TS)
         sel = Selection(schur_name(T, R), (lc.count, t * (t + 1) // 2), (SCHUR_THREADS,),
@@ -294,5 +275,5 @@ def kernel_names(dtypes=DTYPES, nbs=NB_SUPPORTED, orders=ORDERS) -> list[str]:
                 if T == "double":
                     out += [update_mma_name(nb, rc, R) for rc in UPDATE_RCS]
                 out += [trsm_name(T, nb, R)]
-            out += [schur_name(T, R), small_name(T, R), whole_name(T, R)]
+            out += [schur_name(T, R), small_name(T, R)]
     return out

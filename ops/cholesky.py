@@ -58,7 +58,6 @@ from vbatch.scheduler.graph import TaskGraph, chain_edges
 # Launch kinds (what backends implement).
 UPDATE, TRSM, SCHUR = "update", "trsm", "schur"
 FUSED = "fused"  # update (with the diagonal block's factorization) + trsm of one panel
-WHOLE = "whole"  # a whole small problem: its p columns and its Schur complement, one task
 
 
 def _panel_launches(group: Group, options: dict) -> list[tuple[str, str]]:
@@ -95,36 +94,21 @@ SCHUR_KIND = register(TaskKind(
 ), (SCHUR,))
 
 
-WHOLE_KIND = register(TaskKind(
-    name="potrf.whole", op="potrf", args=("j", "w", "b"), window=by_rows,
-    launches=single(WHOLE),
-    flops=lambda args, rows, cols, width: _panel_flops(args, rows, cols, width)
-    + np.asarray(rows - width, np.float64) ** 2 * width,
-    doc="a whole problem of at most whole_max rows as one task (args as a first panel: j = 0, "
-        "w = p, b = 0): its p columns and the Schur complement of the rest",
-), (WHOLE,))
-
-
 def potrf_graph(n: Any, npiv: Any = None, nb: int = 32, block: int = 0,
-                block_above: int = 0, whole_max: int = 0) -> TaskGraph:
+                block_above: int = 0) -> TaskGraph:
     """The tasks of a batched (partial) Cholesky, from the sizes alone (module docstring):
     each problem's panels in order, its block updates among them where it factors more than
-    ``max(block, block_above)`` columns (``block`` 0: never), then its schur task; a problem
-    of at most ``whole_max`` rows is one whole task instead (unless it is one full panel)."""
+    ``max(block, block_above)`` columns (``block`` 0: never), then its schur task."""
     if block % nb:  # the block updates' positions count whole panels (check_block says so)
         raise ValueError(f"block {block} is not a multiple of nb = {nb}")
     n = np.asarray(n, dtype=np.int64)
     p = n if npiv is None else np.asarray(npiv, dtype=np.int64)
     k = len(n)
     live = n > 0
-    # (a problem within one panel stays a panel: its kernel does several such problems a
-    # block, where the whole kernel takes a block each; unless it is partial, which the whole
-    # kernel finishes in one task where a panel needs a schur task after it)
-    whole = live & (n <= whole_max) & ((n > nb) | (p < n))
-    steps = np.where(whole, 1, np.where(live, -(-p // nb), 0))
-    blocked = live & ~whole & (block > 0) & (p > max(block, block_above))
+    steps = np.where(live, -(-p // nb), 0)
+    blocked = live & (block > 0) & (p > max(block, block_above))
     gemms = np.where(blocked, -(-p // max(block, 1)) - 1, 0)
-    schur = live & ~whole & (p < n)
+    schur = live & (p < n)
     cnt = steps + gemms + schur
     first = np.cumsum(cnt) - cnt
     T = int(cnt.sum())
@@ -142,14 +126,6 @@ def potrf_graph(n: Any, npiv: Any = None, nb: int = 32, block: int = 0,
     at = first[pq] + s + bcol
     args[at, 0], args[at, 1], args[at, 2] = j, np.minimum(nb, p[pq] - j), bcol * block
     rows[at], cols[at], width[at] = n[pq] - j, j, args[at, 1]
-    # Whole problems: their one task is a first panel of width p (j = 0, b = 0).
-    wq = np.flatnonzero(whole)
-    at = first[wq]
-    kinds = [PANEL, SCHUR_KIND] + ([BLOCK_UPDATE] if gemms.any() else [])
-    if len(wq):
-        kinds.append(WHOLE_KIND)
-        kind[at] = len(kinds) - 1
-        args[at, 1] = width[at] = p[wq]
     # Block updates: the g-th (g >= 1) comes before the first panel of block column g.
     gq = np.repeat(qs, gemms)
     g = 1 + np.arange(len(gq), dtype=np.int64) - np.repeat(np.cumsum(gemms) - gemms, gemms)
@@ -167,7 +143,7 @@ def potrf_graph(n: Any, npiv: Any = None, nb: int = 32, block: int = 0,
     args[at, 0], args[at, 1] = p[sq], n[sq] - p[sq]
     rows[at], cols[at], width[at] = n[sq] - p[sq], p[sq], n[sq] - p[sq]
     return TaskGraph(
-        kinds=tuple(kinds),
+        kinds=(PANEL, SCHUR_KIND, BLOCK_UPDATE) if gemms.any() else (PANEL, SCHUR_KIND),
         kind=kind,
         problem=problem,
         args=args,
@@ -182,24 +158,21 @@ def potrf_graph(n: Any, npiv: Any = None, nb: int = 32, block: int = 0,
 
 def plan_cholesky(n: Any, npiv: Any = None, *, nb: int = 32, policy: str = "dsse",
                   fused_max_rows: int = 512, streams: int = 1, block: int = 0,
-                  block_above: int = 0, whole_max: int = 0):
+                  block_above: int = 0):
     """The plan of a batched (partial) Cholesky of sizes ``n`` (``npiv`` columns each)."""
     from vbatch.scheduler.plan import make_plan
 
     if not isinstance(nb, (int, np.integer)) or isinstance(nb, bool) or nb < 1:
         raise ValueError(f"nb must be a positive int, got {nb!r}")
     check_block(int(nb), block)
-    return make_plan(potrf_graph(n, npiv, int(nb), int(block), int(block_above),
-                                 int(whole_max)), op="potrf",
+    return make_plan(potrf_graph(n, npiv, int(nb), int(block), int(block_above)), op="potrf",
                      policy=policy, streams=streams, buffers=("a", "l"), nb=int(nb),
                      fused_max_rows=fused_max_rows)
 
 
-def graph_options(opts: dict) -> tuple[int, int, int, int]:
-    """``nb``, ``block``, ``block_above`` and ``whole_max`` of a plan's options (the last
-    three 0 when unset)."""
-    return (int(opts["nb"]), int(opts.get("block", 0)), int(opts.get("block_above", 0)),
-            int(opts.get("whole_max", 0)))
+def graph_options(opts: dict) -> tuple[int, int, int]:
+    """``nb``, ``block`` and ``block_above`` of a plan's options (the last two 0 when unset)."""
+    return int(opts["nb"]), int(opts.get("block", 0)), int(opts.get("block_above", 0))
 
 
 def check_block(nb: int, block: int) -> None:

@@ -21,8 +21,6 @@ class Config(BaseModel):
     * ``block``, ``block_above``: a Cholesky problem that factors more than ``block_above``
       columns (and more than ``block``) takes them ``block`` at a time, each block column
       brought up to date by one GEMM first (``block`` 0: never; a multiple of ``nb``).
-    * ``whole_max``: a Cholesky problem of at most this many rows is one task, factored
-      whole (on CUDA by one block, the matrix in its registers: at most 64; 0: never).
     * ``streams``: CUDA streams that independent chains of launches may use.
     * ``cuda_graphs``: run each plan as one CUDA graph, captured on its second call
       (``False``: launch by launch, for profiling single kernels).
@@ -48,7 +46,6 @@ class Config(BaseModel):
     fused_max_rows: int | None = Field(default=None, ge=0)
     block: int | None = Field(default=None, ge=0)
     block_above: int | None = Field(default=None, ge=0)
-    whole_max: int | None = Field(default=None, ge=0)
     streams: int | None = Field(default=None, ge=1, le=64)
     cuda_graphs: bool = True
     fp64_update: Literal["fma", "mma"] = "fma"
@@ -60,4 +57,4 @@ class Config(BaseModel):
     coalesce_max_k: int = Field(default=16384, ge=1)
 
     PLANNER: ClassVar[tuple[str, ...]] = ("nb", "fused_max_rows", "streams", "block",
-                                             "block_above", "whole_max")
+                                             "block_above")

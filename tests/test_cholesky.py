@@ -168,58 +168,6 @@ def test_partial_cholesky_matches_a_dense_schur_complement(device, policy):
         check_factor(a, f, np.float64, npiv[i], where=f"problem {i} (npiv {npiv[i]})")
 
 
-@pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("form", ["F", "C", "list", "overwrite"])
-@pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_whole_problems(device, form, dtype):
-    """``whole_max``: problems of at most 64 rows are one task each (the CUDA backend factors
-    them in one block's shared memory), mixed with panel chains of larger ones in one batch:
-    sizes 0, 1, 31..33, 63..65 and more, partial factorizations (npiv 0, inside, n), pivots
-    that fail (the columns before them still the factor, the others untouched), an infinite
-    pivot, and NaN above the diagonal of every input (never read into a result)."""
-    rng = np.random.default_rng(31)
-    W = 64
-    ns = [0, 1, 2, 31, 32, 33, 40, 63, 64, 65, 100, 50, 50, 60, 48, 20]
-    npiv = [None] * 11 + [0, 17, None, None, None]
-    fail = {13: 37, 14: 0}  # problem: the column that fails
-    mats = spd_list(ns, dtype, rng)
-    for i, col in fail.items():
-        mats[i] = make_indefinite(mats[i].astype(np.float64), col).astype(dtype)
-    mats[15][9, 9] = np.inf  # reference LAPACK: sqrt(inf) = inf, its column scaled by 0
-    junk = [m + np.triu(np.full_like(m, np.nan), 1) for m in mats]
-    p = [n if v is None else v for n, v in zip(ns, npiv)]
-    rt = runtime(device, whole_max=W, nb=32)
-    if form == "list":
-        res = rt.cholesky(as_device(junk, device), p).result()
-        factors = list(res.factors)
-    else:
-        b = packed_from(junk, "C" if form == "C" else "F", device)
-        res = rt.cholesky(b, p, overwrite=form == "overwrite").result()
-        factors = res.factors.unpack()
-    counts = res.plan.counts()
-    assert counts.get("whole") and counts.get("fused"), counts
-    want = [reference(a, v)[1] for a, v in zip(mats, p)]
-    assert res.info.tolist() == want and [want[i] for i in fail] == [c + 1 for c in fail.values()]
-    for i, (a, f) in enumerate(zip(mats, factors)):
-        f = to_host(f)
-        if i in fail:
-            f = f.astype(np.float64)
-            k = fail[i]
-            a64 = a.astype(np.float64)
-            sym = np.tril(a64) + np.tril(a64, -1).T
-            lk = f[:, :k]
-            assert np.all(np.isfinite(lk)) and not np.any(np.triu(lk, 1)), f"problem {i}"
-            err = np.linalg.norm(sym[:, :k] - lk @ lk[:k].T) / max(np.linalg.norm(sym), 1)
-            assert err <= tolerance(ns[i], dtype), f"problem {i}: error {err:.2e}"
-        elif i == 15:
-            ref, info = reference(a, None)
-            assert info == 0 and np.array_equal(np.isinf(f), np.isinf(ref)), "infinite pivot"
-            fin = np.isfinite(ref)
-            assert np.allclose(f[fin], ref[fin], rtol=100 * tolerance(ns[i], dtype), atol=0)
-        else:
-            check_factor(a, f, dtype, p[i], where=f"problem {i} (n {ns[i]}, npiv {p[i]})")
-
-
 BLOCK_NB, BLOCK = 16, 48  # three panels a block column
 
 

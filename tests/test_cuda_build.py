@@ -36,8 +36,7 @@ def _plans(seed: int, count: int):
                             policy=str(rng.choice(["dsse", "ssde"])),
                             fused_max_rows=int(rng.choice([0, 64, sel.FUSED_ROWS_MAX])),
                             block=int(rng.choice([0, 128, 256])),
-                            block_above=int(rng.choice([0, sel.BLOCK_ABOVE])),
-                            whole_max=int(rng.choice([0, sel.WHOLE_MAX, sel.WHOLE_LIMIT])))
+                            block_above=int(rng.choice([0, sel.BLOCK_ABOVE])))
 
 
 def test_every_selected_kernel_is_in_kernel_names():
@@ -67,12 +66,9 @@ def test_every_selected_kernel_is_in_kernel_names():
                         elif lc.kind == "fused":
                             fused_threads.add(s.block[0])
                             assert s.block[0] >= lc.rows[1]
-                        elif lc.kind == "whole":
-                            # a block a problem, the problem in its registers
-                            assert lc.rows[1] <= sel.WHOLE_LIMIT and s.grid == (lc.count,)
     # The random plans did reach every fused block size and every kind of launch.
     assert fused_threads == set(sel.FUSED_THREADS) and small
-    assert kinds == {"fused", "update", "trsm", "schur", "whole", blas.GEMM}
+    assert kinds == {"fused", "update", "trsm", "schur", blas.GEMM}
 
 
 def _blas_plans(dtype):
@@ -144,10 +140,10 @@ def test_kernel_names_is_the_whole_set_once():
     names = build.kernel_names()
     assert len(names) == len(set(names))
     # Per dtype and order: 7 fused, 3 update, trsm for each nb; 3 update_mma in float64;
-    # then schur, small_step and whole_step; per dtype, copy and spd_fill.
+    # then schur and small_step; per dtype, copy and spd_fill.
     per_nb = {"float64": 7 + 3 + 3 + 1, "float32": 7 + 3 + 1}
     nbs = len(sel.NB_SUPPORTED)
-    want = sum(2 * (nbs * per_nb[dt] + 3) + 2 for dt in sel.DTYPES)
+    want = sum(2 * (nbs * per_nb[dt] + 2) + 2 for dt in sel.DTYPES)
     # The blas family, per dtype (no order or panel width: its kernels read layouts at run
     # time): two GEMM tiles, the diagonal kernel (wide and narrow, solve and product), the
     # copy, the whole-triangle solve per column count with X in global memory, and in shared

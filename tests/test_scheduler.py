@@ -178,25 +178,6 @@ def test_potrf_graph_is_each_problems_panels_then_its_schur():
     assert g.edges.tolist() == [[1, 2], [2, 3]]
 
 
-def test_potrf_graph_whole_problems_are_one_task():
-    """whole_max: a problem of at most that many rows is one task (a first panel of width
-    npiv, no schur task after it), unless it is one full panel; larger ones keep their
-    chains."""
-    g = potrf_graph([5, 40, 0, 33, 41, 7], [5, 20, 0, 0, 41, 3], nb=16, whole_max=40)
-    assert g.problem.tolist() == [0, 1, 3, 4, 4, 4, 5]
-    names = [g.kinds[k].name for k in g.kind]
-    # problem 0 is one full panel: it stays one (its kernel takes several a block)
-    assert names == ["potrf.panel"] + ["potrf.whole"] * 2 + ["potrf.panel"] * 3 + \
-        ["potrf.whole"]
-    assert g.args.tolist() == [[0, 5, 0], [0, 20, 0], [0, 0, 0], [0, 16, 0], [16, 16, 0],
-                               [32, 9, 0], [0, 3, 0]]
-    assert g.rows.tolist() == [5, 40, 33, 41, 25, 9, 7]
-    assert g.width.tolist() == [5, 20, 0, 16, 16, 9, 3]
-    assert g.edges.tolist() == [[3, 4], [4, 5]]
-    plan = make_plan(g, op="potrf", buffers=("a", "l"), nb=16, fused_max_rows=64)
-    assert plan.counts().get("whole") and plan.counts().get("fused")
-
-
 @given(st.lists(st.integers(0, 6), max_size=30))
 def test_closed_form_levels_equal_the_general_sweep(lengths):
     length = np.array(lengths, dtype=np.int64)
