@@ -43,8 +43,9 @@ copy_matrices(const long long* tab, T* packed, int k, int row_major, int to_pack
   T* user = reinterpret_cast<T*>(tab[b]);
   T* pk = packed + tab[3 * k + b];
   const long long urs = tab[k + b], ucs = tab[2 * k + b], pld = tab[4 * k + b];
-  // (32-bit index arithmetic where the matrix allows it: the divisions are most of the work)
-  if (total <= 0x7fffffffLL)
+  // (32-bit index arithmetic where the matrix allows it, the loop's last step included: the
+  // divisions are most of the work)
+  if (total + (long long)gridDim.y * blockDim.x <= 0x7fffffffLL)
     copy_one<T, int>(user, urs, ucs, pk, pld, (int)m, (int)n, (int)total, row_major, to_packed);
   else
     copy_one<T, long long>(user, urs, ucs, pk, pld, m, n, total, row_major, to_packed);

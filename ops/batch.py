@@ -21,6 +21,7 @@ this module checks what every operand must be. Zero-size matrices are valid.
 from __future__ import annotations
 
 from collections.abc import Sequence
+import operator
 from itertools import chain
 from operator import attrgetter
 from typing import Any, Literal
@@ -412,9 +413,10 @@ class Views(Sequence):
         if isinstance(i, slice):
             return [self.batch.matrix(j) for j in range(*i.indices(self.batch.k))]
         k = self.batch.k
-        j = int(i)  # (an index type numpy or torch gives is fine; a float is not)
-        if j != i or isinstance(i, (bool, float)):
-            raise TypeError(f"indices must be integers or slices, not {type(i).__name__}")
+        try:
+            j = operator.index(i)  # (an integer type numpy or torch gives is fine, as a list's)
+        except TypeError:
+            raise TypeError(f"indices must be integers or slices, not {type(i).__name__}") from None
         if j < 0:
             j += k
         if not 0 <= j < k:

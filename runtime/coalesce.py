@@ -81,9 +81,15 @@ def _joined(reqs: list) -> Any:
             n = m if all(p.m is p.n for p in parts) else np.concatenate([p.n for p in parts])
             m.flags.writeable = False
             n.flags.writeable = False
+            # (the parts' device addresses, where each has them: the gather reads them, and
+            # the packed copy's order follows them)
+            addr = None
+            if all(p.addr is not None for p in parts):
+                addr = np.concatenate([p.addr for p in parts], axis=1)
+                addr.flags.writeable = False
             values[name] = MatrixList.model_construct(
                 mats=[a for p in parts for a in p.mats], kind=v.kind, dtype=v.dtype, m=m, n=n,
-                frontend=v.frontend, source=[a for p in parts for a in p.source])
+                frontend=v.frontend, source=[a for p in parts for a in p.source], addr=addr)
         elif type(v) is np.ndarray:
             values[name] = np.concatenate([r.__dict__[name] for r in reqs])
     return _rebuild(type(first), (values, first.__pydantic_fields_set__), {})

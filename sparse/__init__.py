@@ -31,6 +31,7 @@ CHOLMOD reports it. The other matrices of the batch are factored as if alone.
 
 from __future__ import annotations
 
+import operator
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -156,9 +157,10 @@ class Solutions(Sequence):
         if isinstance(i, slice):
             return [self._one(j) for j in range(*i.indices(len(self)))]
         k = len(self)
-        j = int(i)
-        if j != i or isinstance(i, (bool, float)):
-            raise TypeError(f"indices must be integers or slices, not {type(i).__name__}")
+        try:
+            j = operator.index(i)  # (as a list's: numpy's integers yes, floats and bools no)
+        except TypeError:
+            raise TypeError(f"indices must be integers or slices, not {type(i).__name__}") from None
         if j < 0:
             j += k
         if not 0 <= j < k:
@@ -167,6 +169,20 @@ class Solutions(Sequence):
 
     def __iter__(self):
         return (self._one(j) for j in range(len(self)))
+
+    def __eq__(self, other):
+        """As a list's (``Views`` does the same)."""
+        if isinstance(other, Solutions):
+            other = list(other)
+        return list(self) == other if isinstance(other, list) else NotImplemented
+
+    __hash__ = None
+
+    def __add__(self, other):
+        return list(self) + list(other)
+
+    def __radd__(self, other):
+        return list(other) + list(self)
 
     def __repr__(self) -> str:
         return f"Solutions({len(self)} of {type(self._sol).__module__.split('.')[0]} arrays)"

@@ -9,8 +9,11 @@ of it, and matrices of one pattern in a batch share one analysis):
    ``A + A^T``), reverse Cuthill-McKee and the natural order, the least time in the backend's
    cost model (:func:`estimate`: flops, and panel steps on the tree's critical path, which on a
    GPU are launches waited through), or the fewest entries of L where there is no model
-   (:func:`order`); or one of them by name, or an integer array taken as given. ``docs/notes.md`` (2026-11-23)
-   compares the fill against SuperLU's MMD.
+   (:func:`order`); or one of them by name, or an integer array taken as given.
+   ``docs/notes.md`` (2026-11-23) compares the fill against SuperLU's MMD. The model weighs
+   time only: on CUDA a step is worth ~25 Mflop, so it may take an ordering with more fill
+   (bcsstk16: ND's 740,913 entries of L against the natural order's 610,800, and the fronts'
+   workspace with them); ``ordering="natural"`` (or any other) chooses for memory.
 2. **Elimination tree** of the permuted matrix (Liu's algorithm with path compression), then a
    postorder, so that every subtree's columns are contiguous.
 3. **Column counts** (Gilbert, Ng and Peyton's, near-linear in A's entries), and **fundamental

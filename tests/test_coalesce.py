@@ -195,3 +195,25 @@ def test_a_failed_bucket_fails_each_member_and_their_dependents(monkeypatch):
             f.result()
     with pytest.raises(DependencyError):
         after.result()
+
+
+def test_a_joined_bucket_keeps_its_lists_addresses():
+    """A bucket's joined list carries the device addresses its parts read (what the gather
+    and the packed copy's order use), in the parts' order; none where a part has none."""
+    from vbatch.ops.batch import MatrixList
+    from vbatch.ops.cholesky import POTRF
+    from vbatch.ops.errors import validated
+    from vbatch.runtime.coalesce import _joined
+
+    def req(ns, addr):
+        r = validated(POTRF.request, batch=[np.eye(n) for n in ns])
+        ml = r.batch
+        with_addr = MatrixList.model_construct(**{**ml.__dict__, "addr": addr})
+        return type(r).model_construct(**{**r.__dict__, "batch": with_addr})
+
+    a1 = np.arange(6, dtype=np.int64).reshape(3, 2)
+    a2 = 10 + np.arange(3, dtype=np.int64).reshape(3, 1)
+    joined = _joined([req([2, 3], a1), req([4], a2)])
+    assert joined.batch.n.tolist() == [2, 3, 4]
+    assert np.array_equal(joined.batch.addr, np.concatenate([a1, a2], axis=1))
+    assert _joined([req([2, 3], a1), req([4], None)]).batch.addr is None

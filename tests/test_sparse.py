@@ -767,3 +767,28 @@ def test_large_fronts_factor_in_blocks(device, dtype):
         L1, _ = F.factor(i)
         L0, _ = plain.factor(i)
         assert abs(L1 - L0).max() <= 1e3 * eps * abs(L0).max(), f"matrix {i}"
+
+
+def test_solutions_behave_as_a_list():
+    """A batch's solve given a list returns ``Solutions``: indexing (negative, numpy
+    integers), slicing, iteration, ``len``, ``==`` and ``+`` as a list's; a float or numpy
+    bool index is refused as a list refuses it."""
+    mats = [lap(s, 2) for s in (3, 4, 5)]
+    F = sparse.cholesky(mats, runtime=Runtime("cpu"))
+    bs = [np.arange(1.0, A.shape[0] + 1) for A in mats]
+    xs = F.solve(bs)
+    assert isinstance(xs, sparse.Solutions) and len(xs) == 3
+    want = [np.linalg.solve(full(A).toarray(), b) for A, b in zip(mats, bs)]
+    for i in range(3):
+        assert np.allclose(xs[i], want[i], rtol=1e-12, atol=0)
+    assert np.allclose(xs[-1], want[2]) and np.allclose(xs[np.int64(1)], want[1])
+    assert [x.shape for x in xs[1:]] == [(16,), (25,)]
+    assert [x.shape for x in xs] == [(9,), (16,), (25,)]
+    assert len(xs + [0]) == 4 and len([0] + xs) == 4
+    one = F.solve([b[:, None] for b in bs])  # n x 1 each: solutions of that shape
+    assert [x.shape for x in one] == [(9, 1), (16, 1), (25, 1)]
+    for bad in (1.0, np.float32(1.0), np.True_, "a"):
+        with pytest.raises(TypeError, match="indices must be integers"):
+            xs[bad]
+    with pytest.raises(IndexError):
+        xs[3]
