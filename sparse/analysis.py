@@ -822,8 +822,12 @@ def estimate(lower, perm: np.ndarray, cost: dict, relax_width: int = RELAX_WIDTH
     front. The fronts come from the amalgamated supernodes without their row lists: a merged
     front holds its columns and the rows below its last column (a child's update rows lie in
     its parent's structure), ``width + count[last] - 1`` rows."""
-    _, _, parent, count, _, _, snode, sfirst, slast, nsn = _supernodes(
-        _as_lower(lower), perm, relax_width, relax_zeros)
+    return _modelled(_supernodes(_as_lower(lower), perm, relax_width, relax_zeros), cost)
+
+
+def _modelled(sn: tuple, cost: dict) -> float:
+    """:func:`estimate` of the supernodes ``sn`` (what :func:`_supernodes` returns)."""
+    _, _, parent, count, _, _, snode, sfirst, slast, nsn = sn
     width = (slast - sfirst + 1).astype(np.float64)
     size = width + count[slast] - 1
     u = size - width
@@ -845,12 +849,17 @@ def analyze(lower, ordering="auto", relax_width: int = RELAX_WIDTH,
     n = lower.n
     lptr, lidx = lower.indptr, lower.indices
     if cost is not None and isinstance(ordering, str) and ordering == "auto":
-        perm = min(candidates(lower),
-                   key=lambda p: estimate(lower, p, cost, relax_width, relax_zeros))
+        # (the winner's supernodes are the ones the model priced: kept, not made again; one
+        # candidate's at a time besides, as their arrays are the size of A's pattern)
+        sn, best = None, np.inf
+        for p in candidates(lower):
+            x = _supernodes(lower, p, relax_width, relax_zeros)
+            t = _modelled(x, cost)
+            if t < best:
+                sn, best = x, t
     else:
-        perm = order(lower, ordering)
-    perm, ipos, parent, count, cptr, cidx, snode, sfirst, slast, nsn = _supernodes(
-        lower, perm, relax_width, relax_zeros)
+        sn = _supernodes(lower, order(lower, ordering), relax_width, relax_zeros)
+    perm, ipos, parent, count, cptr, cidx, snode, sfirst, slast, nsn = sn
     cols = np.arange(n)
     fptr, frows, fparent = _fronts(n, cptr, cidx, snode, sfirst, slast, nsn)
     size = np.diff(fptr)
