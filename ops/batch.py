@@ -20,8 +20,8 @@ this module checks what every operand must be. Zero-size matrices are valid.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 import operator
+from collections.abc import Sequence
 from itertools import chain
 from operator import attrgetter
 from typing import Any, Literal
@@ -387,7 +387,51 @@ class PackedBatch(BaseModel):
     __str__ = __repr__
 
 
-class Views(Sequence):
+class ListLike(Sequence):
+    """A read-only sequence whose items are made when touched (``_one(j)``, ``0 <= j <
+    len``): indexing (as a list's: integers, numpy's and torch's too, negative ones), slicing,
+    iteration, ``==`` and ``+`` work as on a list. :class:`Views` and the sparse solve's
+    ``Solutions`` are ones."""
+
+    __slots__ = ()
+    _items = "items"  # (what an IndexError calls them)
+
+    def _one(self, j: int):
+        raise NotImplementedError
+
+    def __getitem__(self, i):
+        k = len(self)
+        if isinstance(i, slice):
+            return [self._one(j) for j in range(*i.indices(k))]
+        try:
+            j = operator.index(i)
+        except TypeError:
+            raise TypeError(f"indices must be integers or slices, not {type(i).__name__}") from None
+        if j < 0:
+            j += k
+        if not 0 <= j < k:
+            raise IndexError(f"index {i} out of range for {k} {self._items}")
+        return self._one(j)
+
+    def __iter__(self):
+        return (self._one(j) for j in range(len(self)))
+
+    def __eq__(self, other):
+        """As a list's: ``views == []`` for an empty batch."""
+        if isinstance(other, ListLike):
+            other = list(other)
+        return list(self) == other if isinstance(other, list) else NotImplemented
+
+    __hash__ = None  # mutable memory, as a list's
+
+    def __add__(self, other):
+        return list(self) + list(other)
+
+    def __radd__(self, other):
+        return list(other) + list(self)
+
+
+class Views(ListLike):
     """The matrices of a packed batch as a read-only sequence, each view made when it is first
     touched: what a call on a list returns, so that 20,000 results cost no Python object each
     until the caller reads them. Indexing, slicing, ``len``, iteration (all views at once,
@@ -396,6 +440,7 @@ class Views(Sequence):
     array (numpy, cupy, torch, JAX)."""
 
     __slots__ = ("batch", "_all")
+    _items = "matrices"
 
     def __init__(self, batch: PackedBatch):
         # The batch is this sequence's own (an output buffer): marked as a list's, so that a
@@ -407,40 +452,13 @@ class Views(Sequence):
     def __len__(self) -> int:
         return self.batch.k
 
-    def __getitem__(self, i):
-        if self._all is not None:
-            return self._all[i]
-        if isinstance(i, slice):
-            return [self.batch.matrix(j) for j in range(*i.indices(self.batch.k))]
-        k = self.batch.k
-        try:
-            j = operator.index(i)  # (an integer type numpy or torch gives is fine, as a list's)
-        except TypeError:
-            raise TypeError(f"indices must be integers or slices, not {type(i).__name__}") from None
-        if j < 0:
-            j += k
-        if not 0 <= j < k:
-            raise IndexError(f"index {i} out of range for {k} matrices")
-        return self.batch.matrix(j)
+    def _one(self, j: int):
+        return self.batch.matrix(j) if self._all is None else self._all[j]
 
     def __iter__(self):
         if self._all is None:
             self._all = self.batch.unpack()
         return iter(self._all)
-
-    def __eq__(self, other):
-        """As a list's: ``views == []`` for an empty batch."""
-        if isinstance(other, Views):
-            other = list(other)
-        return list(self) == other if isinstance(other, list) else NotImplemented
-
-    __hash__ = None  # mutable memory, as a list's
-
-    def __add__(self, other):
-        return list(self) + list(other)
-
-    def __radd__(self, other):
-        return list(other) + list(self)
 
     def __repr__(self) -> str:
         return f"Views({len(self)} matrices of {self.batch!r})"

@@ -31,19 +31,17 @@ CHOLMOD reports it. The other matrices of the batch are factored as if alone.
 
 from __future__ import annotations
 
-import operator
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from collections.abc import Sequence
 from operator import attrgetter, itemgetter
 from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
 
-from vbatch.ops.batch import PackedBatch, array_kind
+from vbatch.ops.batch import ListLike, PackedBatch, array_kind
 from vbatch.ops.errors import InputError, validated
 from vbatch.sparse.analysis import (
     RELAX_WIDTH,
@@ -135,13 +133,14 @@ _DTYPE = attrgetter("dtype")
 _PTR = attrgetter("data.ptr")
 
 
-class Solutions(Sequence):
+class Solutions(ListLike):
     """A batch's solutions (:meth:`Factor.solve` given a list) as a read-only sequence: each
     is a view of one stacked array, made when first touched, in its right-hand side's shape
     and kind; so a solve of 1,000 matrices makes no Python object per matrix until one is
     read. Indexing, slicing, ``len``, iteration and ``list(...)`` work as on a list."""
 
     __slots__ = ("_sol", "_row0", "_shapes", "_kinds", "_xp")
+    _items = "solutions"
 
     def __init__(self, sol, row0: np.ndarray, shapes: list, kinds: list | None, xp):
         self._sol, self._row0, self._shapes, self._kinds, self._xp = sol, row0, shapes, kinds, xp
@@ -152,37 +151,6 @@ class Solutions(Sequence):
     def _one(self, i: int):
         x = self._sol[int(self._row0[i]): int(self._row0[i + 1])].reshape(self._shapes[i])
         return x if self._kinds is None else Factor._as_kind(x, self._kinds[i], self._xp)
-
-    def __getitem__(self, i):
-        if isinstance(i, slice):
-            return [self._one(j) for j in range(*i.indices(len(self)))]
-        k = len(self)
-        try:
-            j = operator.index(i)  # (as a list's: numpy's integers yes, floats and bools no)
-        except TypeError:
-            raise TypeError(f"indices must be integers or slices, not {type(i).__name__}") from None
-        if j < 0:
-            j += k
-        if not 0 <= j < k:
-            raise IndexError(f"index {i} out of range for {k} solutions")
-        return self._one(j)
-
-    def __iter__(self):
-        return (self._one(j) for j in range(len(self)))
-
-    def __eq__(self, other):
-        """As a list's (``Views`` does the same)."""
-        if isinstance(other, Solutions):
-            other = list(other)
-        return list(self) == other if isinstance(other, list) else NotImplemented
-
-    __hash__ = None
-
-    def __add__(self, other):
-        return list(self) + list(other)
-
-    def __radd__(self, other):
-        return list(other) + list(self)
 
     def __repr__(self) -> str:
         return f"Solutions({len(self)} of {type(self._sol).__module__.split('.')[0]} arrays)"
