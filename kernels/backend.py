@@ -158,6 +158,12 @@ class Backend(ABC):
         """A new packed buffer of ``m[i] x n[i]`` matrices back to back (an output no input
         gives the layout of), zeros."""
 
+    def buffer_maker(self, m: np.ndarray, n: np.ndarray, dtype: Any, order: str):
+        """A function that returns a new :meth:`new_buffer` of these shapes on each call (the
+        runtime's replay of a known call: a backend may keep the layout, and what it derived
+        from it, from one call to the next)."""
+        return lambda: self.new_buffer(m, n, dtype, order)
+
     def batch_of(self, staged: Any) -> PackedBatch:
         """The packed batch behind a staged output (the runtime builds results from it)."""
         return staged
@@ -194,3 +200,13 @@ class Backend(ABC):
 
     @abstractmethod
     def end(self, ex: Any) -> Completion: ...
+
+    def run(self, plan: Plan, buffers: dict, config: Any,
+            scalars: dict | None = None) -> Completion:
+        """A whole call with nothing to wait for and nothing to write back (the runtime's
+        replay paths): ``begin``, every launch, ``flush``, ``end``. A backend may do it in
+        fewer steps (CUDA: one table fill and one graph launch)."""
+        ex = self.begin(plan, buffers, (), config, scalars)
+        self.launch_all(ex, plan.launches)
+        self.flush(ex)
+        return self.end(ex)

@@ -463,7 +463,8 @@ class Runtime:
                 if type(form) is not PackedBatch or form.kind != b.kind:
                     return
                 order = form.order if type(form) is PackedBatch else "C"
-                outs.append((name, 0, (m, n, form.dtype, order), form.frontend, _listed(form)))
+                outs.append((name, 0, b.buffer_maker(m, n, form.dtype, order), form.frontend,
+                             _listed(form)))
             elif type(given) is not PackedBatch or given.kind != b.kind:
                 return
             elif overwrite:
@@ -475,7 +476,6 @@ class Runtime:
 
     def _replay_known(self, op: Op, plan: Plan, recipe: tuple, fields: dict) -> Future:
         b = self.backend
-        fut = Future(self, threaded=False)
         ins, outs, scalars = recipe
         staged: dict = {}
         for name, field in ins:
@@ -487,18 +487,17 @@ class Runtime:
         try:
             for name, how, arg, _, _ in outs:
                 if how == 0:
-                    staged[name] = b.new_buffer(*arg)
+                    staged[name] = arg()
                 elif how == 1:
                     staged[name] = b.new_output(staged[arg])
                 else:
                     staged[name] = staged[arg]
-            ex = b.begin(plan, staged, (), self.config, scalars)
-            b.launch_all(ex, plan.launches)
-            b.flush(ex)
-            completion = b.end(ex)
+            completion = b.run(plan, staged, self.config, scalars)
         except BaseException as exc:  # noqa: BLE001 - delivered through the future, as _run_async
+            fut = Future(self, threaded=False)
             fut._fail(exc)
             return fut
+        fut = Future(self, threaded=False)  # (after the launch: the GPU's work hides it)
         result = op.result
 
         def finish(info: np.ndarray):
@@ -552,17 +551,17 @@ class Runtime:
     # stub's own ~2 us in both). Asynchronous backends only: on the CPU a call is a job on the
     # runtime's worker thread, whose cost is the work itself.
     def _replay(self, plan: Plan, batch: PackedBatch, overwrite: bool) -> Future:
+        # The launch first, then the Python objects of the call (the future, the finisher),
+        # which the GPU's work then hides.
         b = self.backend
-        fut = Future(self, threaded=False)
         try:
             out = batch if overwrite else b.new_output(batch)
-            ex = b.begin(plan, {"a": batch, "l": out}, (), self.config)
-            b.launch_all(ex, plan.launches)
-            b.flush(ex)
-            completion = b.end(ex)
+            completion = b.run(plan, {"a": batch, "l": out}, self.config)
         except BaseException as exc:  # noqa: BLE001 - delivered through the future, as _run_async
+            fut = Future(self, threaded=False)
             fut._fail(exc)
             return fut
+        fut = Future(self, threaded=False)
         listed = "_vb_views" in batch.__dict__
         frontend = batch.frontend
 
