@@ -164,6 +164,12 @@ class Backend(ABC):
         from it, from one call to the next)."""
         return lambda: self.new_buffer(m, n, dtype, order)
 
+    def assemble(self, dst: Any, index: Any, values: Any) -> None:
+        """``dst`` zeroed, then ``dst[index] = values`` (int64 ``index`` without repeats, all
+        three arrays of this backend's kind): a sparse matrix's entries into its fronts."""
+        dst.fill(0)
+        dst[index] = values
+
     def batch_of(self, staged: Any) -> PackedBatch:
         """The packed batch behind a staged output (the runtime builds results from it)."""
         return staged

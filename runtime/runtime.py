@@ -440,8 +440,19 @@ class Runtime:
     # ~15.5 -> ~8 us a call.
     def _learn(self, key: tuple, op: Op, req, overwrite: bool) -> None:
         entry = self._seen.get(key)
-        if entry is None or entry[3] is not None or self._pool is not None:
+        if entry is None or entry[3] is not None:
             return
+        recipe = self._recipe(op, req, overwrite)
+        if recipe is not None:
+            self._seen[key] = entry[:3] + (recipe,)
+
+    def _recipe(self, op: Op, req, overwrite: bool) -> tuple | None:
+        """What :meth:`_replay_known` needs to run ``op`` again on operands laid out as
+        ``req``'s (the same packed batches, or twins made with ``with_data``), or None where
+        a call must take the general path (a list operand, a host one, a synchronous
+        backend). Also used by callers that keep their own requests (vbatch.sparse)."""
+        if self._pool is not None:
+            return None
         b = self.backend
         ins = []
         for name, operand, written in op._ins:
@@ -450,9 +461,9 @@ class Runtime:
                 ins.append((name, None))
                 continue
             if type(given) is not PackedBatch or given.kind != b.kind:
-                return  # staged (uploaded or gathered) per call
+                return None  # staged (uploaded or gathered) per call
             if written and not overwrite and not given.cache().get(("fits", b.name)):
-                return  # the memory check may have something to say next time
+                return None  # the memory check may have something to say next time
             ins.append((name, operand))
         outs = []
         for name, operand, like, buf in op._outs:
@@ -461,18 +472,18 @@ class Runtime:
                 m, n = buf.shape(req)
                 form = getattr(req, buf.form)
                 if type(form) is not PackedBatch or form.kind != b.kind:
-                    return
+                    return None
                 order = form.order if type(form) is PackedBatch else "C"
                 outs.append((name, 0, b.buffer_maker(m, n, form.dtype, order), form.frontend,
                              _listed(form)))
             elif type(given) is not PackedBatch or given.kind != b.kind:
-                return
+                return None
             elif overwrite:
                 outs.append((name, 2, like, None, _listed(given)))
             else:
                 outs.append((name, 1, like, given.frontend, _listed(given)))
         scalars = op.scalars(req) if op.scalars is not None else None
-        self._seen[key] = entry[:3] + ((tuple(ins), tuple(outs), scalars),)
+        return tuple(ins), tuple(outs), scalars
 
     def _replay_known(self, op: Op, plan: Plan, recipe: tuple, fields: dict) -> Future:
         b = self.backend
