@@ -31,9 +31,12 @@ DTYPES = ("float64", "float32")
 # right-hand sides, and a column per thread is a long dependent chain).
 DIAG_NB, DIAG_NC = 32, 128
 DIAG_NARROW, DIAG_NARROW_WARPS = 32, 4
-# GEMM tiles on FMA (float32, and float64 with fp64_gemm="fma"): (BM, BN, BK, TM, TN), 256
-# threads each; the small one for tasks that fit in it.
-GEMM_TILES = ((32, 32, 16, 2, 2), (64, 64, 16, 4, 4))
+# GEMM tiles on FMA (float32, and float64 with fp64_gemm="fma"): (BM, BN, BK, TM, TN), threads
+# (BM / TM) x (BN / TN); the small one for launches of tasks within 32 x 32. It is one warp of
+# 4 x 8 outputs a lane (as float64's one-warp DMMA tile): 256 threads of 2 x 2 took 33.9 us for
+# uniform Nmax 32 (2,000 problems, one launch alone; float64's one-warp tile 17.3 us; H100,
+# 2026-11-25).
+GEMM_TILES = ((32, 32, 32, 4, 8), (64, 64, 16, 4, 4))
 # float64 GEMM tiles on FP64 tensor cores: (BM, BN, WTM, stages), warps of WTM x 32, K chunks of 16
 # through `stages` shared-memory buffers of A and B (mma_smem). The large tile is 128 x 64 in 4
 # warps of 64 x 32: with 254 registers a thread, two blocks fit a multiprocessor, where the

@@ -192,7 +192,8 @@ def blas(rng, dtype) -> int:
     # The last two reach the large DMMA tile (every dimension >= 128, K >= 128) in float64.
     shapes = [(0, 3, 2), (1, 1, 1), (31, 33, 32), (65, 64, 63), (100, 7, 129), (5, 70, 0),
               (257, 256, 130), (300, 260, 131)]
-    # Every task within 32 x 32 (K past one chunk): one launch of the one-warp DMMA tile.
+    # Every task within 32 x 32 (K past one chunk): one launch of a one-warp tile (DMMA in
+    # float64, FMA in float32).
     small = [(0, 3, 2), (1, 1, 1), (31, 32, 33), (32, 17, 40), (5, 32, 0), (32, 32, 32)]
     for order in ("F", "C"):
         A = [rng.standard_normal((m, k)).astype(dtype) for m, n, k in small]
