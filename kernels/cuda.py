@@ -400,9 +400,6 @@ class CudaBackend(Backend):
         from vbatch.ops.batch import tight_layout
 
         off, ld, total = tight_layout(m, n, order)
-        # An empty matrix of a nonzero other dimension still takes space (ld >= 1) that no
-        # kernel writes: such a layout is zeroed all the same.
-        zero = zero or total != int((np.asarray(m, np.int64) * np.asarray(n, np.int64)).sum())
         data = cupy.zeros(total, dtype) if zero else cupy.ndarray((total,), dtype)
         out = PackedBatch.model_construct(data=data, m=m, n=n, offset=off, ld=ld, order=order)
         out.cache()["tight"] = True
@@ -414,12 +411,7 @@ class CudaBackend(Backend):
         # new_buffer itself validates nothing but builds its layout and a pydantic model each
         # call: ~5 us of a known GEMM's host path (H100 host, 2026-11-25). Without zeros, no
         # memset: 4.5 against 9.1 us a call there, and one operation fewer on the stream.
-        # (The shared cache also keeps what later calls store in it, plans of ops run on these
-        # outputs, for as long as the runtime remembers the call: a bounded cache, KNOWN
-        # entries at most.)
         first = self.new_buffer(m, n, dtype, order, zero)
-        zero = zero or first.data.size != int(
-            (np.asarray(m, np.int64) * np.asarray(n, np.int64)).sum())  # as new_buffer
         size, dt = (first.data.size,), first.data.dtype
         tmpl = first.with_data(None)
         if zero:
