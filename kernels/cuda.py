@@ -396,27 +396,24 @@ class CudaBackend(Backend):
         d = like.data
         return like.with_data(cupy.ndarray(d.shape, d.dtype))
 
-    def new_buffer(self, m, n, dtype, order: str, zero: bool = True) -> PackedBatch:
+    def new_buffer(self, m, n, dtype, order: str) -> PackedBatch:
         from vbatch.ops.batch import tight_layout
 
         off, ld, total = tight_layout(m, n, order)
-        data = cupy.zeros(total, dtype) if zero else cupy.ndarray((total,), dtype)
-        out = PackedBatch.model_construct(data=data, m=m, n=n, offset=off, ld=ld, order=order)
+        out = PackedBatch.model_construct(data=cupy.zeros(total, dtype), m=m, n=n, offset=off,
+                                          ld=ld, order=order)
         out.cache()["tight"] = True
         return out
 
-    def buffer_maker(self, m, n, dtype, order: str, zero: bool = True):
+    def buffer_maker(self, m, n, dtype, order: str):
         # One layout (and one cache: the device tables are found again, as for a batch made
         # with with_data) for every buffer it makes; the template holds no device memory.
         # new_buffer itself validates nothing but builds its layout and a pydantic model each
-        # call: ~5 us of a known GEMM's host path (H100 host, 2026-11-25). Without zeros, no
-        # memset: 4.5 against 9.1 us a call there, and one operation fewer on the stream.
-        first = self.new_buffer(m, n, dtype, order, zero)
-        size, dt = (first.data.size,), first.data.dtype
+        # call: ~5 us of a known GEMM's host path (H100 host, 2026-11-25).
+        first = self.new_buffer(m, n, dtype, order)
+        size, dt = first.data.size, first.data.dtype
         tmpl = first.with_data(None)
-        if zero:
-            return lambda: tmpl.with_data(cupy.zeros(size, dt))
-        return lambda: tmpl.with_data(cupy.ndarray(size, dt))
+        return lambda: tmpl.with_data(cupy.zeros(size, dt))
 
     def assemble(self, dst, index, values) -> None:
         # One kernel: cupy's fancy-index assignment checks and normalizes the index first
