@@ -211,7 +211,7 @@ class Backend(ABC):
             scalars: dict | None = None) -> Completion:
         """A whole call with nothing to wait for and nothing to write back (the runtime's
         replay paths): ``begin``, every launch, ``flush``, ``end``. A backend may do it in
-        fewer steps (CUDA: one table fill and one graph launch)."""
+        fewer steps."""
         ex = self.begin(plan, buffers, (), config, scalars)
         self.launch_all(ex, plan.launches)
         self.flush(ex)

@@ -409,7 +409,9 @@ class CudaBackend(Backend):
         # One layout (and one cache: the device tables are found again, as for a batch made
         # with with_data) for every buffer it makes; the template holds no device memory.
         # new_buffer itself validates nothing but builds its layout and a pydantic model each
-        # call: ~5 us of a known GEMM's host path (H100 host, 2026-11-25).
+        # call: ~5 us of a known GEMM's host path (H100 host, 2026-11-25). (The shared cache
+        # also keeps what later calls store in it, plans of ops run on these outputs, for as
+        # long as the runtime remembers the call: at most Runtime.KNOWN of them.)
         first = self.new_buffer(m, n, dtype, order)
         size, dt = first.data.size, first.data.dtype
         tmpl = first.with_data(None)
