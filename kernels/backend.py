@@ -154,15 +154,18 @@ class Backend(ABC):
         (a list's: packed back to back)."""
 
     @abstractmethod
-    def new_buffer(self, m: np.ndarray, n: np.ndarray, dtype: Any, order: str) -> Any:
+    def new_buffer(self, m: np.ndarray, n: np.ndarray, dtype: Any, order: str,
+                   zero: bool = True) -> Any:
         """A new packed buffer of ``m[i] x n[i]`` matrices back to back (an output no input
-        gives the layout of), zeros."""
+        gives the layout of), zeros; ``zero=False``: the kernels will write all of it, so a
+        backend may leave it as allocated."""
 
-    def buffer_maker(self, m: np.ndarray, n: np.ndarray, dtype: Any, order: str):
+    def buffer_maker(self, m: np.ndarray, n: np.ndarray, dtype: Any, order: str,
+                     zero: bool = True):
         """A function that returns a new :meth:`new_buffer` of these shapes on each call (the
         runtime's replay of a known call: a backend may keep the layout, and what it derived
         from it, from one call to the next)."""
-        return lambda: self.new_buffer(m, n, dtype, order)
+        return lambda: self.new_buffer(m, n, dtype, order, zero)
 
     def assemble(self, dst: Any, index: Any, values: Any) -> None:
         """``dst`` zeroed, then ``dst[index] = values`` (int64 ``index`` without repeats, all

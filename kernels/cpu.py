@@ -237,7 +237,8 @@ class CpuBackend(Backend):
             ld[i] = (rs if row else cs) // isz
         return View(0, addr, ld, "C" if row else "F", mats.dtype, m, n, None, keep)
 
-    def new_buffer(self, m, n, dtype, order: str) -> View:
+    def new_buffer(self, m, n, dtype, order: str, zero: bool = True) -> View:
+        # (zeros always: on the host they cost nothing that matters)
         off, ld, total = tight_layout(m, n, order)
         b = PackedBatch.model_construct(data=np.zeros(total, dtype), m=m, n=n, offset=off, ld=ld,
                                         order=order)

@@ -619,7 +619,8 @@ def _scalars(req) -> dict:
 GEMM_OP = register_op(Op(
     name="gemm", request=GemmRequest,
     buffers=(Buffer("a", "a"), Buffer("b", "b"), Buffer("c", "c"),
-             Buffer("out", "c", output=True, shape=lambda r: r.sizes()[:2], form="a")),
+             Buffer("out", "c", output=True, shape=lambda r: r.sizes()[:2], form="a",
+                    complete=True)),
     graph=gemm_graph, signature=_sig("a", "b", "c", "trans_a", "trans_b"), result=_first,
     scalars=_scalars, families=(FAMILY,), doc="C := alpha op(A) op(B) + beta C",
 ))
@@ -627,7 +628,7 @@ SYRK_OP = register_op(Op(
     name="syrk", request=SyrkRequest,
     buffers=(Buffer("a", "a"), Buffer("c", "c"),
              Buffer("out", "c", output=True, shape=lambda r: (_shape(r.a, r.trans)[0],) * 2,
-                    form="a")),
+                    form="a", complete=True)),
     graph=syrk_graph, signature=_sig("a", "c", "trans", "lower"), result=_first,
     scalars=_scalars, families=(FAMILY,), doc="C := alpha op(A) op(A)^T + beta C, one triangle",
 ))
@@ -635,7 +636,7 @@ SYR2K_OP = register_op(Op(
     name="syr2k", request=Syr2kRequest,
     buffers=(Buffer("a", "a"), Buffer("b", "b"), Buffer("c", "c"),
              Buffer("out", "c", output=True, shape=lambda r: (_shape(r.a, r.trans)[0],) * 2,
-                    form="a")),
+                    form="a", complete=True)),
     graph=syr2k_graph, signature=_sig("a", "b", "c", "trans", "lower"), result=_first,
     scalars=_scalars, families=(FAMILY,),
     doc="C := alpha (op(A) op(B)^T + op(B) op(A)^T) + beta C, one triangle",

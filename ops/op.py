@@ -33,13 +33,15 @@ class Buffer:
     absent, its pointer null, as GEMM's ``c``). An output's ``operand`` is the input it replaces:
     it takes that input's layout and, when the caller overwrites, its memory. Where that input is
     absent, the output is new: ``shape(request) -> (m, n)`` gives its sizes and it comes back in
-    the form of the request field ``form`` (a list for a list, ...)."""
+    the form of the request field ``form`` (a list for a list, ...). ``complete``: the op's
+    kernels write every element of such a new output, so it need not be zeroed first."""
 
     name: str
     operand: str
     output: bool = False
     shape: Callable[[Any], tuple] | None = None
     form: str | None = None
+    complete: bool = False
 
 
 @dataclass(frozen=True)

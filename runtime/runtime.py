@@ -474,8 +474,8 @@ class Runtime:
                 if type(form) is not PackedBatch or form.kind != b.kind:
                     return None
                 order = form.order if type(form) is PackedBatch else "C"
-                outs.append((name, 0, b.buffer_maker(m, n, form.dtype, order), form.frontend,
-                             _listed(form)))
+                outs.append((name, 0, b.buffer_maker(m, n, form.dtype, order, not buf.complete),
+                             form.frontend, _listed(form)))
             elif type(given) is not PackedBatch or given.kind != b.kind:
                 return None
             elif overwrite:
@@ -661,7 +661,7 @@ class Runtime:
                 m, n = buf.shape(req)
                 form = getattr(req, buf.form)
                 order = form.order if type(form) is PackedBatch else "C"
-                staged[name] = b.new_buffer(m, n, form.dtype, order)
+                staged[name] = b.new_buffer(m, n, form.dtype, order, not buf.complete)
             else:
                 staged[name] = staged[like] if overwrite else b.new_output(staged[like])
                 if type(given) is MatrixList:

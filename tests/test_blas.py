@@ -694,6 +694,68 @@ def test_a_known_call_replays_on_cuda_with_fresh_outputs(monkeypatch):
             assert np.allclose(_to_host(got[i]), p @ p.T, rtol=1e-12, atol=1e-12 * (1 + len(x)))
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_new_outputs_are_written_whole_on_cuda(dtype):
+    """GEMM, SYRK and SYR2K without ``c`` get a new output that is not zeroed first (ops/blas.py
+    marks it complete): every element must come from the kernels, and a packed output's
+    padding (the space of an empty matrix of a nonzero other dimension) must still be zeros.
+    The memory pool is emptied, then handed NaN-filled blocks before each call, so an element
+    left unwritten, at any tile, size (0, k = 0, the 32- and 64-wide tiles' edges), layout or
+    triangle, shows as NaN; each op runs twice (the second call is the known-call replay,
+    which allocates its own way)."""
+    import cupy
+
+    rng = np.random.default_rng(31)
+    shapes = [(0, 3, 2), (1, 1, 1), (5, 7, 0), (31, 32, 33), (32, 32, 32), (33, 65, 64),
+              (64, 1, 129), (130, 129, 40)]
+    A = [rng.standard_normal((m, k)).astype(dtype) for m, n, k in shapes]
+    B = [rng.standard_normal((k, n)).astype(dtype) for m, n, k in shapes]
+    Bt = [rng.standard_normal((m, k)).astype(dtype) for m, n, k in shapes]
+    pool = cupy.get_default_memory_pool()
+    tol = 1e-10 if dtype == np.float64 else 2e-3
+    # an upper bound of every output's elements, padding included
+    size = sum(max(m, 1) * max(n, m, 1) for m, n, _ in shapes)
+
+    def poison():
+        # Nothing else free in the pool, then NaN-filled blocks freed: what comes next is one.
+        pool.free_all_blocks()
+        blocks = [cupy.full(size + s, np.nan, dtype=dtype) for s in range(0, 4096, 512)]
+        del blocks
+        probe = cupy.ndarray((size,), dtype)
+        assert bool(cupy.isnan(probe).all())
+        del probe
+
+    def whole(out):
+        if isinstance(out, vbatch.PackedBatch):
+            assert not np.isnan(_to_host(out.data)).any(), "padding left unwritten"
+        return _mats(out)
+
+    rt = vbatch.Runtime("cuda")
+    for form in ("packedF", "packedC", "list"):
+        a, b, bt = (_form(x, form, "cuda", dtype) for x in (A, B, Bt))
+        for _ in range(2):
+            poison()
+            got = whole(rt.gemm(a, b).result())
+            for x, y, o in zip(A, B, got):
+                assert not np.isnan(o).any(), f"gemm {form}: unwritten elements"
+                assert np.allclose(o, x.astype(np.float64) @ y, rtol=tol, atol=tol * (1 + len(y)))
+            for lower in (True, False):
+                poison()
+                got = whole(rt.syrk(a, lower=lower).result())
+                for x, o in zip(A, got):
+                    assert not np.isnan(o).any(), f"syrk {form} lower={lower}: unwritten"
+                    ref = syrk_reference(x, None, 1.0, 0.0, False, lower)
+                    assert np.allclose(o, ref, rtol=tol, atol=tol * (1 + x.shape[1]))
+                poison()
+                got = whole(rt.syr2k(a, bt, lower=lower).result())
+                for x, y, o in zip(A, Bt, got):
+                    assert not np.isnan(o).any(), f"syr2k {form} lower={lower}: unwritten"
+                    ref = syr2k_reference(x, y, None, 1.0, 0.0, False, lower)
+                    assert np.allclose(o, ref, rtol=tol, atol=tol * (1 + x.shape[1]))
+    pool.free_all_blocks()
+
+
 # ----------------------------------------------------------------------------- CPU small tasks
 @pytest.mark.parametrize("form", ["packedF", "packedC"])
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
