@@ -114,22 +114,14 @@ __device__ void gemm_nt(const T* L, long long ld, int rx, int mx, int ry, int ny
 // factor, which the callers complete and write back.
 // The shuffle-per-element version took about 3,000 instructions and 15 us per 32 x 32 block
 // (ncu, H100, 2026-11-21: 5.5 cycles per issued instruction at 6% occupancy).
-// The pivot chain: column k + 1's pivot is lane k + 1's a[k + 1] after column k's update,
-// a[k + 1] - a[k] * cb[k + 1], and cb[k + 1] is that lane's own scaled a[k]. So the lane forms
-// it from its registers (the same FMA on the same values: bitwise the update's result) and one
-// shuffle hands it on, while the column's trip through shared memory (store, __syncwarp,
-// broadcast load) feeds only the other entries' updates, which the next pivot does not wait
-// for. These kernels are latency-bound chains at about 4 warps a scheduler (ncu, H100,
-// 2026-11-25: 12 cycles an issued instruction), so the chain's length is their time.
 template <typename T, int NB>
 __device__ __forceinline__ int potf2_regs(T (&a)[NB], int w, bool act, T* col) {
   static_assert(NB <= 32, "one lane per row of the diagonal block");
   const int lane = threadIdx.x & 31;
-  T piv = __shfl_sync(0xffffffffu, a[0], 0);  // column k's pivot, as lane k holds it
 #pragma unroll
   for (int k = 0; k < NB; ++k) {
     if (k < w) {
-      const T dkk = piv;
+      const T dkk = __shfl_sync(0xffffffffu, a[k], k);
       if (!(dkk > T(0))) return k + 1;
       const T rd = vrsqrt(dkk);  // scale by the reciprocal, as LAPACK's potf2 does
       T* cb = col + (k & 1) * NB;
@@ -141,8 +133,6 @@ __device__ __forceinline__ int potf2_regs(T (&a)[NB], int w, bool act, T* col) {
         // than its height) would write into the other buffer, which may still be being read.
         if (lane < NB) cb[lane] = a[k];
       }
-      // Lane k + 1 (< w, so active) is the one whose value counts; the others' is not read.
-      if (k + 1 < NB) piv = __shfl_sync(0xffffffffu, fma(-a[k], a[k], a[k + 1]), k + 1);
       __syncwarp();
       if (act) {
 #pragma unroll
