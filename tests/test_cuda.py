@@ -283,3 +283,47 @@ def test_repeated_packed_calls_replay_the_first(cupy):
         r = rt.cholesky(work, overwrite=True).result()
         assert r.factors is work
         same(r)
+
+
+def test_slot_pool_under_many_threads(cupy):
+    """Many threads taking and giving back slots at once, with the interpreter switching
+    threads as often as it can: no error, and every slot taken is handed out once at a time.
+    (The in-flight list's rebuild raised "deque mutated during iteration" when another thread
+    appended meanwhile: 64 submitting threads, H100, 2026-11-25.)"""
+    import sys
+    import threading
+
+    from vbatch.kernels.cuda import _SlotPool
+
+    pool = _SlotPool()
+    errors, held = [], set()
+    lock = threading.Lock()
+    start = threading.Barrier(16)
+
+    def worker():
+        try:
+            start.wait()
+            for _ in range(300):
+                s = pool.take(4, 3)
+                with lock:
+                    assert id(s) not in held, "a slot handed out twice at once"
+                    held.add(id(s))
+                s.event.record()
+                with lock:
+                    held.discard(id(s))
+                pool.give(s)
+        except BaseException as exc:  # noqa: BLE001 - reported by the test
+            errors.append(exc)
+
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        threads = [threading.Thread(target=worker) for _ in range(16)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(old)
+    assert not errors, errors[0]
+    assert len(pool._inflight) <= 64 + 16
