@@ -46,7 +46,7 @@ from functools import cached_property
 import numpy as np
 import scipy.sparse as sp
 
-from vbatch.kernels.jit import missing, njit  # numba and pymetis are optional (jit.py)
+from vbatch.kernels.jit import njit  # numba and pymetis are optional (jit.py)
 
 # Amalgamation defaults. Fronts up to 32 columns wide merge regardless of zeros: on CUDA a
 # panel is 32 wide (nb), so such a front is one panel task, and fewer, larger fronts mean fewer
@@ -733,17 +733,13 @@ def candidates(lower) -> list[np.ndarray]:
 
 
 def _nd(gptr: np.ndarray, gadj: np.ndarray) -> np.ndarray:
-    try:
-        import pymetis
-    except ImportError:
-        raise missing("pymetis", "the nested-dissection ordering") from None
+    # METIS's order; a large graph's two halves ordered side by side (dissect.py). METIS's
+    # first output (its "perm") is ours, new -> old: measured on the shared matrices, it gives
+    # the fill of SuperLU's MMD (494_bus 1536 against 1400 entries of L, bcsstk09 47160
+    # against 59920) where the second gives 3-4x more.
+    from vbatch.sparse.dissect import nested_dissection
 
-    # pymetis gives (perm, iperm); its first is ours, new -> old: measured on the shared
-    # matrices, it gives the fill of SuperLU's MMD (494_bus 1536 against 1400 entries of L,
-    # bcsstk09 47160 against 59920) where the second gives 3-4x more.
-    adj = pymetis.CSRAdjacency(gptr.astype(np.int32), gadj.astype(np.int32))
-    perm, _ = pymetis.nested_dissection(adj)
-    return np.asarray(perm, dtype=np.int64)
+    return nested_dissection(gptr, gadj)
 
 
 def _rcm(n: int, gptr: np.ndarray, gadj: np.ndarray) -> np.ndarray:

@@ -362,6 +362,85 @@ def test_factor_entries_match_superlu_for_the_same_ordering(ordering):
         assert analyze(low, perm, relax_width=1, relax_zeros=0.0).nnz_l == lu.L.nnz
 
 
+def _graph(A):
+    from vbatch.sparse.analysis import _sym_graph, lower_triangle
+
+    lw = lower_triangle(A)
+    return lw, _sym_graph(lw.n, lw.indptr, lw.indices)
+
+
+def test_metis_through_ctypes_is_pymetis_order():
+    """dissect.node_nd calls the METIS that pymetis carries: the same order as pymetis."""
+    import pymetis
+
+    from vbatch.sparse.dissect import node_nd
+
+    for A in (lap(9, 2), lap(5, 3), lap(1, 2)):
+        _, (gptr, gadj) = _graph(A)
+        got = node_nd(gptr, gadj)
+        if len(gadj):
+            want, _ = pymetis.nested_dissection(pymetis.CSRAdjacency(gptr.astype(np.int32),
+                                                                     gadj.astype(np.int32)))
+            assert np.array_equal(got, np.asarray(want))
+        assert np.array_equal(np.sort(got), np.arange(A.shape[0]))
+
+
+def test_vertex_cover_of_the_cut_is_least():
+    """Konig: the cover touches every edge and has as many vertices as a maximum matching."""
+    from scipy.sparse.csgraph import maximum_bipartite_matching
+
+    from vbatch.sparse.dissect import _cover
+
+    rng = np.random.default_rng(4)
+    for na, nb, m in ((1, 1, 1), (5, 7, 12), (30, 20, 80), (40, 40, 40)):
+        a, b = rng.integers(0, na, m), rng.integers(0, nb, m)
+        ca, cb = _cover(a, b, na, nb)
+        ina, inb = np.isin(a, ca), np.isin(b, cb)
+        assert np.all(ina | inb), "an edge without a covered end"
+        g = sp.csr_matrix((np.ones(m), (a, b)), shape=(na, nb))
+        matching = int((maximum_bipartite_matching(g, perm_type="column") >= 0).sum())
+        assert len(ca) + len(cb) == matching
+
+
+@pytest.mark.parametrize("side,dim", [(30, 2), (9, 3)])
+def test_split_dissection_orders_each_half_in_a_worker(side, dim, monkeypatch):
+    """A graph past the threshold (lowered here) is split by a separator and its halves are
+    ordered in worker processes: a permutation, the same on every run and when the workers
+    cannot start (the halves are then ordered here), the separator last and separating, and a
+    fill within reach of one METIS call's."""
+    from scipy.sparse.csgraph import connected_components
+
+    from vbatch.sparse import dissect
+    from vbatch.sparse.analysis import analyze, fill
+
+    A = lap(side, dim)
+    lw, (gptr, gadj) = _graph(A)
+    n = A.shape[0]
+    perm = dissect.nested_dissection(gptr, gadj, parallel_min=16)
+    assert np.array_equal(np.sort(perm), np.arange(n))
+    assert np.array_equal(perm, dissect.nested_dissection(gptr, gadj, parallel_min=16))
+    got = dissect._split(gptr, gadj)
+    assert got is not None
+    sep, halves = got
+    assert np.array_equal(perm[n - len(sep):], sep)  # the top separator is numbered last
+    keep = np.ones(n, bool)
+    keep[sep] = False
+    G = sp.csr_matrix((np.ones(len(gadj)), gadj, gptr), shape=(n, n))
+    idx = np.flatnonzero(keep)
+    ncomp, label = connected_components(G[idx][:, idx], directed=False)
+    side_of = np.zeros(n, np.int64)
+    side_of[halves[1][2]] = 1
+    for c in range(ncomp):  # no component of the rest reaches both halves
+        assert len(np.unique(side_of[idx[label == c]])) == 1
+    one = dissect.node_nd(gptr, gadj)
+    assert fill(lw, perm) <= 1.5 * fill(lw, one)
+    monkeypatch.setattr(dissect.sys, "executable", os.path.join(HERE, "no-such-python"))
+    assert np.array_equal(perm, dissect.nested_dissection(gptr, gadj, parallel_min=16))
+    an = analyze(lw, perm)
+    P = A.toarray()[an.perm][:, an.perm]
+    assert np.isfinite(np.linalg.cholesky(P)).all()
+
+
 # ------------------------------------------------------------------ numeric, every backend
 @pytest.mark.parametrize("device", DEVICES)
 def test_a_band_matrix_in_the_backends_order(device):

@@ -1,0 +1,252 @@
+"""Nested dissection through METIS, the two halves of a large graph ordered side by side.
+
+The analysis of a large matrix is METIS-bound: one ``METIS_NodeND`` call took 84% of the
+300^2 Laplacian's analysis and 83% of the 40^3 one's (cProfile, 2-core VM, 2026-11-25: 282 of
+335 ms, 361 of 433 ms). METIS cannot be run in threads: pymetis holds the GIL for the call,
+and METIS called through ctypes (which releases it) draws from GKlib's one process-wide random
+state, so two calls at once gave a different order on every run (the 300^2 Laplacian's fill
+2,352,472 to 2,409,348 over four runs). So a large graph is split once and its two halves are
+ordered by METIS in two worker processes:
+
+1. the graph is bisected (``METIS_PartGraphRecursive``, 2 parts, least edge cut);
+2. a least vertex cover of the cut edges becomes the vertex separator (Konig's theorem: a
+   maximum matching of the cut's bipartite graph); every path between the two halves'
+   remaining vertices crosses it;
+3. each half is ordered by ``METIS_NodeND`` in a process of its own (``python -I -S``: no site,
+   no numpy, only ctypes and pymetis's extension module, whose C entry points METIS exports;
+   started in ~20 ms), the two at once;
+4. the order is the first half's, the second's, then the separator: nested dissection's own
+   numbering of one level.
+
+Only one level: separators below the top, found this way, cost fill that METIS's own refined
+ones do not (``PIECES`` in the notes below). Graphs below ``PARALLEL_MIN`` vertices, a machine
+of one core, or a worker that cannot start take one ``METIS_NodeND`` call in this process (the
+order pymetis's ``nested_dissection`` gives).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import subprocess
+import sys
+
+import numpy as np
+
+from vbatch.kernels.jit import missing
+
+# Below this many vertices a graph is ordered in one call: METIS takes ~24 ms for the 100^2
+# Laplacian (10,000 vertices; 2-core VM), about what starting the workers and the split's
+# numpy work cost. Split, the 300^2 Laplacian (90,000 vertices) took 0.17 s against 0.29 s.
+PARALLEL_MIN = 50_000
+
+# Measured on the 2-core VM (2026-11-25; fill = entries of L, flops of the factorization,
+# against one METIS_NodeND call; the halves ordered in threads, which the random state makes
+# irreproducible, so each figure is one run): 300^2 Laplacian, one split fill +2.2 to +3.8%,
+# flops +6.5 to +7%; two levels (4 pieces) fill +6.7%, flops +16%; 40^3 Laplacian, one split
+# fill -0.8 to -2.5%, flops -3 to 0%; two levels fill +14%, flops +28%.
+
+_METIS_OK = 1
+_lib = None
+
+
+def _library() -> str:
+    try:
+        import pymetis._internal as ext
+    except ImportError:
+        raise missing("pymetis", "the nested-dissection ordering") from None
+    return ext.__file__
+
+
+def _metis():
+    """pymetis's METIS through ctypes (idx_t is 64-bit there: a call with 32-bit arrays
+    returns METIS_ERROR_MEMORY)."""
+    global _lib
+    if _lib is None:
+        lib = ctypes.CDLL(_library())
+        for name in ("METIS_NodeND", "METIS_PartGraphRecursive", "METIS_SetDefaultOptions"):
+            getattr(lib, name).restype = ctypes.c_int
+        _lib = lib
+    return _lib
+
+
+def _p(a: np.ndarray):
+    return a.ctypes.data_as(ctypes.c_void_p)
+
+
+def _options() -> np.ndarray:
+    opts = np.zeros(40, np.int64)  # METIS_NOPTIONS
+    _metis().METIS_SetDefaultOptions(_p(opts))
+    return opts
+
+
+def node_nd(xadj: np.ndarray, adjncy: np.ndarray) -> np.ndarray:
+    """METIS's nested-dissection order of the graph (CSR, no self loops), ``perm[new] = old``:
+    METIS's first output, which matches SuperLU's MMD in fill (analysis._nd's note)."""
+    n = len(xadj) - 1
+    if n == 0:
+        return np.zeros(0, np.int64)
+    nv = np.array([n], np.int64)
+    xadj = np.ascontiguousarray(xadj, np.int64)
+    adjncy = np.ascontiguousarray(adjncy, np.int64)
+    perm = np.empty(n, np.int64)
+    iperm = np.empty(n, np.int64)
+    rc = _metis().METIS_NodeND(_p(nv), _p(xadj), _p(adjncy), None, _p(_options()), _p(perm),
+                               _p(iperm))
+    if rc != _METIS_OK:
+        raise RuntimeError(f"METIS_NodeND failed (status {rc}) on a graph of {n} vertices")
+    return perm
+
+
+def _bisect(xadj: np.ndarray, adjncy: np.ndarray) -> np.ndarray:
+    """Each vertex's side (0 or 1) in METIS's least-edge-cut bisection."""
+    n = len(xadj) - 1
+    nv, ncon, nparts = (np.array([v], np.int64) for v in (n, 1, 2))
+    cut = np.zeros(1, np.int64)
+    part = np.empty(n, np.int64)
+    rc = _metis().METIS_PartGraphRecursive(_p(nv), _p(ncon), _p(xadj), _p(adjncy), None, None,
+                                           None, _p(nparts), None, None, _p(_options()),
+                                           _p(cut), _p(part))
+    if rc != _METIS_OK:
+        raise RuntimeError(f"METIS_PartGraphRecursive failed (status {rc}) on {n} vertices")
+    return part
+
+
+def _cover(a: np.ndarray, b: np.ndarray, na: int, nb: int) -> tuple[np.ndarray, np.ndarray]:
+    """A least vertex cover of the bipartite graph of edges ``a[e] - b[e]`` (``a`` in
+    ``range(na)``, ``b`` in ``range(nb)``), by Konig's theorem: a maximum matching, then the
+    vertices reachable from the first side's unmatched ones along alternating paths; the
+    cover is the first side's unreached vertices and the second side's reached ones."""
+    import scipy.sparse as sp
+    from scipy.sparse.csgraph import breadth_first_order, maximum_bipartite_matching
+
+    g = sp.csr_matrix((np.ones(len(a), np.int8), (a, b)), shape=(na, nb))
+    match = maximum_bipartite_matching(g, perm_type="column")  # a -> its b, or -1
+    # Directed: a -> b along non-matching edges, b -> a along matching ones, and a source
+    # (vertex na + nb) -> every unmatched a.
+    ga, gb = g.nonzero()
+    matched = match[ga] == gb
+    free = np.flatnonzero(match < 0)
+    src = np.concatenate([ga[~matched], na + gb[matched], np.full(len(free), na + nb)])
+    dst = np.concatenate([na + gb[~matched], ga[matched], free])
+    d = sp.csr_matrix((np.ones(len(src), np.int8), (src, dst)), shape=(na + nb + 1,) * 2)
+    reached = np.zeros(na + nb + 1, bool)
+    reached[breadth_first_order(d, na + nb, directed=True, return_predecessors=False)] = True
+    return np.flatnonzero(~reached[:na]), np.flatnonzero(reached[na:na + nb])
+
+
+def _induced(xadj: np.ndarray, adjncy: np.ndarray, src: np.ndarray,
+             keep: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The subgraph on the vertices where ``keep`` holds: its CSR, and its vertices' numbers
+    in the graph (``src``: each adjacency entry's own vertex)."""
+    verts = np.flatnonzero(keep)
+    new = np.full(len(keep), -1, np.int64)
+    new[verts] = np.arange(len(verts))
+    edge = keep[src] & keep[adjncy]
+    sx = np.zeros(len(verts) + 1, np.int64)
+    np.cumsum(np.bincount(new[src[edge]], minlength=len(verts)), out=sx[1:])
+    return sx, new[adjncy[edge]], verts  # (entries stay in row order: CSR as it was)
+
+
+def _split(xadj: np.ndarray, adjncy: np.ndarray):
+    """A vertex separator from METIS's bisection (the least cover of its cut edges), and the
+    two halves without it: ``None`` where a half is left empty (nothing to gain)."""
+    n = len(xadj) - 1
+    part = _bisect(xadj, adjncy)
+    src = np.repeat(np.arange(n, dtype=np.int64), np.diff(xadj))
+    cross = (part[src] == 0) & (part[adjncy] == 1)  # each cut edge once, side 0 first
+    bu, iu = np.unique(src[cross], return_inverse=True)
+    bv, iv = np.unique(adjncy[cross], return_inverse=True)
+    cu, cv = _cover(iu, iv, len(bu), len(bv))
+    sep = np.sort(np.concatenate([bu[cu], bv[cv]]))
+    rest = np.ones(n, bool)
+    rest[sep] = False
+    halves = [rest & (part == t) for t in (0, 1)]
+    if not halves[0].any() or not halves[1].any():
+        return None
+    return sep, [_induced(xadj, adjncy, src, h) for h in halves]
+
+
+# The worker: reads n, the entry count, xadj and adjncy (int64, little-endian) from its
+# input, writes METIS_NodeND's status and perm. Its C stdout (where METIS prints its errors)
+# goes to stderr, so that only the answer travels on the pipe.
+_WORKER = r"""
+import ctypes, os, sys
+out = os.fdopen(os.dup(1), "wb")
+os.dup2(2, 1)
+lib = ctypes.CDLL(sys.argv[1])
+inp = sys.stdin.buffer
+n, m = (int.from_bytes(inp.read(8), "little") for _ in range(2))
+I = ctypes.c_int64
+xadj = (I * (n + 1)).from_buffer(bytearray(inp.read(8 * (n + 1))))
+adjncy = (I * max(m, 1)).from_buffer(bytearray(inp.read(8 * m).ljust(8, b"\0")))
+opts = (I * 40)()
+lib.METIS_SetDefaultOptions(opts)
+perm, iperm = (I * max(n, 1))(), (I * max(n, 1))()
+rc = lib.METIS_NodeND(ctypes.byref(I(n)), xadj, adjncy, None, opts, perm, iperm)
+out.write(int(rc).to_bytes(8, "little", signed=True))
+out.write(bytes(perm)[: 8 * n])
+out.flush()
+"""
+
+
+def _start():
+    # (stderr, where METIS's messages go, to nowhere: a worker blocked writing a full stderr
+    # pipe that nobody reads until its stdout ends would never end it)
+    return subprocess.Popen([sys.executable, "-I", "-S", "-c", _WORKER, _library()],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL)
+
+
+def _send(proc, xadj: np.ndarray, adjncy: np.ndarray) -> None:
+    n, m = len(xadj) - 1, len(adjncy)
+    proc.stdin.write(n.to_bytes(8, "little") + m.to_bytes(8, "little"))
+    proc.stdin.write(xadj.astype("<i8", copy=False).tobytes())
+    proc.stdin.write(adjncy.astype("<i8", copy=False).tobytes())
+    proc.stdin.close()
+
+
+def _receive(proc, n: int) -> np.ndarray | None:
+    data = proc.stdout.read()
+    proc.stdout.close()
+    if proc.wait() != 0 or len(data) != 8 + 8 * n:
+        return None
+    if int.from_bytes(data[:8], "little", signed=True) != _METIS_OK:
+        return None
+    return np.frombuffer(data, "<i8", count=n, offset=8).astype(np.int64)
+
+
+def nested_dissection(xadj: np.ndarray, adjncy: np.ndarray,
+                      parallel_min: int | None = None) -> np.ndarray:
+    """The nested-dissection order (``perm[new] = old``) of the graph (CSR of ``A + A^T``
+    without the diagonal): split once and its halves ordered in two worker processes when it
+    has at least ``parallel_min`` vertices (default ``PARALLEL_MIN``) and the machine two
+    cores, else one METIS call here. A worker that fails (no Python executable to start, say)
+    leaves its half to this process: the order is the same."""
+    xadj = np.ascontiguousarray(xadj, np.int64)
+    adjncy = np.ascontiguousarray(adjncy, np.int64)
+    n = len(xadj) - 1
+    least = PARALLEL_MIN if parallel_min is None else int(parallel_min)
+    if n < max(least, 2) or (os.cpu_count() or 1) < 2 or not sys.executable:
+        return node_nd(xadj, adjncy)
+    got = _split(xadj, adjncy)
+    if got is None:
+        return node_nd(xadj, adjncy)
+    sep, halves = got
+    procs = []
+    for _ in halves:
+        try:
+            procs.append(_start())
+        except OSError:
+            procs.append(None)
+    orders = []
+    for proc, (hx, ha, _) in zip(procs, halves):
+        if proc is not None:
+            try:
+                _send(proc, hx, ha)
+            except OSError:  # the worker died before reading: its half is ordered here
+                proc.kill()
+    for proc, (hx, ha, _) in zip(procs, halves):
+        got = _receive(proc, len(hx) - 1) if proc is not None else None
+        orders.append(node_nd(hx, ha) if got is None else got)
+    return np.concatenate([halves[0][2][orders[0]], halves[1][2][orders[1]], sep])
