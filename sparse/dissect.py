@@ -30,6 +30,7 @@ import ctypes
 import os
 import subprocess
 import sys
+import threading
 
 import numpy as np
 
@@ -48,6 +49,9 @@ PARALLEL_MIN = 50_000
 
 _METIS_OK = 1
 _lib = None
+# One METIS call at a time in this process: the calls release the GIL (ctypes), and two at
+# once would share GKlib's random state (runtimes analysing in several threads).
+_METIS_LOCK = threading.Lock()
 
 
 def _library() -> str:
@@ -91,8 +95,9 @@ def node_nd(xadj: np.ndarray, adjncy: np.ndarray) -> np.ndarray:
     adjncy = np.ascontiguousarray(adjncy, np.int64)
     perm = np.empty(n, np.int64)
     iperm = np.empty(n, np.int64)
-    rc = _metis().METIS_NodeND(_p(nv), _p(xadj), _p(adjncy), None, _p(_options()), _p(perm),
-                               _p(iperm))
+    lib, opts = _metis(), _options()
+    with _METIS_LOCK:
+        rc = lib.METIS_NodeND(_p(nv), _p(xadj), _p(adjncy), None, _p(opts), _p(perm), _p(iperm))
     if rc != _METIS_OK:
         raise RuntimeError(f"METIS_NodeND failed (status {rc}) on a graph of {n} vertices")
     return perm
@@ -104,9 +109,11 @@ def _bisect(xadj: np.ndarray, adjncy: np.ndarray) -> np.ndarray:
     nv, ncon, nparts = (np.array([v], np.int64) for v in (n, 1, 2))
     cut = np.zeros(1, np.int64)
     part = np.empty(n, np.int64)
-    rc = _metis().METIS_PartGraphRecursive(_p(nv), _p(ncon), _p(xadj), _p(adjncy), None, None,
-                                           None, _p(nparts), None, None, _p(_options()),
-                                           _p(cut), _p(part))
+    lib, opts = _metis(), _options()
+    with _METIS_LOCK:
+        rc = lib.METIS_PartGraphRecursive(_p(nv), _p(ncon), _p(xadj), _p(adjncy), None, None,
+                                          None, _p(nparts), None, None, _p(opts), _p(cut),
+                                          _p(part))
     if rc != _METIS_OK:
         raise RuntimeError(f"METIS_PartGraphRecursive failed (status {rc}) on {n} vertices")
     return part
