@@ -441,6 +441,24 @@ def test_split_dissection_orders_each_half_in_a_worker(side, dim, monkeypatch):
     assert np.isfinite(np.linalg.cholesky(P)).all()
 
 
+def test_analyses_in_threads_keep_their_orders():
+    """METIS's calls release the GIL and share one random state: analyses run from several
+    threads at once give the orders they give one at a time."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from vbatch.sparse.analysis import analyze, lower_triangle
+
+    lows = [lower_triangle(A) for A in (lap(24, 2), lap(7, 3), lap(30, 2), lap(6, 3))] * 3
+    want = [analyze(lw, "nd").perm for lw in lows]
+    with ThreadPoolExecutor(6) as ex:
+        got = list(ex.map(lambda lw: analyze(lw, "auto", cost={"flop": 1e-12, "step": 1e-5})
+                          .perm, lows))
+        nd = list(ex.map(lambda lw: analyze(lw, "nd").perm, lows))
+    assert all(np.array_equal(a, b) for a, b in zip(nd, want))
+    assert all(np.array_equal(a, analyze(lw, "auto", cost={"flop": 1e-12, "step": 1e-5}).perm)
+               for a, lw in zip(got, lows))
+
+
 # ------------------------------------------------------------------ numeric, every backend
 @pytest.mark.parametrize("device", DEVICES)
 def test_a_band_matrix_in_the_backends_order(device):
