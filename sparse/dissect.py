@@ -19,9 +19,10 @@ ordered by METIS in two worker processes:
    numbering of one level.
 
 Only one level: separators below the top, found this way, cost fill that METIS's own refined
-ones do not (``PIECES`` in the notes below). Graphs below ``PARALLEL_MIN`` vertices, a machine
-of one core, or a worker that cannot start take one ``METIS_NodeND`` call in this process (the
-order pymetis's ``nested_dissection`` gives).
+ones do not (the notes below). Graphs below ``PARALLEL_MIN`` vertices take one
+``METIS_NodeND`` call in this process (the order pymetis's ``nested_dissection`` gives); above
+it, a half whose worker cannot run (one core, no Python interpreter to start, a worker that
+fails) is ordered in this process, so the order is the same on every machine.
 """
 
 from __future__ import annotations
@@ -127,7 +128,7 @@ def _cover(a: np.ndarray, b: np.ndarray, na: int, nb: int) -> tuple[np.ndarray, 
     import scipy.sparse as sp
     from scipy.sparse.csgraph import breadth_first_order, maximum_bipartite_matching
 
-    g = sp.csr_matrix((np.ones(len(a), np.int8), (a, b)), shape=(na, nb))
+    g = sp.csr_matrix((np.ones(len(a), np.int32), (a, b)), shape=(na, nb))  # (repeats summed)
     match = maximum_bipartite_matching(g, perm_type="column")  # a -> its b, or -1
     # Directed: a -> b along non-matching edges, b -> a along matching ones, and a source
     # (vertex na + nb) -> every unmatched a.
@@ -197,6 +198,20 @@ out.flush()
 """
 
 
+def _workers_possible() -> bool:
+    """Whether worker processes can help here: two cores usable by this process, and an
+    executable that is a Python interpreter (a frozen or embedded application's would start
+    the application itself)."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    exe = sys.executable or ""
+    name = os.path.basename(exe).lower()
+    return (cores >= 2 and not getattr(sys, "frozen", False)
+            and name.startswith(("python", "pypy")) and os.path.isfile(exe))
+
+
 def _start():
     # (stderr, where METIS's messages go, to nowhere: a worker blocked writing a full stderr
     # pipe that nobody reads until its stdout ends would never end it)
@@ -205,55 +220,85 @@ def _start():
                             stderr=subprocess.DEVNULL)
 
 
-def _send(proc, xadj: np.ndarray, adjncy: np.ndarray) -> None:
+def _send(proc, xadj: np.ndarray, adjncy: np.ndarray) -> bool:
+    """The half's graph to its worker; False (the worker ended) if it could not be sent."""
     n, m = len(xadj) - 1, len(adjncy)
-    proc.stdin.write(n.to_bytes(8, "little") + m.to_bytes(8, "little"))
-    proc.stdin.write(xadj.astype("<i8", copy=False).tobytes())
-    proc.stdin.write(adjncy.astype("<i8", copy=False).tobytes())
-    proc.stdin.close()
+    try:
+        proc.stdin.write(n.to_bytes(8, "little") + m.to_bytes(8, "little"))
+        proc.stdin.write(xadj.astype("<i8", copy=False).tobytes())
+        proc.stdin.write(adjncy.astype("<i8", copy=False).tobytes())
+        proc.stdin.flush()  # (communicate() closes it)
+        return True
+    except OSError:
+        return False
 
 
-def _receive(proc, n: int) -> np.ndarray | None:
-    data = proc.stdout.read()
-    proc.stdout.close()
-    if proc.wait() != 0 or len(data) != 8 + 8 * n:
+def _receive(proc, n: int, timeout: float) -> np.ndarray | None:
+    """The worker's order, or None (it failed, or outlived ``timeout`` seconds)."""
+    try:
+        data, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return None
+    if proc.returncode != 0 or len(data) != 8 + 8 * n:
         return None
     if int.from_bytes(data[:8], "little", signed=True) != _METIS_OK:
         return None
-    return np.frombuffer(data, "<i8", count=n, offset=8).astype(np.int64)
+    perm = np.frombuffer(data, "<i8", count=n, offset=8).astype(np.int64)
+    if not np.array_equal(np.sort(perm), np.arange(n)):
+        return None
+    return perm
+
+
+def _reap(proc) -> None:
+    """A worker ended for good: killed if it runs, its pipes closed, its status collected."""
+    if proc.poll() is None:
+        proc.kill()
+    for f in (proc.stdin, proc.stdout):
+        if f is not None and not f.closed:
+            try:
+                f.close()
+            except OSError:
+                pass
+    proc.wait()
 
 
 def nested_dissection(xadj: np.ndarray, adjncy: np.ndarray,
                       parallel_min: int | None = None) -> np.ndarray:
     """The nested-dissection order (``perm[new] = old``) of the graph (CSR of ``A + A^T``
-    without the diagonal): split once and its halves ordered in two worker processes when it
-    has at least ``parallel_min`` vertices (default ``PARALLEL_MIN``) and the machine two
-    cores, else one METIS call here. A worker that fails (no Python executable to start, say)
-    leaves its half to this process: the order is the same."""
+    without the diagonal). A graph of at least ``parallel_min`` vertices (default
+    ``PARALLEL_MIN``) is split once and its halves ordered in two worker processes at once;
+    where workers cannot run (one core, no Python interpreter to start) or one fails, its half
+    is ordered in this process: the order is the same on every machine. A smaller graph takes
+    one METIS call."""
     xadj = np.ascontiguousarray(xadj, np.int64)
     adjncy = np.ascontiguousarray(adjncy, np.int64)
     n = len(xadj) - 1
     least = PARALLEL_MIN if parallel_min is None else int(parallel_min)
-    if n < max(least, 2) or (os.cpu_count() or 1) < 2 or not sys.executable:
+    if n < max(least, 2):
         return node_nd(xadj, adjncy)
     got = _split(xadj, adjncy)
     if got is None:
         return node_nd(xadj, adjncy)
     sep, halves = got
-    procs = []
-    for _ in halves:
-        try:
-            procs.append(_start())
-        except OSError:
-            procs.append(None)
-    orders = []
-    for proc, (hx, ha, _) in zip(procs, halves):
-        if proc is not None:
-            try:
-                _send(proc, hx, ha)
-            except OSError:  # the worker died before reading: its half is ordered here
-                proc.kill()
-    for proc, (hx, ha, _) in zip(procs, halves):
-        got = _receive(proc, len(hx) - 1) if proc is not None else None
-        orders.append(node_nd(hx, ha) if got is None else got)
-    return np.concatenate([halves[0][2][orders[0]], halves[1][2][orders[1]], sep])
+    procs: list = [None, None]
+    try:
+        if _workers_possible():
+            for i, (hx, ha, _) in enumerate(halves):
+                try:
+                    procs[i] = _start()
+                except OSError:
+                    continue
+                if not _send(procs[i], hx, ha):  # ended before reading: ordered here
+                    _reap(procs[i])
+                    procs[i] = None
+        orders = []
+        for proc, (hx, ha, _) in zip(procs, halves):
+            # (METIS takes ~5 s for 10^6 vertices on one core: a worker still running after
+            # minutes is stuck, and its half is ordered here)
+            got = None if proc is None else _receive(proc, len(hx) - 1, 60 + len(ha) * 3e-5)
+            orders.append(node_nd(hx, ha) if got is None else got)
+        return np.concatenate([halves[0][2][orders[0]], halves[1][2][orders[1]], sep])
+    finally:
+        for proc in procs:
+            if proc is not None:
+                _reap(proc)

@@ -405,9 +405,9 @@ def test_vertex_cover_of_the_cut_is_least():
 @pytest.mark.parametrize("side,dim", [(30, 2), (9, 3)])
 def test_split_dissection_orders_each_half_in_a_worker(side, dim, monkeypatch):
     """A graph past the threshold (lowered here) is split by a separator and its halves are
-    ordered in worker processes: a permutation, the same on every run and when the workers
-    cannot start (the halves are then ordered here), the separator last and separating, and a
-    fill within reach of one METIS call's."""
+    ordered in worker processes: a permutation, the same on every run, where no worker can
+    start and where a worker fails (the halves are then ordered here), the separator last and
+    separating, and a fill within reach of one METIS call's."""
     from scipy.sparse.csgraph import connected_components
 
     from vbatch.sparse import dissect
@@ -434,7 +434,13 @@ def test_split_dissection_orders_each_half_in_a_worker(side, dim, monkeypatch):
         assert len(np.unique(side_of[idx[label == c]])) == 1
     one = dissect.node_nd(gptr, gadj)
     assert fill(lw, perm) <= 1.5 * fill(lw, one)
+    # The same order where no worker can run (one core, no interpreter) or a worker fails:
+    # the halves are then ordered here.
     monkeypatch.setattr(dissect.sys, "executable", os.path.join(HERE, "no-such-python"))
+    assert not dissect._workers_possible()
+    assert np.array_equal(perm, dissect.nested_dissection(gptr, gadj, parallel_min=16))
+    monkeypatch.undo()
+    monkeypatch.setattr(dissect, "_WORKER", "import sys; sys.stdout.buffer.write(b'no')")
     assert np.array_equal(perm, dissect.nested_dissection(gptr, gadj, parallel_min=16))
     an = analyze(lw, perm)
     P = A.toarray()[an.perm][:, an.perm]
