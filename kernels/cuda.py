@@ -207,7 +207,7 @@ def _upload(arrays) -> tuple:
     each at an 8-byte boundary: that array and each table's device address. A copy each cost
     a call's host path a round trip each (the three tables of a new plan: ~64 us apiece on the
     H100 host uncontended, ~350 us under 64 submitting threads, whose turn for the GIL each
-    such call waits for: a coalesced bucket's send, .dbg/coal_steps.py, 2026-11-25)."""
+    such call waits for: a coalesced bucket's send, benchmarks/coalesce_steps.py, 2026-11-25)."""
     words = [(a.nbytes + 7) // 8 for a in arrays]
     host = np.zeros(max(sum(words), 1), dtype=np.int64)
     raw = host.view(np.uint8)
