@@ -324,9 +324,15 @@ class _SlotPool:
     # lock guards only the creation of a free list.
     def take(self, k: int, nptr: int) -> _Slot:
         try:
-            slot = self._free[k, nptr].pop()
+            return self._free[k, nptr].pop()
         except (KeyError, IndexError):
-            slot = _Slot(k, nptr)
+            return _Slot(k, nptr)
+
+    def track(self, slot: _Slot) -> None:
+        """Keep ``slot`` until its event completes; called once the call's event is recorded.
+        (Tracked at take(), a slot still showed its previous call's event, done, until flush
+        recorded the new one: other threads' takes in that window could forget it while its
+        kernels were still to write ``info``. Review of bdd07d3.)"""
         inflight = self._inflight
         inflight.append(slot)
         # Forget finished ones from the old end, stopping at the first still running (it goes
@@ -624,14 +630,21 @@ class CudaBackend(Backend):
 
     def _fix(self, prep: _Prepared, key: bytes, slot: _Slot, main):
         """A device table of its own for pointers seen twice, and a graph that reads it: made
-        once (under the plan's lock, so two threads cannot make two) and never rewritten."""
+        once (under the plan's lock, so two threads cannot make two) and never rewritten.
+        The copy goes on this caller's stream; ``ready`` is recorded after it, and a call on
+        another stream that finds the table waits for it before its graph reads the table.
+        (Review of bdd07d3. Today every plan's table holds its slot's ``info`` address, so only
+        a call that took this very slot matches the key, and a slot goes back to the pool only
+        after its reader synchronized it; the wait keeps that true for a plan without one.)"""
         with prep.lock:
             hit = prep.fixed.get(key)
             if hit is None:
                 table = cupy.empty(slot.nptr, dtype=np.uint64)
                 cupy.cuda.runtime.memcpyAsync(table.data.ptr, slot.mem.ptr, 8 * slot.nptr,
                                               cupy.cuda.runtime.memcpyHostToDevice, main.ptr)
-                hit = prep.fixed[key] = (table, self._capture(prep, table))
+                ready = cupy.cuda.Event(block=False, disable_timing=True)
+                ready.record(main)
+                hit = prep.fixed[key] = (table, self._capture(prep, table), ready, main.ptr)
         return hit
 
     def begin(self, plan: Plan, buffers: dict, after: list, config,
@@ -672,6 +685,8 @@ class CudaBackend(Backend):
                         hit = self._fix(prep, key, slot, main)
                 if hit is not None:
                     graph, fixed = hit[1], True
+                    if hit[3] != main.ptr:  # made on another stream: after its copy
+                        main.wait_event(hit[2])
             if not fixed:
                 prep.calls += 1
                 if prep.graph is None and prep.calls >= 2:
@@ -694,10 +709,13 @@ class CudaBackend(Backend):
     def flush(self, ex: _Exec, then=None) -> None:
         main, prep = ex.main, ex.prep
         if ex.fixed:  # its own table, on the device since it was fixed: nothing shared
-            ex.graph.launch(main)
-            if then is not None:
-                then()
-            ex.slot.event.record(main)
+            try:
+                ex.graph.launch(main)
+                if then is not None:
+                    then()
+            finally:
+                ex.slot.event.record(main)
+                self._slots.track(ex.slot)
             return
         # Calls on one (plan, layout) share its device table: each waits for the previous one
         # before overwriting it, and the lock keeps two threads from interleaving. Held only
@@ -705,18 +723,22 @@ class CudaBackend(Backend):
         with prep.lock:
             if prep.last is not None:
                 main.wait_event(prep.last)
-            cupy.cuda.runtime.memcpyAsync(prep.table.data.ptr, ex.slot.mem.ptr,
-                                          8 * ex.slot.nptr,
-                                          cupy.cuda.runtime.memcpyHostToDevice, main.ptr)
-            if ex.graph is not None:
-                ex.graph.launch(main)
-            elif ex.direct:
-                _issue(ex.direct, main, self._streams_for(prep.plan.nstreams - 1)
-                       if prep.plan.nstreams > 1 else [], self.tracer)
-            if then is not None:
-                then()
-            ex.slot.event.record(main)
-            prep.last = ex.slot.event
+            try:
+                cupy.cuda.runtime.memcpyAsync(prep.table.data.ptr, ex.slot.mem.ptr,
+                                              8 * ex.slot.nptr,
+                                              cupy.cuda.runtime.memcpyHostToDevice, main.ptr)
+                if ex.graph is not None:
+                    ex.graph.launch(main)
+                elif ex.direct:
+                    _issue(ex.direct, main, self._streams_for(prep.plan.nstreams - 1)
+                           if prep.plan.nstreams > 1 else [], self.tracer)
+                if then is not None:
+                    then()
+            finally:
+                # (also when a launch failed: what went out before it may still write info)
+                ex.slot.event.record(main)
+                self._slots.track(ex.slot)
+                prep.last = ex.slot.event
 
     def end(self, ex: _Exec) -> Completion:
         return _Done(ex.slot, self._slots, ex.keep, ex.main.ptr)

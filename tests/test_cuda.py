@@ -309,6 +309,7 @@ def test_slot_pool_under_many_threads(cupy):
                     assert id(s) not in held, "a slot handed out twice at once"
                     held.add(id(s))
                 s.event.record()
+                pool.track(s)
                 with lock:
                     held.discard(id(s))
                 pool.give(s)
@@ -327,3 +328,37 @@ def test_slot_pool_under_many_threads(cupy):
         sys.setswitchinterval(old)
     assert not errors, errors[0]
     assert len(pool._inflight) <= 64 + 16
+
+
+def test_slot_pool_keeps_a_running_slot(cupy):
+    """A slot whose call is still running stays in the in-flight list however many finished
+    calls follow it; one taken but not yet recorded is not in it, so its previous call's
+    finished event cannot get it forgotten (review of bdd07d3)."""
+    from vbatch.kernels.cuda import _SlotPool
+
+    spin = cupy.RawKernel(r"""
+    extern "C" __global__ void spin(long long cycles) {
+        long long t0 = clock64();
+        while (clock64() - t0 < cycles) {}
+    }""", "spin")
+    pool = _SlotPool()
+    busy = cupy.cuda.Stream(non_blocking=True)
+    slow = pool.take(4, 3)
+    slow.event.record()  # an old call's event, done
+    slow.event.synchronize()
+    fresh = pool.take(4, 3)  # (taken: not tracked until recorded)
+    assert fresh not in pool._inflight
+    with busy:
+        spin((1,), (1,), (np.int64(2_000_000_000),))  # ~1 s at 2 GHz
+        slow.event.record(busy)
+    pool.track(slow)
+    for _ in range(200):
+        s = pool.take(4, 3)
+        s.event.record()
+        s.event.synchronize()
+        pool.track(s)
+        pool.give(s)
+    assert not slow.event.done, "the spin ended too early for this test to mean anything"
+    assert any(s is slow for s in pool._inflight)
+    assert len(pool._inflight) <= 64 + 2
+    busy.synchronize()
