@@ -217,3 +217,27 @@ def test_a_joined_bucket_keeps_its_lists_addresses():
     assert joined.batch.n.tolist() == [2, 3, 4]
     assert np.array_equal(joined.batch.addr, np.concatenate([a1, a2], axis=1))
     assert _joined([req([2, 3], a1), req([4], None)]).batch.addr is None
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_member_that_stops_waiting_leaves_the_bucket_to_the_others(device):
+    """The first member to wait builds every member's result; one whose wait times out before
+    its bucket is even sent builds nothing and holds no one up: the others get theirs, and it
+    gets its own later."""
+    import concurrent.futures as cf
+
+    xp = _xp(device)
+    rng = np.random.default_rng(9)
+    mats = [xp.asarray(spd(n, np.float64, rng)) for n in (1, NB - 1, NB + 1)]
+    rt = Runtime(device, nb=NB, coalesce_us=300_000)  # the bucket waits 0.3 s to be sent
+    futs = [rt.cholesky([m]) for m in mats]
+    with pytest.raises(cf.TimeoutError):
+        futs[0].result(timeout=0.01)
+    got, errors = _threads(2, lambda i: futs[i + 1].result())
+    assert not errors, errors
+    assert rt._coalescer.groups == 1
+    for i, r in enumerate([futs[0].result()] + got):
+        assert r.info.shape == (1,) and r.info[0] == 0
+        check_factor(to_host(mats[i]), to_host(r.factors[0]), np.float64, where=f"member {i}")
+    assert all(f.done() for f in futs)
+    rt.close()
