@@ -385,6 +385,12 @@ def test_cpu_small_problems_compiled_equal_lapack(monkeypatch, order, dtype, ove
     assert info == want_info and info[len(sizes):len(sizes) + 3] == [1, 8, 33]
     tol = 1e3 * np.finfo(dtype).eps
     for i, (x, y) in enumerate(zip(got, want)):
+        if info[i]:
+            # A failed problem's columns from the failing one on are unspecified (README):
+            # out of place, LAPACK's path leaves them as the input (one whole problem) or as
+            # zeros (a task run "wide", alone on the BLAS's threads: 32 cores, one problem of
+            # a 13-problem batch), the loop as the input.
+            x, y = x[:, :info[i] - 1], y[:, :info[i] - 1]
         assert np.array_equal(np.isnan(x), np.isnan(y)), f"problem {i}: NaN where LAPACK has none"
         assert np.array_equal(np.isinf(x), np.isinf(y)), f"problem {i}: infinities differ"
         fin = np.isfinite(y)
