@@ -1,7 +1,10 @@
 """Parallel efficiency of vbatch.distributed: time(1 GPU) / (g x time(g GPUs)).
 
 The batch is made on the workers (``Runtime.spd``), so what is timed is the submission, the
-shards' work and Dask's round trip, with the outputs left on the workers. Each case runs on the
+shards' work and Dask's round trip, with the outputs left on the workers. With ``--overwrite``
+the factorization runs in place (``cholesky(batch, overwrite=True)``) on a batch made afresh,
+untimed, before each call: a batch of up to most of one GPU's memory then fits on one GPU,
+where an output beside it would not. Each case runs on the
 first ``g`` workers of one local cluster (one worker per GPU), for every ``g`` asked; medians of
 ``--reps``. The single-GPU ``vbatch.Runtime`` on the same sizes, in this process, is the
 overhead baseline.
@@ -30,13 +33,17 @@ def done(shards):
             raise RuntimeError(f"shard on {s.worker} failed") from s.future.exception()
 
 
-def timed(fn, reps):
-    fn()  # warm: kernels, plans, graphs on every worker
+def timed(fn, reps, setup=None):
+    """Median seconds of ``fn()`` over ``reps`` calls after a warm one; ``setup()`` (not timed)
+    runs before each."""
     out = []
-    for _ in range(reps):
+    for i in range(reps + 1):  # the first warms: kernels, plans, graphs on every worker
+        if setup is not None:
+            setup()
         t0 = time.perf_counter()
         fn()
-        out.append(time.perf_counter() - t0)
+        if i:
+            out.append(time.perf_counter() - t0)
     return statistics.median(out), out
 
 
@@ -47,6 +54,8 @@ def main(argv=None):
     p.add_argument("--cases", nargs="+", default=["uniform256", "skewed512", "posv256"])
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--device", default="cuda")
+    p.add_argument("--overwrite", action="store_true",
+                   help="factor in place, a fresh batch before each call (POTRF cases only)")
     p.add_argument("--out")
     a = p.parse_args(argv)
     from distributed import Client, wait
@@ -68,29 +77,51 @@ def main(argv=None):
             times = {}
             for g in a.gpus:
                 drt = vd.Runtime(client, device=a.device, workers=workers[:g])
-                batch = drt.spd(ns, seed=1)
-                done(batch.shards)
-                if case.startswith("posv"):
-                    # The posv pipeline, one right-hand side each: factor, then solve where
-                    # the factors lie (no data moves between the two).
-                    rhs = drt.random(ns, np.ones_like(ns), like=batch, seed=2)
-                    done(rhs.shards)
+                hold = {}
+                if a.overwrite:
+                    if case.startswith("posv"):
+                        raise SystemExit("--overwrite runs the POTRF cases only")
+
+                    def setup():
+                        if hold.pop("batch", None) is not None:
+                            drt.wait()  # (the runtime forgets the last call's future)
+                            time.sleep(0.5)  # (Dask releases them; the memory goes back)
+                            client.run(_free)
+                        hold["batch"] = drt.spd(ns, seed=1)
+                        done(hold["batch"].shards)
 
                     def run():
-                        f = drt.cholesky(batch)
-                        x = drt.potrs(f, rhs, after=[f])
-                        done(x.shards)
-                else:
-                    def run():
-                        f = drt.cholesky(batch)
+                        f = drt.cholesky(hold["batch"], overwrite=True)
                         done(f.shards)
-                med, all_ = timed(run, a.reps)
+
+                    med, all_ = timed(run, a.reps, setup)
+                    batch = rhs = None
+                else:
+                    batch = drt.spd(ns, seed=1)
+                    done(batch.shards)
+                    rhs = None
+                    if case.startswith("posv"):
+                        # The posv pipeline, one right-hand side each: factor, then solve
+                        # where the factors lie (no data moves between the two).
+                        rhs = drt.random(ns, np.ones_like(ns), like=batch, seed=2)
+                        done(rhs.shards)
+
+                        def run():
+                            f = drt.cholesky(batch)
+                            x = drt.potrs(f, rhs, after=[f])
+                            done(x.shards)
+                    else:
+                        def run():
+                            f = drt.cholesky(batch)
+                            done(f.shards)
+                    med, all_ = timed(run, a.reps)
                 times[g] = med
                 rows.append({"k": k, "case": case, "gpus": g, "median_s": med, "all_s": all_})
                 # The shards' memory goes back before the next case: Dask releases them when
                 # these futures go, then each worker's pool gives its blocks to the driver
                 # (without the wait, k = 2 x 10^5 ran out of memory on the next case).
-                batch = rhs = run = None
+                batch = rhs = run = f = None
+                hold.clear()
                 time.sleep(1.0)
                 client.run(_free)
             t1 = times.get(1)

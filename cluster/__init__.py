@@ -57,10 +57,10 @@ def shard_by_cost(cost: np.ndarray, workers: int, exact: int = 4096) -> list[np.
     a heap. The rest, each no larger than any of those, first even out what imbalance the head
     left, then are dealt in that same descending order in a snake (workers 0..g-1, then
     g-1..0, ...), starting with the least loaded: vectorized, so a million problems take
-    milliseconds, and each worker gets as many of them and the same mix of sizes. That matters on a GPU, where a small problem
-    costs more than its flops say: on the H200, splitting 10^5 problems of U[1, 256] by flops
-    alone gave one worker 17,390 problems and the other 82,610, 12 against 16 ms
-    (docs/notes.md)."""
+    milliseconds, and each worker gets as many of them and the same mix of sizes. That matters
+    on a GPU, where a small problem costs more than its flops say: on the H200, splitting 10^5
+    problems of U[1, 256] by flops alone gave one worker 17,390 problems and the other 82,610,
+    12 against 16 ms (docs/notes.md)."""
     cost = np.asarray(cost, dtype=np.float64)
     k = len(cost)
     if workers < 1:
@@ -263,15 +263,31 @@ def _make_spd(ns: np.ndarray, seed: int, dtype: str, device: str, options: tuple
     if rt.backend.kind == "cupy":
         import cupy
 
-        data = cupy.random.RandomState(seed).uniform(-1.0, 1.0, total).astype(dt)
+        data = _uniform_device(total, dt, seed)
         data[cupy.asarray(diag)] = cupy.asarray(ns[cols].astype(dt))
     else:
-        data = np.random.default_rng(seed).uniform(-1.0, 1.0, total).astype(dt)
+        data = np.random.default_rng(seed).uniform(-1.0, 1.0, total).astype(dt, copy=False)
         data[diag] = ns[cols]
     for a in (ns, off, ld):
         a.flags.writeable = False
     return Views(PackedBatch.model_construct(data=data, n=ns, m=ns, offset=off, ld=ld,
                                              order="F", frontend=None))
+
+
+def _uniform_device(total: int, dt: np.dtype, seed: int):
+    """``total`` entries uniform on [-1, 1] on the device, drawn in pieces of 2^27 into the
+    array itself: one draw of the whole made two or three temporaries of its size (cupy's
+    uniform scales a [0, 1) draw, then the cast), so a batch of most of the device's memory
+    could not be made (k = 6 x 10^5 of U[1, 256] on one H200, 2026-11-25)."""
+    import cupy
+
+    data = cupy.empty(total, dtype=dt)
+    rs = cupy.random.RandomState(seed)
+    piece = 1 << 27
+    for a in range(0, total, piece):
+        b = min(total, a + piece)
+        data[a:b] = rs.uniform(-1.0, 1.0, b - a)
+    return data
 
 
 def _make_random(ms: np.ndarray, ns: np.ndarray, seed: int, dtype: str, device: str,
@@ -285,9 +301,7 @@ def _make_random(ms: np.ndarray, ns: np.ndarray, seed: int, dtype: str, device: 
     off = tight_offsets(ns, ld)
     total = int((ld * ns).sum())
     if rt.backend.kind == "cupy":
-        import cupy
-
-        data = cupy.random.RandomState(seed).uniform(-1.0, 1.0, total).astype(dtype)
+        data = _uniform_device(total, np.dtype(dtype), seed)
     else:
         data = np.random.default_rng(seed).uniform(-1.0, 1.0, total).astype(dtype)
     for a in (ms, ns, off, ld):
@@ -606,8 +620,13 @@ class Runtime:
         from distributed import wait
 
         with self._lock:
-            futs = [s.future for f in self._pending for s in f.shards]
-        wait(futs)
+            pending = list(self._pending)
+        wait([s.future for f in pending for s in f.shards])
+        # Forget them: a finished future held here kept its shards' results (a batch factored
+        # in place is the batch itself) on the workers after the caller dropped it.
+        gone = set(map(id, pending))
+        with self._lock:
+            self._pending = [f for f in self._pending if id(f) not in gone]
 
     def close(self) -> None:
         self.wait()

@@ -218,6 +218,26 @@ def test_batches_made_on_the_workers(client):
         check_factor(full, f, np.float64, where=f"made {i}")
 
 
+def test_wait_lets_go_of_results_the_caller_dropped(client):
+    """An in-place factorization is finished by ``wait()`` though its future was dropped, and
+    afterwards the runtime holds no future (it kept the last one, and with it the batch on the
+    workers: a second batch of most of a GPU's memory then ran out of it)."""
+    import weakref
+
+    drt = vd.Runtime(client, device="cpu", nb=NB)
+    made = drt.spd(np.array([5, NB + 1, 0, 3]), seed=2)
+    before = made.gather()
+    fut = drt.cholesky(made, overwrite=True)
+    gone = weakref.ref(fut)
+    del fut
+    drt.wait()
+    assert gone() is None, "the runtime still holds a finished future"
+    after = made.gather()
+    for i, (a, f) in enumerate(zip(before, after)):
+        full = np.tril(a) + np.tril(a, -1).T
+        check_factor(full, f, np.float64, where=f"in place {i}")
+
+
 @pytest.mark.gpu
 def test_gpu_workers_give_a_single_runtimes_results():
     from distributed import Client
