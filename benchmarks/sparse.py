@@ -13,8 +13,9 @@ factor (the numeric factorization of values already on the device: vbatch's scat
 fronts and its one submission; cuDSS's FACTORIZATION phase), solve (one right-hand side on the
 device, in and out; for ``batch``, stacked in one array, and ``solve_list`` one array a
 matrix). ``levels``: the same factorization level by level (:func:`level_baseline`),
-the baseline that the scheduler's one graph replaces. vbatch's ``refactor`` (the user's call: the new matrix checked on the host
-and its values sent) is reported beside its factor. Every method's residual is checked.
+the baseline that the scheduler's one graph replaces. vbatch's ``refactor`` (the user's call:
+the new matrix checked on the host and its values sent) is reported beside its factor. Every
+method's residual is checked.
 """
 
 from __future__ import annotations
@@ -248,6 +249,14 @@ def main(argv=None) -> int:
     from vbatch.sparse import cholesky as _warm, laplacian as _lap
 
     _warm(_lap(4), runtime=rt)
+    # and the split dissection's compiled refinement (~3 s to compile, once an install: a
+    # large matrix's analysis would pay it), on a graph past a lowered threshold
+    from vbatch.sparse.dissect import nested_dissection as _nd
+
+    _g = sp.csr_matrix(_lap(8))
+    _g.setdiag(0)
+    _g.eliminate_zeros()
+    _nd(_g.indptr.astype(np.int64), _g.indices.astype(np.int64), parallel_min=16)
     rows = []
     for name in args.cases:
         A = case(name, args.matrices)
