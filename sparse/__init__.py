@@ -367,10 +367,10 @@ class Factor:
         xp = self._xp()
         one = kinds[0] if len(set(kinds)) == 1 else None  # the kind of them all, if one
         if r:
-            ext = xp.zeros(N * r + 1, dtype=self.dtype)  # (its last entry: the zero)
+            tmpl, into, back = self._layout(r, xp)
             if stacked or len(bs) == 1:
                 x = bs[0].get() if xp is np and kinds[0] == "cupy" else bs[0]
-                ext[:-1] = xp.asarray(x).reshape(-1)
+                src = xp.asarray(x, dtype=self.dtype).reshape(-1)  # (b itself where it can)
             elif one == "cupy" and xp is not np and len(set(map(_DTYPE, bs))) == 1:
                 # one gather kernel (as a list of dense operands is), each b an n x r matrix
                 # of the stacked (N, r) rows: cupy.concatenate and a reshape per array were
@@ -385,7 +385,8 @@ class Factor:
                 addr[2] = 1 if r == 1 else np.fromiter(
                     map(itemgetter(-1), strides), np.int64, len(bs)) // isz
                 rows = np.diff(self._row0)
-                self._rt.backend.copy_in(bs, ext, rows, np.full(len(bs), r, np.int64),
+                src = xp.empty(N * r, dtype=self.dtype)
+                self._rt.backend.copy_in(bs, src, rows, np.full(len(bs), r, np.int64),
                                          self._row0[:-1] * r, np.full(len(bs), r, np.int64),
                                          addr)
             else:
@@ -400,14 +401,14 @@ class Factor:
                 else:
                     stack = mod.concatenate([p.reshape(an.n, r)
                                              for p, an in zip(parts, self.analyses)])
-                ext[:-1] = xp.asarray(stack).reshape(-1)
-            tmpl, into, back = self._layout(r, xp)
-            # b's entries (and a zero, for the fronts' update rows) into the workspace, and the
-            # solution out of it, as one take each: fancy-index assignments cost ~85 us each
-            # with cupy (494_bus, H100, 2026-11-25)
-            data = ext.take(into)
+                src = xp.asarray(stack, dtype=self.dtype).reshape(-1)
+            # b's entries (and zeros, for the fronts' update rows) into the workspace, and the
+            # solution out of it, as one gather each (Backend.pick): fancy-index assignments
+            # cost ~85 us each with cupy (494_bus, H100, 2026-11-25)
+            pick = self._rt.backend.pick
+            data = pick(src, into)
             self._submit(FRONTAL_SOLVE_OP, tmpl.with_data(data)).result()
-            sol = data.take(back).reshape(N, r)
+            sol = pick(data, back).reshape(N, r)
         else:
             sol = xp.zeros((N, 0), dtype=self.dtype)
         bad = np.flatnonzero(self.info)
