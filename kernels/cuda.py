@@ -301,7 +301,8 @@ class _Slot:
     ``info`` itself, which the kernels address directly (unified addressing). Also the event
     that ends the call."""
 
-    __slots__ = ("mem", "table", "info", "info_ptr", "event", "nptr", "key", "owner", "scalars")
+    __slots__ = ("mem", "table", "info", "info_ptr", "event", "nptr", "key", "owner", "scalars",
+                 "tracked")
 
     def __init__(self, k: int, nptr: int):
         head = 8 * nptr + (-8 * nptr) % 32
@@ -315,6 +316,7 @@ class _Slot:
         # (plan, layout)'s token and the scalars it was filled with (held, so that the identity
         # test cannot match a new dict at a freed one's address).
         self.owner = self.scalars = None
+        self.tracked = False  # in the pool's in-flight list (_SlotPool.track)
 
 
 class _SlotPool:
@@ -326,9 +328,10 @@ class _SlotPool:
         self._free: dict[tuple, list] = {}
         self._inflight: deque = deque()
         self._lock = threading.Lock()
+        self._track = threading.Lock()
 
-    # list.pop, deque.append and deque.popleft are atomic, so taking a slot takes no lock; the
-    # lock guards only the creation of a free list.
+    # list.pop is atomic, so taking a slot takes no lock; ``_lock`` guards only the creation of
+    # a free list.
     def take(self, k: int, nptr: int) -> _Slot:
         try:
             return self._free[k, nptr].pop()
@@ -339,23 +342,26 @@ class _SlotPool:
         """Keep ``slot`` until its event completes; called once the call's event is recorded.
         (Tracked at take(), a slot still showed its previous call's event, done, until flush
         recorded the new one: other threads' takes in that window could forget it while its
-        kernels were still to write ``info``. Review of bdd07d3.)"""
+        kernels were still to write ``info``. Review of bdd07d3.)
+
+        A slot is in the list at most once (``tracked``): a loop of submit-then-wait takes the
+        same slot back each call, still running when tracked, and appending it each time made
+        a list of one slot repeated without end (review of e2eaec9). Under a lock, so that a
+        slot cannot be forgotten by one thread (its old event done) while another, having
+        just recorded its new one, finds it still marked and does not append it."""
         inflight = self._inflight
-        inflight.append(slot)
-        # Forget finished ones from the old end, stopping at the first still running (it goes
-        # back at the new end). popleft and append are atomic, so another thread's take() may
-        # run alongside: no slot is dropped before its event completes. (Rebuilding the deque
-        # from a generator raised "deque mutated during iteration" when another thread
-        # appended meanwhile: 64 submitting threads on the H100 host, 2026-11-25.)
-        while len(inflight) > 64:
-            try:
+        with self._track:
+            if not slot.tracked:
+                slot.tracked = True
+                inflight.append(slot)
+            # Forget finished ones from the old end, stopping at the first still running (it
+            # goes back at the new end).
+            while len(inflight) > 64:
                 old = inflight.popleft()
-            except IndexError:
-                break
-            if not old.event.done:
-                inflight.append(old)
-                break
-        return slot
+                if not old.event.done:
+                    inflight.append(old)
+                    break
+                old.tracked = False
 
     def give(self, slot: _Slot) -> None:
         stack = self._free.get(slot.key)
@@ -659,7 +665,14 @@ class CudaBackend(Backend):
                                               cupy.cuda.runtime.memcpyHostToDevice, main.ptr)
                 ready = cupy.cuda.Event(block=False, disable_timing=True)
                 ready.record(main)
-                hit = prep.fixed[key] = (table, self._capture(prep, table), ready, main.ptr)
+                try:
+                    graph = self._capture(prep, table)
+                except BaseException:
+                    # the copy still reads the slot's pinned memory: kept until it ends
+                    slot.event.record(main)
+                    self._slots.track(slot)
+                    raise
+                hit = prep.fixed[key] = (table, graph, ready, main.ptr)
         return hit
 
     def begin(self, plan: Plan, buffers: dict, after: list, config,

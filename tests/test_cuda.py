@@ -333,7 +333,9 @@ def test_slot_pool_under_many_threads(cupy):
 def test_slot_pool_keeps_a_running_slot(cupy):
     """A slot whose call is still running stays in the in-flight list however many finished
     calls follow it; one taken but not yet recorded is not in it, so its previous call's
-    finished event cannot get it forgotten (review of bdd07d3)."""
+    finished event cannot get it forgotten (review of bdd07d3); and a loop of submit-then-wait,
+    which takes the same slot back each call, still running when tracked, keeps it in the list
+    once (review of e2eaec9: it was appended every call, without end)."""
     from vbatch.kernels.cuda import _SlotPool
 
     spin = cupy.RawKernel(r"""
@@ -352,13 +354,24 @@ def test_slot_pool_keeps_a_running_slot(cupy):
         spin((1,), (1,), (np.int64(2_000_000_000),))  # ~1 s at 2 GHz
         slow.event.record(busy)
     pool.track(slow)
-    for _ in range(200):
+    kept = []
+    for _ in range(200):  # distinct slots (none given back), each finished when tracked
         s = pool.take(4, 3)
         s.event.record()
         s.event.synchronize()
         pool.track(s)
-        pool.give(s)
+        kept.append(s)
     assert not slow.event.done, "the spin ended too early for this test to mean anything"
-    assert any(s is slow for s in pool._inflight)
-    assert len(pool._inflight) <= 64 + 2
+    assert sum(s is slow for s in pool._inflight) == 1
+    assert len(pool._inflight) <= 64 + 1
     busy.synchronize()
+    # submit-then-wait: the slot is still running when tracked (a short spin before its event)
+    loop = _SlotPool()
+    for _ in range(500):
+        s = loop.take(4, 3)
+        spin((1,), (1,), (np.int64(20_000),))  # ~10 us
+        s.event.record()
+        loop.track(s)
+        s.event.synchronize()
+        loop.give(s)
+    assert len(loop._inflight) == 1
