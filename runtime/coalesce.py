@@ -122,7 +122,7 @@ def _share(value: Any, start: int, stop: int, whole_req, own_req) -> Any:
 
 class _Bucket:
     __slots__ = ("key", "op", "overwrite", "deadline", "parts", "reqs", "after", "k", "ready",
-                 "group", "build", "finished")
+                 "group", "cv", "building", "finished")
 
     def __init__(self, key, op, overwrite, deadline):
         self.key, self.op, self.overwrite, self.deadline = key, op, overwrite, deadline
@@ -133,10 +133,12 @@ class _Bucket:
         self.k = 0
         self.group = None  # the bucket's own future, once sent
         # The first member to ask for its result builds every member's (one wait on the
-        # group, one pass of slices) and sets ``finished``; the others wake once, on that.
+        # group, one pass of slices) and sets ``finished``; the others wake once, on ``cv``.
         # (Each member waiting on the group's future itself made a convoy on its lock: one
         # thread, one GIL hand-off after another; 64 threads on the H100 host, 2026-11-25.)
-        self.build = threading.Lock()
+        # A builder that stops (its timeout, an interrupt) gives the role back and wakes them.
+        self.cv = threading.Condition(threading.Lock())
+        self.building = False
         self.finished = threading.Event()
 
 class Coalescer:
@@ -263,7 +265,7 @@ class Coalescer:
         except BaseException as exc:  # noqa: BLE001 - delivered through every member
             for p in bucket.parts:
                 p._abort(exc)
-            bucket.finished.set()
+            _finish(bucket)
             bucket.ready.set()
             return
         self.groups += 1
@@ -316,31 +318,66 @@ class Part(Future):
         if self._value is _PENDING and self._error is None:
             box = self._box
             deadline = None if timeout is None else time.monotonic() + timeout
-            while not box.finished.is_set():
-                if box.build.acquire(blocking=False):
-                    try:
-                        _build(box, deadline)
-                    finally:
-                        box.build.release()
-                    break
-                # Another member builds; its own wait may end at its timeout with nothing
-                # built, hence the turns (1 s apart, a case no one pays for otherwise).
-                left = 1.0 if deadline is None else min(1.0, deadline - time.monotonic())
-                if left <= 0:
-                    raise cf.TimeoutError()
-                box.finished.wait(left)
+            build = False
+            with box.cv:
+                while not box.finished.is_set():
+                    if not box.building:
+                        box.building = build = True
+                        break
+                    group = box.group
+                    if box.ready.is_set() and group is not None and group.done():
+                        break  # done: this share now, not after the builder's whole pass
+                    left = None if deadline is None else deadline - time.monotonic()
+                    if left is not None and left <= 0:
+                        raise cf.TimeoutError()
+                    box.cv.wait(left)
+            if build:
+                try:
+                    _build(box, deadline)
+                finally:
+                    with box.cv:
+                        box.building = False
+                        box.cv.notify_all()
+            elif not box.finished.is_set():
+                self._own(box.group)
         if self._error is not None:
             raise self._error
         return self._value
+
+    def _own(self, group) -> None:
+        """This member's share of its finished group, taken by itself (another member is
+        still building everyone's)."""
+        try:
+            whole = group.result()
+        except Exception as exc:  # noqa: BLE001 - raised to the caller
+            with self._lock:
+                if self._value is _PENDING and self._error is None:
+                    self._error = exc
+            return
+        with self._lock:
+            if self._value is _PENDING and self._error is None:
+                start, stop, whole_req, own_req = self._span
+                self._value = _slice(whole, start, stop, whole_req, own_req)
+                self._span = None  # (the joined request holds every member's inputs)
 
 
 def _left(deadline: float | None) -> float | None:
     return None if deadline is None else max(0.0, deadline - time.monotonic())
 
 
+def _finish(box: _Bucket) -> None:
+    """Every member knows its result or error: wake the waiting ones, and let go of what only
+    the build needed (the members' requests, and with them their inputs)."""
+    box.finished.set()
+    with box.cv:
+        box.cv.notify_all()
+    box.reqs = box.parts = box.after = ()
+
+
 def _build(box: _Bucket, deadline: float | None) -> None:
     """Every member's result, from one wait on the bucket's group (or its error for each);
-    then ``finished``. Raises TimeoutError, building nothing, when ``deadline`` passes first."""
+    then ``finished``. Raises TimeoutError, building nothing, when ``deadline`` passes first;
+    an interrupt (a BaseException that is not an Exception) goes to this caller alone."""
     if box.finished.is_set():
         return
     if not box.ready.wait(_left(deadline)):
@@ -350,13 +387,16 @@ def _build(box: _Bucket, deadline: float | None) -> None:
             whole = box.group.result(_left(deadline))
         except cf.TimeoutError:
             raise
-        except BaseException as exc:  # noqa: BLE001 - each member raises it
+        except Exception as exc:  # noqa: BLE001 - each member raises it
             for p in box.parts:
-                p._error = exc
+                with p._lock:
+                    if p._value is _PENDING and p._error is None:
+                        p._error = exc
         else:
             for p in box.parts:
-                if p._value is _PENDING:
-                    start, stop, whole_req, own_req = p._span
-                    p._value = _slice(whole, start, stop, whole_req, own_req)
-                    p._span = None
-    box.finished.set()
+                with p._lock:
+                    if p._value is _PENDING and p._error is None:
+                        start, stop, whole_req, own_req = p._span
+                        p._value = _slice(whole, start, stop, whole_req, own_req)
+                        p._span = None
+    _finish(box)

@@ -241,3 +241,56 @@ def test_a_member_that_stops_waiting_leaves_the_bucket_to_the_others(device):
         check_factor(to_host(mats[i]), to_host(r.factors[0]), np.float64, where=f"member {i}")
     assert all(f.done() for f in futs)
     rt.close()
+
+
+def test_a_builder_that_stops_hands_the_build_on():
+    """A member building everyone's results that stops (its timeout, an interrupt) wakes the
+    others at once, one of them builds instead, and the interrupt is its caller's alone: the
+    other members get their results, and so does the interrupted one when it asks again. A
+    member whose group is done gets its result at once though another member is building."""
+    import time
+
+    import vbatch.runtime.coalesce as co
+
+    rng = np.random.default_rng(11)
+    mats = [spd(n, np.float64, rng) for n in (2, NB, NB + 3)]
+    rt = Runtime("cpu", nb=NB, coalesce_us=300_000)
+    futs = [rt.cholesky([m]) for m in mats]
+    t0 = time.monotonic()
+    got, errors = _threads(2, lambda i: futs[1].result(timeout=0.05) if i == 0 else (
+        time.sleep(0.01), futs[2].result())[1])
+    assert len(errors) == 1 and errors[0][0] == 0  # the first builder's own timeout
+    assert time.monotonic() - t0 < 0.8, "the other member waited out a turn"
+    check_factor(mats[2], got[1].factors[0], np.float64, where="member 2")
+
+    real, calls = co._slice, []
+
+    def interrupted(*a):
+        calls.append(1)
+        if len(calls) == 1:
+            raise KeyboardInterrupt
+        return real(*a)
+
+    futs = [rt.cholesky([m]) for m in mats]
+    rt.wait()
+    try:
+        co._slice = interrupted
+        with pytest.raises(KeyboardInterrupt):
+            futs[0].result()
+        for i in (1, 2, 0):
+            check_factor(mats[i], futs[i].result().factors[0], np.float64, where=f"after {i}")
+    finally:
+        co._slice = real
+    assert futs[0]._box.reqs == () and all(f._span is None for f in futs)
+
+    futs = [rt.cholesky([m]) for m in mats]
+    rt.wait()
+    box = futs[0]._box
+    with box.cv:
+        box.building = True  # another member's pass under way
+    while not futs[0].done():
+        time.sleep(0.001)
+    check_factor(mats[0], futs[0].result(timeout=0).factors[0], np.float64, where="done")
+    with box.cv:
+        box.building = False
+    rt.close()
