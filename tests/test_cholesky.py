@@ -348,8 +348,8 @@ def test_upper_triangle_of_the_input_is_never_read(device):
 @pytest.mark.parametrize("overwrite", [False, True])
 def test_cpu_small_problems_compiled_equal_lapack(monkeypatch, order, dtype, overwrite):
     """The CPU backend factors whole problems of at most SMALL_FLOPS as one compiled loop
-    (numba): full and partial factorizations, failures (the columns before the failing one,
-    the rest as they were), an infinite pivot, junk above the diagonal, in and out of place,
+    (numba): full and partial factorizations, failures (the columns before the failing one;
+    the rest is unspecified), an infinite pivot, junk above the diagonal, in and out of place,
     give what the LAPACK calls give (SMALL_FLOPS = -1), and the loop did run."""
     import vbatch.kernels.potrf_cpu as pc
 
