@@ -49,6 +49,7 @@ from vbatch.sparse.analysis import (
     Analysis,
     Lower,
     _shift_segments,
+    _sym_graph,
     _tree_height,
     analyze,
     lower_triangle,
@@ -519,13 +520,33 @@ def _analyses(lowers: list, ordering, relax_width, relax_zeros, cost=None) -> li
     Not with an ordering given as an array: that is one matrix's."""
     if not isinstance(ordering, str):
         return [analyze(lw, ordering, relax_width, relax_zeros) for lw in lowers]
+    keys = [lw.pattern_key() for lw in lowers]
+    first: dict = {}
+    for i, key in enumerate(keys):
+        first.setdefault(key, i)
+    # METIS's orders of the distinct patterns, in worker processes where there are many
+    # (dissect.orders_of), while this thread scores the other candidates: one METIS call at a
+    # time was ~70% of the 1000 Laplacians' analysis (2-core VM, 2026-11-25).
+    nds: dict = {}
+    if ordering in ("auto", "nd") and len(first) >= 2:
+        want = []
+        for key, i in first.items():
+            lw = lowers[i]
+            if lw.n > 2:
+                g = _sym_graph(lw.n, lw.indptr, lw.indices)
+                if len(g[1]):
+                    want.append((key, g))
+        if want:
+            from vbatch.sparse.dissect import orders_of
+
+            nds = dict(zip((k for k, _ in want), orders_of([g for _, g in want])))
     seen: dict = {}
     out = []
-    for lw in lowers:
-        key = lw.pattern_key()
+    for lw, key in zip(lowers, keys):
         an = seen.get(key)
         if an is None:
-            an = seen[key] = analyze(lw, ordering, relax_width, relax_zeros, cost)
+            an = seen[key] = analyze(lw, ordering, relax_width, relax_zeros, cost,
+                                     nds.get(key))
         out.append(an)
     return out
 

@@ -690,7 +690,7 @@ class Analysis:
         return float((w**3 / 3 + w * w * u + w * u * u).sum())
 
 
-def order(lower, ordering) -> np.ndarray:
+def order(lower, ordering, nd=None) -> np.ndarray:
     """The fill-reducing permutation (``perm[new] = old``) of the matrix whose lower triangle
     is ``lower`` (a :class:`Lower`, or a scipy sparse matrix). ``"auto"``: of METIS nested
     dissection, reverse Cuthill-McKee and the natural order, the one whose factor has the
@@ -715,11 +715,11 @@ def order(lower, ordering) -> np.ndarray:
     if ordering == "rcm":
         return _rcm(n, gptr, gadj)
     if ordering == "nd":
-        return _nd(gptr, gadj)
-    return _least(lower, lambda p: (fill(lower, p), None))[0]
+        return _nd(gptr, gadj) if nd is None else nd.result()
+    return _least(lower, lambda p: (fill(lower, p), None), nd)[0]
 
 
-def _least(lower: "Lower", score) -> tuple:
+def _least(lower: "Lower", score, nd=None) -> tuple:
     """``(perm, aux)`` of the candidate (:func:`candidates`, in their order on ties) whose
     ``score(perm) = (key, aux)`` has the least key. METIS's order is computed in a thread
     while the others are scored: its call releases the GIL (dissect.py), so the natural and
@@ -735,7 +735,8 @@ def _least(lower: "Lower", score) -> tuple:
         return natural, score(natural)[1]
     best = None
     with ThreadPoolExecutor(1) as ex:
-        nd = ex.submit(_nd, gptr, gadj)
+        # (``nd``: METIS's order made elsewhere, a future: a batch's, in worker processes)
+        nd = ex.submit(_nd, gptr, gadj) if nd is None else nd
         for get in (lambda: natural, lambda: _rcm(n, gptr, gadj), nd.result):
             p = get()
             key, aux = score(p)
@@ -863,11 +864,14 @@ def _modelled(sn: tuple, cost: dict) -> float:
 
 
 def analyze(lower, ordering="auto", relax_width: int = RELAX_WIDTH,
-            relax_zeros: float = RELAX_ZEROS, cost: dict | None = None) -> Analysis:
+            relax_zeros: float = RELAX_ZEROS, cost: dict | None = None,
+            nd=None) -> Analysis:
     """The analysis of the SPD matrix whose lower triangle (diagonal included) is ``lower``
     (a :class:`Lower`, or a scipy sparse matrix, read by :func:`lower_triangle`). With
     ``cost`` (a backend's, :func:`estimate`), ``"auto"`` takes the candidate ordering of least
-    modelled time; without, the one of least fill (:func:`order`)."""
+    modelled time; without, the one of least fill (:func:`order`). ``nd``: METIS's order of
+    this matrix's graph, as a future (:func:`vbatch.sparse.dissect.orders_of`), for "auto"
+    with ``cost``; made here when not given."""
     lower = _as_lower(lower)
     n = lower.n
     lptr, lidx = lower.indptr, lower.indices
@@ -878,9 +882,9 @@ def analyze(lower, ordering="auto", relax_width: int = RELAX_WIDTH,
             x = _supernodes(lower, p, relax_width, relax_zeros)
             return _modelled(x, cost), x
 
-        sn = _least(lower, priced)[1]
+        sn = _least(lower, priced, nd)[1]
     else:
-        sn = _supernodes(lower, order(lower, ordering), relax_width, relax_zeros)
+        sn = _supernodes(lower, order(lower, ordering, nd), relax_width, relax_zeros)
     perm, ipos, parent, count, cptr, cidx, snode, sfirst, slast, nsn = sn
     cols = np.arange(n)
     fptr, frows, fparent = _fronts(n, cptr, cidx, snode, sfirst, slast, nsn)

@@ -407,6 +407,42 @@ def _separates(gptr, gadj, where) -> bool:
     return not np.any((where[src] < 2) & (where[gadj] < 2) & (where[src] != where[gadj]))
 
 
+def test_a_batchs_metis_orders_in_workers_equal_one_process(monkeypatch):
+    """Many small graphs' METIS orders, made in worker processes (dissect.orders_of), are the
+    orders METIS gives each in this process: where the workers run, where one fails, and where
+    none can start. And a batch's analyses are the same either way."""
+    import vbatch.sparse as S
+    from vbatch.sparse import dissect
+
+    graphs = [_graph(lap(s, d))[1] for s, d in ((5, 2), (9, 2), (12, 2), (4, 3), (6, 3),
+                                                   (15, 2), (7, 2), (3, 3), (10, 2), (5, 3))]
+    want = [dissect.node_nd(*g) for g in graphs]
+    monkeypatch.setattr(dissect, "MANY_MIN_VERTICES", 10)
+    monkeypatch.setattr(dissect, "_cores", lambda: 4)
+    for case in ("workers", "a worker fails", "no workers"):
+        if case == "a worker fails":
+            bad = "import sys; sys.stdout.buffer.write(b'x' * 12)"
+            monkeypatch.setattr(dissect, "_WORKER", bad)
+        if case == "no workers":
+            monkeypatch.setattr(dissect, "_workers_possible", lambda: False)
+        got = [f.result(timeout=120) for f in dissect.orders_of(graphs)]
+        for i, (g, w) in enumerate(zip(got, want)):
+            assert np.array_equal(g, w), f"{case}: graph {i}"
+    monkeypatch.undo()
+    mats = [lap(s, 2) for s in (4, 5, 6, 7, 8, 9, 10, 11, 12, 13)]
+    lowers = S._read(mats, np.dtype(np.float64))
+    monkeypatch.setattr(dissect, "MANY_MIN_VERTICES", 10)
+    monkeypatch.setattr(dissect, "_cores", lambda: 4)
+    from vbatch.kernels.frontal_cuda import ORDER_COST
+    from vbatch.sparse.analysis import analyze
+
+    for cost in (None, ORDER_COST):  # (least fill, the CPU's; least modelled time, CUDA's)
+        many = S._analyses(lowers, "auto", S.RELAX_WIDTH, S.RELAX_ZEROS, cost)
+        for lw, an in zip(lowers, many):
+            one = analyze(lw, "auto", cost=cost)
+            assert np.array_equal(an.perm, one.perm) and an.nnz_l == one.nnz_l
+
+
 def test_separator_refinement_shrinks_and_still_separates():
     """FM on a vertex separator: a thick band across a grid (three diagonals, 118 vertices)
     comes down to about one line's worth; every start keeps separating, never grows, keeps the
