@@ -354,6 +354,10 @@ class Part(Future):
                 if self._value is _PENDING and self._error is None:
                     self._error = exc
             return
+        self._share(whole)
+
+    def _share(self, whole) -> None:
+        """Its slice of the group's result ``whole``, once (the builder or itself)."""
         with self._lock:
             if self._value is _PENDING and self._error is None:
                 start, stop, whole_req, own_req = self._span
@@ -394,9 +398,5 @@ def _build(box: _Bucket, deadline: float | None) -> None:
                         p._error = exc
         else:
             for p in box.parts:
-                with p._lock:
-                    if p._value is _PENDING and p._error is None:
-                        start, stop, whole_req, own_req = p._span
-                        p._value = _slice(whole, start, stop, whole_req, own_req)
-                        p._span = None
+                p._share(whole)
     _finish(box)

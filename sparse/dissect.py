@@ -191,6 +191,17 @@ REFINE_PATIENCE = 1024
 REFINE_BALANCE = 0.55
 
 
+@njit(cache=True, inline="always")
+def _count_sides(xadj, adjncy, where, v, ed):
+    """``ed[v]``: how many of ``v``'s neighbours lie on side 0, on side 1."""
+    ed[v, 0] = 0
+    ed[v, 1] = 0
+    for e in range(xadj[v], xadj[v + 1]):
+        w = where[adjncy[e]]
+        if w < 2:
+            ed[v, w] += 1
+
+
 @njit(cache=True)
 def _refine(xadj, adjncy, where, passes, patience, balance):
     """Fiduccia-Mattheyses on a vertex separator (``where``: 0 and 1 the sides, 2 the
@@ -219,12 +230,7 @@ def _refine(xadj, adjncy, where, passes, patience, balance):
             sl[ns] = v
             slot[v] = ns
             ns += 1
-            ed[v, 0] = 0
-            ed[v, 1] = 0
-            for e in range(xadj[v], xadj[v + 1]):
-                w = where[adjncy[e]]
-                if w < 2:
-                    ed[v, w] += 1
+            _count_sides(xadj, adjncy, where, v, ed)
         best, bestbal, bestat, nlog, idle = pw[2], abs(pw[0] - pw[1]), 0, 0, 0
         while idle < patience:
             pick, to, gain, heavy = -1, -1, -(1 << 62), 1 << 62
@@ -279,14 +285,10 @@ def _refine(xadj, adjncy, where, passes, patience, balance):
                 sl[ns] = u
                 slot[u] = ns
                 ns += 1
-                ed[u, 0] = 0
-                ed[u, 1] = 0
-                for f in range(xadj[u], xadj[u + 1]):
+                _count_sides(xadj, adjncy, where, u, ed)
+                for f in range(xadj[u], xadj[u + 1]):  # u left side o
                     x = adjncy[f]
-                    w = where[x]
-                    if w < 2:
-                        ed[u, w] += 1
-                    elif x != u:
+                    if where[x] == 2:
                         ed[x, o] -= 1
             bal = abs(pw[0] - pw[1])
             if pw[2] < best or (pw[2] == best and bal < bestbal):
