@@ -91,9 +91,9 @@ frontal_sweep_reset(const unsigned long long* tbl, const long long* meta, const 
   w[0] = 0;
   w[1] = 0;
   w[2] = 0;
-  if (q == 0) {
-    w[3] = 0;
-    w[4] = 0;
+  if (q == 0) {  // the tickets: the sweeps' at 3 and 4, the factor's tree launches' at 3 + class
+#pragma unroll
+    for (int t = 3; t < 8; ++t) w[t] = 0;
   }
 }
 
@@ -545,6 +545,152 @@ frontal_sweep(const unsigned long long* tbl, const long long* meta, const int* i
     __syncthreads();
   }
   sweep_signal(cq + 2);
+}
+
+
+// ---------------------------------------------------------------------------------------------
+// frontal_tree: the factorization of the small fronts (vbatch.sparse.frontal.frontal_graph), a
+// front a block: wait for the children's extend-adds (the front's counter [0] reaching `need`),
+// load its lower triangle into registers, factor its p pivot columns (right-looking, one rank-1
+// update a column), store L and the Schur complement S, add S into the parent at the rows rel
+// lists (atomics: siblings may add into one entry at once), then count one more child done in
+// the parent's counter. Tickets (front 0's entry 3 + the launch's class) hand the items out in
+// table order, children before parents (by height), so a block waits only for blocks that
+// already run or have ended (as the solve's sweeps). The classes below this launch's have
+// ended before it starts (the plan's edges).
+//
+// The front lives in registers: thread (x, y) of a 16 x 16 grid holds the R x R entries (x + 16
+// a, y + 16 b) (rows and columns swapped in row-major order, so that the fast thread index
+// runs along contiguous memory), a cyclic layout that keeps every thread busy as the trailing
+// block shrinks. Step k: the owners of column k put it in shared memory (double-buffered: one
+// barrier a step), every thread takes the pivot, scales its rows' and columns' entries and
+// updates its own; row and column blocks of 16 that are done or past n are skipped (uniform
+// branches: a 20-row front costs a 32-row one's work, not 16 R's).
+//
+// A task row is (front, parent, p, u, need); extra: bits 0-3, 4-7 and 12-15 the plan slots of l,
+// rel and the scratch, bits 16-18 the launch's class. tbl[4]: info (pinned host memory), the
+// failed pivot's column within the front (1-based); a failed front stores what it has, adds
+// nothing into its parent, and still counts itself done there.
+template <typename T> __device__ __forceinline__ T tree_rsqrt(T x);
+template <> __device__ __forceinline__ double tree_rsqrt<double>(double x) { return rsqrt(x); }
+template <> __device__ __forceinline__ float tree_rsqrt<float>(float x) { return rsqrtf(x); }
+
+template <typename T, bool ROW, int R>
+__global__ void __launch_bounds__(256)
+frontal_tree(const unsigned long long* tbl, const long long* meta, const int* imeta,
+             const int* tasks, int K, int lo, int hi, int extra) {
+  constexpr int N = 16 * R;
+  __shared__ T col[2][N];
+  __shared__ int spos[N];
+  __shared__ int s_row;
+  T* L = reinterpret_cast<T*>(tbl[0]);
+  const T* rel = reinterpret_cast<const T*>(tbl[1]);
+  T* S = reinterpret_cast<T*>(tbl[3]);
+  int* info = reinterpret_cast<int*>(tbl[4]);
+  const long long* ml = meta + 2LL * K * (extra & 15);
+  const long long* mr = meta + 2LL * K * ((extra >> 4) & 15);
+  const long long* ms = meta + 2LL * K * ((extra >> 12) & 15);
+  const int cls = (extra >> 16) & 7;
+  const int tid = (int)threadIdx.x;
+  const int r0 = ROW ? tid / 16 : tid % 16, c0 = ROW ? tid % 16 : tid / 16;
+  if (tid == 0) s_row = lo + atomicAdd(reinterpret_cast<int*>(S + ms[0]) + 3 + cls, 1);
+  __syncthreads();
+  const int row = s_row;
+  if (row >= hi) return;
+  const int* tr = tasks + (long long)row * VB_TASK_COLS;
+  const int q = tr[0], parent = tr[1], p = tr[2], u = tr[3], need = tr[4];
+  const int n = p + u;
+  T* Lq = L + ml[q];
+  const long long ld = ml[K + q];
+  if (tid < u) spos[tid] = (int)__ldg(rel + mr[q] + tid);  // (order F, one column)
+  if (need > 0) sweep_wait(reinterpret_cast<const int*>(S + ms[q]), need);
+  else __syncthreads();
+  T a[R][R];
+#pragma unroll
+  for (int ia = 0; ia < R; ++ia)
+#pragma unroll
+    for (int jb = 0; jb < R; ++jb) {
+      const int i = r0 + 16 * ia, j = c0 + 16 * jb;
+      // children added into this front from other blocks: read through L2
+      a[ia][jb] = jb <= ia && i < n && j <= i ? __ldcg(Lq + at<ROW>(i, j, ld)) : T(0);
+    }
+  int fail = 0;
+  for (int k = 0; k < p; ++k) {
+    T* c = col[k & 1];
+    const int kb = k / 16;
+    if (c0 == k % 16) {
+#pragma unroll
+      for (int jb = 0; jb < R; ++jb)
+        if (jb == kb) {
+#pragma unroll
+          for (int ia = 0; ia < R; ++ia) {
+            const int i = r0 + 16 * ia;
+            if (i >= k && i < n) c[i] = a[ia][jb];
+          }
+        }
+    }
+    __syncthreads();
+    const T d = c[k];
+    if (!(d > T(0))) {  // NaN too (uniform: every thread read the same pivot)
+      fail = k + 1;
+      break;
+    }
+    const T rs = tree_rsqrt(d);
+    T li[R], lj[R];
+#pragma unroll
+    for (int ia = 0; ia < R; ++ia) {
+      const int i = r0 + 16 * ia;
+      li[ia] = i > k && i < n ? c[i] * rs : T(0);
+    }
+#pragma unroll
+    for (int jb = 0; jb < R; ++jb) {
+      const int j = c0 + 16 * jb;
+      lj[jb] = j > k && j < n ? c[j] * rs : T(0);
+    }
+#pragma unroll
+    for (int ia = 0; ia < R; ++ia) {
+      if (16 * ia + 15 <= k || 16 * ia >= n) continue;
+#pragma unroll
+      for (int jb = 0; jb <= ia; ++jb) {
+        if (16 * jb + 15 <= k) continue;
+        a[ia][jb] -= li[ia] * lj[jb];
+      }
+    }
+    if (c0 == k % 16) {
+#pragma unroll
+      for (int jb = 0; jb < R; ++jb)
+        if (jb == kb) {
+#pragma unroll
+          for (int ia = 0; ia < R; ++ia) {
+            const int i = r0 + 16 * ia;
+            if (i == k) a[ia][jb] = d * rs;
+            else if (i > k) a[ia][jb] = li[ia];
+          }
+        }
+    }
+  }
+  if (fail && tid == 0) info[q] = fail;
+#pragma unroll
+  for (int ia = 0; ia < R; ++ia)
+#pragma unroll
+    for (int jb = 0; jb <= ia; ++jb) {
+      const int i = r0 + 16 * ia, j = c0 + 16 * jb;
+      if (i < n && j <= i) Lq[at<ROW>(i, j, ld)] = a[ia][jb];
+    }
+  if (parent < 0 || u == 0) return;
+  if (!fail) {
+    T* P = L + ml[parent];
+    const long long pld = ml[K + parent];
+#pragma unroll
+    for (int ia = 0; ia < R; ++ia)
+#pragma unroll
+      for (int jb = 0; jb <= ia; ++jb) {
+        const int i = r0 + 16 * ia, j = c0 + 16 * jb;
+        if (j >= p && i >= j && i < n)
+          atomicAdd(P + at<ROW>(spos[i - p], spos[j - p], pld), a[ia][jb]);
+      }
+  }
+  sweep_signal(reinterpret_cast<int*>(S + ms[parent]));
 }
 
 }  // namespace vb

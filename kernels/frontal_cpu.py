@@ -25,13 +25,39 @@ import numpy as np
 
 from vbatch.kernels.cpu import Work, split
 from vbatch.kernels.jit import njit, packed, strides
-from vbatch.sparse.frontal import CHUNK, EXTEND, SWEEP_BWD, SWEEP_FWD, SWEEP_RESET, UPDATE_ROWS
+from vbatch.sparse.frontal import (CHUNK, EXTEND, SWEEP_BWD, SWEEP_FWD, SWEEP_RESET, TREE,
+                                   UPDATE_ROWS)
 
 OP = "frontal"
 
 
 def plan_defaults(dtype) -> dict:
-    return {}
+    # The small subtrees as frontal.tree tasks (vbatch.sparse.frontal.frontal_graph), as on
+    # CUDA: a front's whole step is one compiled call, not a LAPACK call per panel and Schur
+    # task.
+    return {"tree_max": 96, "tree_split": True}
+
+
+def _tree_groups(q, par) -> list:
+    """A tree launch's items (fronts ``q``, parents ``par``; children before parents) in
+    groups that one thread may run alone, in order: the items under one topmost item, and the
+    topmost items whose parent (outside the launch) is one front together, since their
+    extend-adds write its entries."""
+    k = int(max(q.max(), par.max())) + 1 if len(q) else 0
+    at = np.full(k + 1, -1, np.int64)  # front -> its item in this launch (index k: -1's)
+    at[q] = np.arange(len(q))
+    up = at[np.where(par >= 0, par, k)]
+    up = np.where(up >= 0, up, np.arange(len(q)))  # an item's parent item, or itself
+    while True:  # pointer jumping to each item's topmost item
+        nxt = up[up]
+        if (nxt == up).all():
+            break
+        up = nxt
+    top_par = par[up]
+    key = np.where(top_par >= 0, top_par, -1 - up)  # the outside parent, or the top item alone
+    order = np.argsort(key, kind="stable")  # stable: launch order (children first) in a group
+    cut = np.flatnonzero(np.diff(key[order])) + 1
+    return np.split(order, cut)
 
 
 @dataclass
@@ -50,6 +76,21 @@ def prepare(backend, plan, launches) -> State:
             continue
         if lc.kind == SWEEP_RESET:
             work[lc.index] = Work([], [])
+            continue
+        if lc.kind == TREE:
+            q, par = t.problem[sl], t.args[sl, 0]
+            groups = _tree_groups(q, par)
+            rows = np.stack([q, par, t.args[sl, 1], t.args[sl, 2]], axis=1).astype(np.int64)
+            pf, uf = rows[:, 2].astype(np.float64), rows[:, 3].astype(np.float64)
+            each = pf * (pf + uf) ** 2 + 1.0
+            cost = np.array([float(each[g].sum()) for g in groups])
+            w = split(groups, cost, np.zeros(len(groups), dtype=bool), backend.threads.size)
+
+            def ttable(gs, rows=rows):  # a group's rows in launch order
+                return rows[np.concatenate(gs)] if gs else rows[:0]
+
+            work[lc.index] = Work([ttable(w.wide)] if w.wide else [],
+                                  [(wh, [ttable(gs)]) for wh, gs in w.chunks])
             continue
         q, par = t.problem[sl], t.args[sl, 0]
         p, u = t.args[sl, 1], t.args[sl, 2]
@@ -81,6 +122,11 @@ def run(backend, ex, lc, whole: bool, tasks: list) -> None:
         return
     if lc.kind == SWEEP_RESET:
         return
+    if lc.kind == TREE:
+        fronts = packed(ex.buffers["l"].batch)
+        for rows in tasks:
+            _tree(*fronts, *rel, rows, ex.info)
+        return
     if lc.kind != EXTEND:
         raise ValueError(f"cpu backend: the frontal family has no launch kind {lc.kind!r}")
     fronts = packed(ex.buffers["l"].batch)
@@ -102,6 +148,45 @@ def _extend_add(data, off, ld, fcol, rdata, roff, rld, rcol, rows):
             for i in range(j, u):
                 ri = np.int64(rdata[roff[q] + i * rs])
                 data[off[par] + ri * pi + rj * pj] += data[cbase + i * ci + j * cj]
+
+
+@njit(cache=True, nogil=True)
+def _tree(data, off, ld, fcol, rdata, roff, rld, rcol, rows, info):
+    """Tree items ``(front, parent, p, u)`` in order: the front's ``p`` pivot columns factored
+    in place (right-looking: each column scaled, then the trailing lower triangle updated by
+    it, so that the trailing block ends as the Schur complement), then that complement added
+    into the parent at the rows ``rel`` lists. A pivot that is not > 0 (NaN included) stops
+    the front with ``info`` at its column; such a front adds nothing into its parent."""
+    for t in range(rows.shape[0]):
+        q, par, p, u = rows[t, 0], rows[t, 1], rows[t, 2], rows[t, 3]
+        n = p + u
+        ri, ci = strides(ld, fcol, q, False)
+        b = off[q]
+        failed = False
+        for j in range(p):
+            d = data[b + j * ri + j * ci]
+            if not d > 0.0:
+                info[q] = j + 1
+                failed = True
+                break
+            piv = np.sqrt(d)
+            data[b + j * ri + j * ci] = piv
+            for i in range(j + 1, n):
+                data[b + i * ri + j * ci] /= piv
+            for c in range(j + 1, n):
+                lc = data[b + c * ri + j * ci]
+                if lc != 0.0:
+                    for i in range(c, n):
+                        data[b + i * ri + c * ci] -= data[b + i * ri + j * ci] * lc
+        if failed or par < 0 or u == 0:
+            continue
+        rs, _ = strides(rld, rcol, q, False)
+        pi, pj = strides(ld, fcol, par, False)
+        for j in range(u):
+            rj = np.int64(rdata[roff[q] + j * rs])
+            for i in range(j, u):
+                r_ = np.int64(rdata[roff[q] + i * rs])
+                data[off[par] + r_ * pi + rj * pj] += data[b + (p + i) * ri + (p + j) * ci]
 
 
 @njit(cache=True, nogil=True, inline="always")

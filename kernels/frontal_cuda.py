@@ -14,11 +14,12 @@ import numpy as np
 
 from vbatch.kernels.blas_cuda import Selection  # the launch record every launcher returns
 from vbatch.sparse.frontal import (CHUNK, EXTEND, SMALL_FRONT, SWEEP_BWD, SWEEP_FWD, SWEEP_RESET,
-                                   UPDATE_ROWS)
+                                   TREE, TREE_CLASSES, UPDATE_ROWS)
 
 OP = "frontal"
 SOURCE = "frontal.cu"
-TEMPLATES = ("vb::frontal_extend_add", "vb::frontal_sweep", "vb::frontal_sweep_reset")
+TEMPLATES = ("vb::frontal_extend_add", "vb::frontal_sweep", "vb::frontal_sweep_reset",
+             "vb::frontal_tree")
 DTYPES = ("float64", "float32")
 ORDERS = ("F", "C")
 NB_SUPPORTED = None
@@ -35,6 +36,9 @@ _CTYPE = {np.dtype(np.float64): "double", np.dtype(np.float32): "float"}
 # Laplacians, in ND, RCM and natural order): 1.4 TFLOP/s and 18 us a step. bcsstk16 has the
 # least fill in its natural order (a band) but a chain of 129 fronts: 5.45 ms; ND 2.27 ms.
 ORDER_COST = {"flop": 7.2e-13, "step": 1.8e-5}
+# Subtrees of fronts of at most this many rows factor in frontal.tree launches (frontal.cu's
+# register tile; sparse.frontal.TREE_CLASSES). To be set by measurement (this session's).
+TREE_MAX = 96
 
 
 def plan_defaults(dtype) -> dict:
@@ -43,13 +47,15 @@ def plan_defaults(dtype) -> dict:
     # 128 from 512). Factor of the 3-D Laplacians on the H100 (2026-11-25, .dbg probe, one
     # process, interleaved, ms; unblocked / block 128 from 512 / 128 from 128 / 256 from 256):
     # 40^3 19.35 / 12.80 / 13.01 / 12.50, 60^3 99.2 / 53.0 / 52.9 / 48.0.
-    return {"block": 256, "block_above": 256}
+    # tree_max: fronts in subtrees of fronts of at most this many rows factor in frontal.tree
+    # launches (vbatch.sparse.frontal.frontal_graph); 0 turns them off.
+    return {"block": 256, "block_above": 256, "tree_max": TREE_MAX, "tree_split": True}
 
 
 def section(names: tuple[str, ...]) -> list[str]:
-    """This family's part of the per-call pointer table (frontal.cu reads tbl[0..3]; the
-    factorization has no ``x`` and no scratch: their entries are null)."""
-    return ["l", "rel", "x", "sync"]
+    """This family's part of the per-call pointer table (frontal.cu reads tbl[0..4]; the
+    factorization has no ``x``: its entry is null)."""
+    return ["l", "rel", "x", "sync", "info"]
 
 
 def extend_name(T: str, order: str) -> str:
@@ -64,6 +70,10 @@ def sweep_name(T: str, order: str, forward: bool, rc: int) -> str:
     return f"vb::frontal_sweep<{T},{row},{f},{CHUNK},{UPDATE_ROWS},{rc},{SMALL_FRONT // 32}>"
 
 
+def tree_name(T: str, order: str, rows: int) -> str:
+    return f"vb::frontal_tree<{T},{'true' if order == 'C' else 'false'},{rows // 16}>"
+
+
 def reset_name(T: str) -> str:
     return f"vb::frontal_sweep_reset<{T}>"
 
@@ -75,6 +85,7 @@ def kernel_names(dtypes=DTYPES, nbs=None, orders=ORDERS) -> list[str]:
         for o in orders:
             out.append(extend_name(T, o))
             out += [sweep_name(T, o, fw, rc) for fw in (True, False) for rc in RHS_PASSES]
+            out += [tree_name(T, o, c) for c in TREE_CLASSES]
         out.append(reset_name(T))
     return out
 
@@ -83,7 +94,9 @@ def selection(lc, plan, dtype, layouts: dict, config) -> Selection:
     T = _CTYPE[np.dtype(dtype)]
     a = plan.tasks.args[lc.lo:lc.hi]
     if lc.kind in (SWEEP_FWD, SWEEP_BWD, SWEEP_RESET):
-        slot = {name: plan.buffers.index(name) for name in ("l", "rel", "x", "sync")}
+        # (the factor's plan has no x: only the reset of its tree counters comes here)
+        slot = {name: plan.buffers.index(name) if name in plan.buffers else 0
+                for name in ("l", "rel", "x", "sync")}
         r = int(plan.tasks.width[lc.lo])  # every item's width is the column count
         extra = slot["l"] | slot["rel"] << 4 | slot["x"] << 8 | slot["sync"] << 12 | r << 16
         if lc.kind == SWEEP_RESET:
@@ -91,6 +104,13 @@ def selection(lc, plan, dtype, layouts: dict, config) -> Selection:
                              SOURCE)
         return Selection(sweep_name(T, layouts["x"], lc.kind == SWEEP_FWD, 1 if r == 1 else 4),
                          (lc.count,), (256,), 0, extra, SOURCE)
+    if lc.kind == TREE:
+        slot = {name: plan.buffers.index(name) for name in ("l", "rel", "sync")}
+        rows = int(plan.tasks.rows[lc.lo:lc.hi].max())  # the launch's class: its largest
+        cls = int(np.searchsorted(np.asarray(TREE_CLASSES), rows))
+        extra = slot["l"] | slot["rel"] << 4 | slot["sync"] << 12 | cls << 16
+        return Selection(tree_name(T, layouts["l"], TREE_CLASSES[cls]), (lc.count,), (256,), 0,
+                         extra, SOURCE)
     if lc.kind != EXTEND:
         raise ValueError(f"cuda backend: the frontal family has no launch kind {lc.kind!r}")
     u = int(a[:, 2].max())

@@ -63,8 +63,10 @@ class TaskKind:
     # The kind's kernel orders its tasks itself: a launch's blocks take its tasks in table
     # order, and a task waits on device counters for the earlier tasks it needs. Its tasks keep
     # the graph's order inside a launch group (a topological order the op gives), not the
-    # most-work-first order, and the graph has no edges between them (they would split the
-    # group into levels). The multifrontal solve's sweeps: one launch for a tree of any depth.
+    # most-work-first order, and the graph has no edges between those of one window; the
+    # planner puts a window's tasks on one level (the lowest any of them gets), so that they
+    # are one launch whatever the policy. The multifrontal solve's sweeps and the factor's
+    # small subtrees: one launch for a tree of any depth.
     ordered: bool = False
 
     @property

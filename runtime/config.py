@@ -22,6 +22,10 @@ class Config(BaseModel):
       columns (and more than ``block``) takes them ``block`` at a time, each block column
       brought up to date by one GEMM first (``block`` 0: never; a multiple of ``nb``).
     * ``streams``: CUDA streams that independent chains of launches may use.
+    * ``tree_max``: the multifrontal factor (``vbatch.sparse``): a front whose subtree's fronts
+      all have at most this many rows (at most 128) is factored, Schur complement and
+      extend-add included, by one task of a launch per size class, not by a chain of launches
+      per tree level (0: never).
     * ``cuda_graphs``: run each plan as one CUDA graph, captured on its second call
       (``False``: launch by launch, for profiling single kernels).
     * ``fp64_update``: the float64 panel update on CUDA: ``"fma"`` or ``"mma"`` (FP64 tensor
@@ -47,6 +51,7 @@ class Config(BaseModel):
     block: int | None = Field(default=None, ge=0)
     block_above: int | None = Field(default=None, ge=0)
     streams: int | None = Field(default=None, ge=1, le=64)
+    tree_max: int | None = Field(default=None, ge=0, le=128)
     cuda_graphs: bool = True
     fp64_update: Literal["fma", "mma"] = "fma"
     fp64_gemm: Literal["fma", "mma"] = "mma"
@@ -57,4 +62,4 @@ class Config(BaseModel):
     coalesce_max_k: int = Field(default=16384, ge=1)
 
     PLANNER: ClassVar[tuple[str, ...]] = ("nb", "fused_max_rows", "streams", "block",
-                                             "block_above")
+                                             "block_above", "tree_max")

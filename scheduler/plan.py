@@ -183,10 +183,24 @@ def make_plan(graph: TaskGraph, *, op: str = "", policy: str = "dsse", streams: 
     T = graph.size
     level = pol.levels(graph)
     win = np.zeros(T, dtype=np.int64)
+    pinned = False
     for code, kind in enumerate(graph.kinds):
         sel = graph.kind == code
         if sel.any():
             win[sel] = kind.window(graph.rows[sel], options)
+            if kind.ordered:
+                # An ordered kind's tasks of one window are one launch (their kernel orders
+                # them on device counters): all at the lowest level any of them got. Moving a
+                # task earlier breaks no edge into it as long as what it needs came before
+                # every task of its window; checked below.
+                at = np.flatnonzero(sel)
+                for key in np.unique(win[at]):
+                    s = at[win[at] == key]
+                    level[s] = level[s].min()
+                pinned = True
+    if pinned and len(graph.edges) and (level[graph.edges[:, 0]] >= level[graph.edges[:, 1]]).any():
+        raise ValueError(f"{op}: an ordered kind's tasks of one window cannot share a level "
+                         "(a task needs another that comes after one of them)")
     work = np.zeros(T, dtype=np.float64)
     for code, kind in enumerate(graph.kinds):
         sel = graph.kind == code

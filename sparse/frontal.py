@@ -49,6 +49,7 @@ from vbatch.ops.operands import together
 from vbatch.scheduler.graph import TaskGraph, concat
 
 EXTEND = "frontal.extend_add"  # the launch kinds
+TREE = "frontal.tree"
 SWEEP_RESET, SWEEP_FWD, SWEEP_BWD = "frontal.sweep_reset", "frontal.sweep_fwd", "frontal.sweep_bwd"
 # Positions travel as floats (module docstring): exact below 2^24 in float32.
 MAX_FRONT = 1 << 24
@@ -66,6 +67,14 @@ UPDATE_ROWS = 256
 SMALL_FRONT = 64
 SMALL_GROUP = 8
 MAX_RHS = (1 << 15) - 1  # the CUDA launch word holds the column count in 15 bits
+# The factor's small subtrees (frontal_graph): a front whose subtree holds no front of more than
+# ``tree_max`` rows (a plan option, the kernel family's default) is one task of kind
+# frontal.tree, and those tasks run as one launch per size class, the items waiting for their
+# children on device counters: a tree of small fronts costs one launch, not a panel, a Schur
+# and an extend-add launch per level. Class c holds the subtrees whose largest front has at
+# most TREE_CLASSES[c] rows (the CUDA kernel's register tile: 16 x 16 threads, R = rows / 16
+# rows and columns a thread); a class's launch waits for the classes below it.
+TREE_CLASSES = (32, 64, 96, 128)
 
 
 def _extend_flops(args, rows, cols, width):
@@ -83,6 +92,37 @@ EXTEND_KIND = register(TaskKind(
     launches=single(EXTEND), flops=_extend_flops, bytes=_extend_bytes,
     doc="F_parent[rel, rel] += S (lower triangle): rows = width = u, the update block's order",
 ), (EXTEND,))
+
+
+def _tree_flops(args, rows, cols, width):
+    p = args[:, 1].astype(np.float64)
+    u = args[:, 2].astype(np.float64)
+    # p^3/3 (L11) + p^2 u (L21) + p u^2 (the Schur complement's lower triangle, 2 flops an
+    # entry a pivot) + u^2 / 2 (the extend-add)
+    return p**3 / 3 + p * p * u + p * u * u + u * (u + 1) / 2
+
+
+def _tree_bytes(args, rows, cols, width):
+    n = (args[:, 1] + args[:, 2]).astype(np.float64)
+    return 8.0 * n * (n + 1)  # the front's lower triangle read and written (+ the extend-add)
+
+
+def _tree_window(rows, options):
+    """A task's size class: its subtree's largest front (``rows``) against TREE_CLASSES, or
+    one class for every task where the option ``tree_split`` is off."""
+    cls = np.searchsorted(np.asarray(TREE_CLASSES), np.asarray(rows, np.int64))
+    if not options.get("tree_split", True):
+        return np.full(len(cls), int(cls.max()) if len(cls) else 0, np.int64)
+    return cls.astype(np.int64)
+
+
+TREE_KIND = register(TaskKind(
+    name=TREE, op="frontal", args=("parent", "p", "u", "need"), window=_tree_window,
+    launches=single(TREE), flops=_tree_flops, bytes=_tree_bytes, ordered=True,
+    doc="a small front's partial Cholesky, Schur complement and extend-add in one task: args "
+        "(parent, p, u, need: its children that add into it); rows: its subtree's largest "
+        "front, cols: p, width: n",
+), (TREE,))
 
 
 def _sweep_flops(args, rows, cols, width):
@@ -131,6 +171,7 @@ class FrontalRequest(_Request):
     parent: Any
     npiv: Any
     overwrite: bool = True
+    sync: Any = None  # the op's own scratch (device counters, a new buffer each call)
 
     @model_validator(mode="before")
     @classmethod
@@ -140,6 +181,8 @@ class FrontalRequest(_Request):
             if not isinstance(b, PackedBatch):
                 raise InputError([(None, f"{name}: expected a vbatch.PackedBatch, got "
                                          f"{type(b).__name__}")])
+        if v.get("sync") is not None:
+            raise InputError([(None, "sync is the op's own scratch: leave it unset")])
         if v.get("overwrite", True) is not True:
             raise InputError([(None, "frontal works in place: overwrite must be True")])
         together(a=a, rel=rel)
@@ -172,12 +215,41 @@ class FrontalRequest(_Request):
         return v
 
 
+def subtree_max(n, parent, depth=None) -> np.ndarray:
+    """Each front's subtree's largest front (rows over the front and its descendants), for
+    fronts in postorder; one numpy pass per level of the deepest tree."""
+    big = np.array(n, dtype=np.int64)
+    par = np.asarray(parent, np.int64)
+    if depth is None:
+        depth = tree_levels(par)[1]
+    has = par >= 0
+    for d in range(int(depth.max()) if len(depth) else 0, 0, -1):
+        sel = np.flatnonzero(has & (depth == d))
+        np.maximum.at(big, par[sel], big[sel])
+    return big
+
+
 def frontal_graph(req: FrontalRequest, opts: dict) -> TaskGraph:
+    """The fronts' tasks. A front whose subtree's fronts all have at most ``tree_max`` rows
+    (the plan option) is one frontal.tree task (its partial Cholesky, Schur complement and
+    extend-add in one kernel); such tasks go in leaves-first order (by height), one launch per
+    size class (TREE_CLASSES), after the counters' reset. Every other front is a
+    :func:`~vbatch.ops.cholesky.potrf_graph` chain (panels, block updates, its Schur task), and
+    its extend-add a task of its own. Edges: a chain's Schur task before its extend-add, every
+    child's extend-add (or its tree task) before its parent's first task, and one item of each
+    lower class before every item of a class (so that a class's launch starts once those
+    below it have ended: an item may wait for a child of a lower class, never for one of a
+    later launch)."""
     n, p, par = req.a.n, req.npiv, req.parent
     k = len(n)
-    fac = potrf_graph(n, p, *graph_options(opts))
     u = n - p
-    child = np.flatnonzero((par >= 0) & (u > 0))
+    limit = min(int(opts.get("tree_max", 0)), TREE_CLASSES[-1])
+    height, depth = tree_levels(par)
+    sub = subtree_max(n, par, depth)
+    tree = sub <= limit
+    fac = potrf_graph(np.where(tree, 0, n), np.where(tree, 0, p), *graph_options(opts))
+    has_u = (par >= 0) & (u > 0)
+    child = np.flatnonzero(has_u & ~tree)
     c = len(child)
     ext = TaskGraph(kinds=(EXTEND_KIND,), kind=np.zeros(c, np.int8), problem=child,
                     args=np.stack([par[child], p[child], u[child]], axis=1).reshape(c, 3),
@@ -187,9 +259,35 @@ def frontal_graph(req: FrontalRequest, opts: dict) -> TaskGraph:
     off = fac.size
     row = off + np.arange(c)
     # the child's Schur task (its last) before its extend-add; that before the parent's first
-    edges = np.concatenate([np.stack([first[child] + cnt[child] - 1, row], axis=1),
-                            np.stack([row, first[par[child]]], axis=1)])
-    g, _ = concat([fac, ext], edges)
+    edges = [np.stack([first[child] + cnt[child] - 1, row], axis=1),
+             np.stack([row, first[par[child]]], axis=1)]
+    parts = [fac, ext]
+    tq = np.flatnonzero(tree)
+    if len(tq):
+        tq = tq[np.argsort(height[tq], kind="stable")]  # children before parents
+        t = len(tq)
+        need = np.bincount(par[has_u], minlength=k)[tq]
+        tg = TaskGraph(kinds=(TREE_KIND,), kind=np.zeros(t, np.int8), problem=tq,
+                       args=np.stack([par[tq], p[tq], u[tq], need], axis=1).astype(np.int64),
+                       rows=sub[tq], cols=p[tq], width=n[tq],
+                       edges=np.zeros((0, 2), np.int64), k=k)
+        reset = TaskGraph(kinds=(SWEEP_RESET_KIND,), kind=np.zeros(1, np.int8),
+                          problem=np.zeros(1, np.int64), args=np.zeros((1, 0), np.int64),
+                          rows=np.array([k]), cols=np.zeros(1, np.int64),
+                          width=np.zeros(1, np.int64), edges=np.zeros((0, 2), np.int64), k=k)
+        t0 = off + c
+        trow = np.full(k, -1, np.int64)
+        trow[tq] = t0 + np.arange(t)
+        up = tq[has_u[tq] & ~tree[np.maximum(par[tq], 0)]]  # tree roots under a chain front
+        edges += [np.stack([trow[up], first[par[up]]], axis=1),
+                  np.stack([np.full(t, t0 + t), t0 + np.arange(t)], axis=1)]
+        cls = _tree_window(sub[tq], opts)
+        for lower in np.unique(cls)[:-1]:
+            later = np.flatnonzero(cls > lower)
+            head = t0 + int(np.flatnonzero(cls == lower)[0])
+            edges.append(np.stack([np.full(len(later), head), t0 + later], axis=1))
+        parts += [tg, reset]
+    g, _ = concat(parts, np.concatenate(edges))
     return g
 
 
@@ -212,7 +310,9 @@ class FrontalResult:
 
 FRONTAL_OP = register_op(Op(
     name="frontal", request=FrontalRequest,
-    buffers=(Buffer("a", "a"), Buffer("l", "a", output=True), Buffer("rel", "rel")),
+    buffers=(Buffer("a", "a"), Buffer("l", "a", output=True), Buffer("rel", "rel"),
+             Buffer("sync_in", "sync"),
+             Buffer("sync", "sync", output=True, shape=lambda req: _sync_shape(req), form="a")),
     graph=frontal_graph, signature=_sig,
     result=lambda outs, info, plan: FrontalResult(outs["l"], info, plan),
     # Large fronts factor in blocks, whose updates are the blas family's GEMMs.
@@ -229,7 +329,6 @@ class FrontalSolveRequest(FrontalRequest):
     sweeps' counters, a new buffer each call): leave it unset."""
 
     x: Any
-    sync: Any = None
 
     @model_validator(mode="after")
     def _rhs(self) -> "FrontalSolveRequest":
@@ -237,8 +336,6 @@ class FrontalSolveRequest(FrontalRequest):
         if not isinstance(x, PackedBatch):
             raise InputError([(None, f"x: expected a vbatch.PackedBatch, got "
                                      f"{type(x).__name__}")])
-        if self.sync is not None:
-            raise InputError([(None, "sync is the solve's own scratch: leave it unset")])
         together(a=self.a, x=x)
         bad = np.flatnonzero(x.m != self.a.n)
         if len(bad):
@@ -255,16 +352,18 @@ class FrontalSolveRequest(FrontalRequest):
 
 
 def _sync_shape(req) -> tuple:
-    """The sweeps' scratch: per front ``[children's update items added, pivot chunks solved
-    forward, pivot chunks solved backward]``, and after front 0's the two sweeps' tickets, as
-    32-bit counters over 4 (front 0: 6) entries of the working dtype."""
+    """The device counters of the factor's tree tasks and of the solve's sweeps: per front
+    ``[children's extend-adds (factor) or update items (solve) added into it, pivot chunks
+    solved forward, pivot chunks solved backward]``, and after front 0's the tickets (the
+    solve's two sweeps at 3 and 4; the factor's tree launches at 3 + their class), as 32-bit
+    counters over 4 (front 0: 8) entries of the working dtype."""
     cache = req.a.cache()  # the fronts' own: one pair of read-only arrays (tight_layout)
     hit = cache.get("frontal.sync")
     if hit is None:
         k = req.a.k
         m = np.full(k, 4, np.int64)
         if k:
-            m[0] = 6
+            m[0] = 8
         n = np.ones(k, np.int64)
         m.flags.writeable = n.flags.writeable = False
         hit = cache["frontal.sync"] = (m, n)

@@ -180,6 +180,28 @@ def sparse(rng, dtype) -> int:
         if not err <= 10 * n.max() * eps:
             print(f"frontal_solve sweeps {order} {dtype.__name__}: {err}")
             bad += 1
+        # the factor's tree launches: every size class, subtrees under chain fronts, and a
+        # front that fails (test_sparse's hand-made trees)
+        from test_sparse import _tree_fronts
+
+        n, p, parent, rel, fronts = _tree_fronts(rng, dtype)
+        want = vbatch.sparse.reference([f.astype(np.float64) for f in fronts], p, parent, rel)
+        fronts[5][4, 4] = -1000.0  # front 5 fails at its column 5; its parent 6 and 7 vary
+        for tm in (0, 32, 128):
+            a = vbatch.pack([f.copy() for f in fronts], order=order)
+            r = vbatch.pack([x.reshape(-1, 1).astype(dtype) for x in rel], order="F")
+            a, r = a.with_data(cupy.asarray(a.data)), r.with_data(cupy.asarray(r.data))
+            res = vbatch.Runtime("cuda", tree_max=tm).submit(
+                "frontal", a=a, rel=r, parent=parent, npiv=p, overwrite=True).result()
+            if not (res.info[5] == 5 and not np.delete(res.info, [5, 6, 7]).any()):
+                print(f"frontal tree_max {tm} {order} {dtype.__name__}: info {res.info}")
+                bad += 1
+            for f in [0, 1, 2, 3, 4] + list(range(8, len(n))):
+                got = np.tril(res.fronts.matrix(f).get().astype(np.float64))
+                err = np.abs(got - want[f]).max() / np.abs(want[f]).max()
+                if not err <= 30 * n[f] * eps:
+                    print(f"frontal tree_max {tm} {order} {dtype.__name__} front {f}: {err}")
+                    bad += 1
     return bad
 
 

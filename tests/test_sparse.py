@@ -978,3 +978,107 @@ def test_solutions_behave_as_a_list():
             xs[bad]
     with pytest.raises(IndexError):
         xs[3]
+
+
+# Hand-made front trees (postorder) for the tree launches: fronts of 1, 15, 16, 17, 31, 32, 33,
+# 47, 64, 65, 96, 97, 128, 129 and 200 rows, about the CUDA kernel's 16-row tiles and the size
+# classes' bounds (TREE_CLASSES); (n, p, parent) each.
+_TREES = [
+    # a class-32 tree
+    (16, 4, 2), (17, 5, 2), (32, 32, -1),
+    # one front alone; a class-64 chain below a root of 47
+    (1, 1, -1), (15, 3, 5), (33, 10, 6), (64, 20, 7), (47, 47, -1),
+    # a class-128 chain
+    (31, 7, 9), (65, 30, 10), (97, 40, 11), (128, 128, -1),
+    # small subtrees under fronts past every class
+    (20, 5, 13), (129, 60, 15), (96, 10, 15), (200, 200, -1),
+]
+
+
+def _tree_fronts(rng, dtype):
+    n = np.array([t[0] for t in _TREES])
+    p = np.array([t[1] for t in _TREES])
+    parent = np.array([t[2] for t in _TREES])
+    rel = [np.sort(rng.choice(n[parent[f]], n[f] - p[f], replace=False)) if parent[f] >= 0
+           else np.zeros(0, np.int64) for f in range(len(n))]
+    fronts = []
+    for k in n:
+        m = rng.standard_normal((k, k))
+        fronts.append(np.tril(m @ m.T / k + 2 * np.eye(k)).astype(dtype))
+    return n, p, parent, rel, fronts
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("order", ["F", "C"])
+@pytest.mark.parametrize("tree_max", [0, 32, 64, 128])
+def test_tree_launches_equal_the_reference(device, dtype, order, tree_max):
+    """Small subtrees factor in frontal.tree launches, one per size class present (none with
+    tree_max 0), the rest as before: every front equals the numpy reference whatever the
+    split, in both layouts; a front that fails gets its info at its own column, and the fronts
+    of the other trees (and the failed front's children) are as if it had not."""
+    from vbatch.ops.batch import pack
+    from vbatch.sparse.frontal import TREE_CLASSES, reference, subtree_max
+
+    rng = np.random.default_rng(11)
+    n, p, parent, rel, fronts = _tree_fronts(rng, dtype)
+    want = reference([f.astype(np.float64) for f in fronts], p, parent, rel)
+    eps = np.finfo(dtype).eps
+
+    def run(fr):
+        a = pack([f.copy() for f in fr], order=order)
+        r = pack([x.reshape(-1, 1).astype(dtype) for x in rel], order="F")
+        if device == "cuda":
+            import cupy
+
+            a, r = a.with_data(cupy.asarray(a.data)), r.with_data(cupy.asarray(r.data))
+        rt = Runtime(device, tree_max=tree_max)
+        plan = rt.plan_for("frontal", a=a, rel=r, parent=parent, npiv=p, overwrite=True)
+        res = rt.submit("frontal", a=a, rel=r, parent=parent, npiv=p, overwrite=True).result()
+        return plan, res
+
+    plan, res = run(fronts)
+    sub = subtree_max(n, parent)
+    classes = {int(np.searchsorted(TREE_CLASSES, s)) for s in sub[sub <= tree_max]}
+    assert plan.counts().get("frontal.tree", 0) == len(classes)
+    assert not res.info.any(), res.info
+    for f in range(len(n)):
+        got = host(res.fronts.matrix(f)).astype(np.float64)
+        err = np.abs(np.tril(got) - want[f]).max() / np.abs(want[f]).max()
+        assert err <= 30 * n[f] * eps, f"front {f} (n {n[f]}): {err:.3g}"
+    # front 5 (33 rows, 10 pivots) fails at its column 5
+    bad = [f.copy() for f in fronts]
+    bad[5][4, 4] = -1000.0
+    _, res = run(bad)
+    assert res.info[5] == 5 and not np.delete(res.info, [5, 6, 7]).any(), res.info
+    for f in [0, 1, 2, 3, 4] + list(range(8, len(n))):
+        got = host(res.fronts.matrix(f)).astype(np.float64)
+        err = np.abs(np.tril(got) - want[f]).max() / np.abs(want[f]).max()
+        assert err <= 30 * n[f] * eps, f"front {f} (n {n[f]}): {err:.3g}"
+
+
+@pytest.mark.parametrize("policy", ["dsse", "ssde"])
+def test_tree_plan_pins_each_class_to_one_launch(policy):
+    """Under either policy a class's tree tasks share one level (one launch), each class's
+    launch comes after those of the classes below it, the reset first; the chain fronts'
+    tasks after the tree roots under them."""
+    from vbatch.ops.batch import pack
+
+    rng = np.random.default_rng(2)
+    n, p, parent, rel, fronts = _tree_fronts(rng, np.float64)
+    a = pack(fronts)
+    r = pack([x.reshape(-1, 1).astype(np.float64) for x in rel], order="F")
+    plan = Runtime("cpu", tree_max=128, policy=policy).plan_for(
+        "frontal", a=a, rel=r, parent=parent, npiv=p, overwrite=True)
+    tree = [lc for lc in plan.launches if lc.kind == "frontal.tree"]
+    assert len(tree) == 4
+    lv = plan.tasks.level
+    levels = [int(lv[lc.lo]) for lc in tree]
+    assert all((lv[lc.lo:lc.hi] == lv[lc.lo]).all() for lc in tree)
+    reset = next(lc for lc in plan.launches if lc.kind == "frontal.sweep_reset")
+    assert int(lv[reset.lo]) < min(levels)
+    rows = [int(plan.tasks.rows[lc.lo:lc.hi].max()) for lc in tree]
+    assert sorted(levels) == [lvl for _, lvl in sorted(zip(rows, levels))]
+    # the chain fronts (13: 129 rows, 15: 200) start after the tree tasks under them
+    first = {int(q): int(lv[t]) for t, q in reversed(list(enumerate(plan.tasks.problem)))}
+    assert first[13] > levels[rows.index(32)] and first[15] > levels[rows.index(96)]
