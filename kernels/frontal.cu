@@ -559,13 +559,16 @@ frontal_sweep(const unsigned long long* tbl, const long long* meta, const int* i
 // already run or have ended (as the solve's sweeps). The classes below this launch's have
 // ended before it starts (the plan's edges).
 //
-// The front lives in registers: thread (x, y) of a 16 x 16 grid holds the R x R entries (x + 16
-// a, y + 16 b) (rows and columns swapped in row-major order, so that the fast thread index
+// The front lives in registers: thread (x, y) of a TX x TX grid holds the R x R entries (x + TX
+// a, y + TX b) (rows and columns swapped in row-major order, so that the fast thread index
 // runs along contiguous memory), a cyclic layout that keeps every thread busy as the trailing
-// block shrinks. Step k: the owners of column k put it in shared memory (double-buffered: one
+// block shrinks. Only the tiles b <= a are live (the others are constant zeros the compiler
+// drops). MINB: the blocks a multiprocessor must hold (registers capped to fit), chosen per
+// class in frontal_cuda.py: a front is a chain of dependent memory round trips and barriers,
+// so fronts resident at once, not arithmetic, set a launch's rate. Step k: the owners of column k put it in shared memory (double-buffered: one
 // barrier a step), every thread takes the pivot, scales its rows' and columns' entries and
-// updates its own; row and column blocks of 16 that are done or past n are skipped (uniform
-// branches: a 20-row front costs a 32-row one's work, not 16 R's).
+// updates its own; row and column blocks of TX that are done or past n are skipped (uniform
+// branches: a 20-row front costs a 32-row one's work, not TX R's).
 //
 // A task row is (front, parent, p, u, need); extra: bits 0-3, 4-7 and 12-15 the plan slots of l,
 // rel and the scratch, bits 16-18 the launch's class. tbl[4]: info (pinned host memory), the
@@ -575,11 +578,11 @@ template <typename T> __device__ __forceinline__ T tree_rsqrt(T x);
 template <> __device__ __forceinline__ double tree_rsqrt<double>(double x) { return rsqrt(x); }
 template <> __device__ __forceinline__ float tree_rsqrt<float>(float x) { return rsqrtf(x); }
 
-template <typename T, bool ROW, int R>
-__global__ void __launch_bounds__(256)
+template <typename T, bool ROW, int TX, int R, int MINB>
+__global__ void __launch_bounds__(TX * TX, MINB)
 frontal_tree(const unsigned long long* tbl, const long long* meta, const int* imeta,
              const int* tasks, int K, int lo, int hi, int extra) {
-  constexpr int N = 16 * R;
+  constexpr int N = TX * R;
   __shared__ T col[2][N];
   __shared__ int spos[N];
   __shared__ int s_row;
@@ -592,7 +595,7 @@ frontal_tree(const unsigned long long* tbl, const long long* meta, const int* im
   const long long* ms = meta + 2LL * K * ((extra >> 12) & 15);
   const int cls = (extra >> 16) & 7;
   const int tid = (int)threadIdx.x;
-  const int r0 = ROW ? tid / 16 : tid % 16, c0 = ROW ? tid % 16 : tid / 16;
+  const int r0 = ROW ? tid / TX : tid % TX, c0 = ROW ? tid % TX : tid / TX;
   if (tid == 0) s_row = lo + atomicAdd(reinterpret_cast<int*>(S + ms[0]) + 3 + cls, 1);
   __syncthreads();
   const int row = s_row;
@@ -610,21 +613,21 @@ frontal_tree(const unsigned long long* tbl, const long long* meta, const int* im
   for (int ia = 0; ia < R; ++ia)
 #pragma unroll
     for (int jb = 0; jb < R; ++jb) {
-      const int i = r0 + 16 * ia, j = c0 + 16 * jb;
+      const int i = r0 + TX * ia, j = c0 + TX * jb;
       // children added into this front from other blocks: read through L2
       a[ia][jb] = jb <= ia && i < n && j <= i ? __ldcg(Lq + at<ROW>(i, j, ld)) : T(0);
     }
   int fail = 0;
   for (int k = 0; k < p; ++k) {
     T* c = col[k & 1];
-    const int kb = k / 16;
-    if (c0 == k % 16) {
+    const int kb = k / TX;
+    if (c0 == k % TX) {
 #pragma unroll
       for (int jb = 0; jb < R; ++jb)
         if (jb == kb) {
 #pragma unroll
           for (int ia = 0; ia < R; ++ia) {
-            const int i = r0 + 16 * ia;
+            const int i = r0 + TX * ia;
             if (i >= k && i < n) c[i] = a[ia][jb];
           }
         }
@@ -639,30 +642,30 @@ frontal_tree(const unsigned long long* tbl, const long long* meta, const int* im
     T li[R], lj[R];
 #pragma unroll
     for (int ia = 0; ia < R; ++ia) {
-      const int i = r0 + 16 * ia;
+      const int i = r0 + TX * ia;
       li[ia] = i > k && i < n ? c[i] * rs : T(0);
     }
 #pragma unroll
     for (int jb = 0; jb < R; ++jb) {
-      const int j = c0 + 16 * jb;
+      const int j = c0 + TX * jb;
       lj[jb] = j > k && j < n ? c[j] * rs : T(0);
     }
 #pragma unroll
     for (int ia = 0; ia < R; ++ia) {
-      if (16 * ia + 15 <= k || 16 * ia >= n) continue;
+      if (TX * ia + TX - 1 <= k || TX * ia >= n) continue;
 #pragma unroll
       for (int jb = 0; jb <= ia; ++jb) {
-        if (16 * jb + 15 <= k) continue;
+        if (TX * jb + TX - 1 <= k) continue;
         a[ia][jb] -= li[ia] * lj[jb];
       }
     }
-    if (c0 == k % 16) {
+    if (c0 == k % TX) {
 #pragma unroll
       for (int jb = 0; jb < R; ++jb)
         if (jb == kb) {
 #pragma unroll
           for (int ia = 0; ia < R; ++ia) {
-            const int i = r0 + 16 * ia;
+            const int i = r0 + TX * ia;
             if (i == k) a[ia][jb] = d * rs;
             else if (i > k) a[ia][jb] = li[ia];
           }
@@ -674,7 +677,7 @@ frontal_tree(const unsigned long long* tbl, const long long* meta, const int* im
   for (int ia = 0; ia < R; ++ia)
 #pragma unroll
     for (int jb = 0; jb <= ia; ++jb) {
-      const int i = r0 + 16 * ia, j = c0 + 16 * jb;
+      const int i = r0 + TX * ia, j = c0 + TX * jb;
       if (i < n && j <= i) Lq[at<ROW>(i, j, ld)] = a[ia][jb];
     }
   if (parent < 0 || u == 0) return;
@@ -685,7 +688,7 @@ frontal_tree(const unsigned long long* tbl, const long long* meta, const int* im
     for (int ia = 0; ia < R; ++ia)
 #pragma unroll
       for (int jb = 0; jb <= ia; ++jb) {
-        const int i = r0 + 16 * ia, j = c0 + 16 * jb;
+        const int i = r0 + TX * ia, j = c0 + TX * jb;
         if (j >= p && i >= j && i < n)
           atomicAdd(P + at<ROW>(spos[i - p], spos[j - p], pld), a[ia][jb]);
       }

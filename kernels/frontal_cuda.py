@@ -70,8 +70,19 @@ def sweep_name(T: str, order: str, forward: bool, rc: int) -> str:
     return f"vb::frontal_sweep<{T},{row},{f},{CHUNK},{UPDATE_ROWS},{rc},{SMALL_FRONT // 32}>"
 
 
+# frontal_tree's shape per size class (sparse.frontal.TREE_CLASSES): (TX, R, MINB), a TX x TX
+# thread grid holding the front's TX R rows, R x R entries a thread, and the blocks a
+# multiprocessor must hold (the register cap that fits them; ptxas spills at most 12 bytes at
+# these). The first version (16 x 16 threads for every class, no cap: 8, 3, 1 and 1 blocks a
+# multiprocessor) took 175, 1,029 and 128 us for the 1000 Laplacians' three classes (17,041,
+# 22,800 and 676 fronts; H200, 2026-11-25, tree-kinds-batch.json): ~11, 18 and 25 us a front,
+# a front being a chain of round trips to memory and barriers, hidden only by other fronts.
+TREE_SHAPES = {32: (8, 4, 16), 64: (16, 4, 4), 96: (16, 6, 2), 128: (16, 8, 1)}
+
+
 def tree_name(T: str, order: str, rows: int) -> str:
-    return f"vb::frontal_tree<{T},{'true' if order == 'C' else 'false'},{rows // 16}>"
+    tx, r, minb = TREE_SHAPES[rows]
+    return f"vb::frontal_tree<{T},{'true' if order == 'C' else 'false'},{tx},{r},{minb}>"
 
 
 def reset_name(T: str) -> str:
@@ -109,8 +120,9 @@ def selection(lc, plan, dtype, layouts: dict, config) -> Selection:
         rows = int(plan.tasks.rows[lc.lo:lc.hi].max())  # the launch's class: its largest
         cls = int(np.searchsorted(np.asarray(TREE_CLASSES), rows))
         extra = slot["l"] | slot["rel"] << 4 | slot["sync"] << 12 | cls << 16
-        return Selection(tree_name(T, layouts["l"], TREE_CLASSES[cls]), (lc.count,), (256,), 0,
-                         extra, SOURCE)
+        tx = TREE_SHAPES[TREE_CLASSES[cls]][0]
+        return Selection(tree_name(T, layouts["l"], TREE_CLASSES[cls]), (lc.count,), (tx * tx,),
+                         0, extra, SOURCE)
     if lc.kind != EXTEND:
         raise ValueError(f"cuda backend: the frontal family has no launch kind {lc.kind!r}")
     u = int(a[:, 2].max())
