@@ -77,6 +77,11 @@ def sweep_name(T: str, order: str, forward: bool, rc: int) -> str:
 # multiprocessor) took 175, 1,029 and 128 us for the 1000 Laplacians' three classes (17,041,
 # 22,800 and 676 fronts; H200, 2026-11-25, tree-kinds-batch.json): ~11, 18 and 25 us a front,
 # a front being a chain of round trips to memory and barriers, hidden only by other fronts.
+# With these: 121, 920 and 128 us. ncu then finds the 64-row class issuing an instruction 76%
+# of cycles a scheduler: each column costs every warp of the block its barrier, broadcast and
+# guards, most of them with little or no part of the trailing block left. Fewer warps a front
+# (8 x 8 threads, R 6 for a 48-row class and R 8 for 64, 8 and 6 blocks a multiprocessor, 64
+# bytes spilled) did not help: 299 + 717 us against 920 (tree-kinds-tx8.json).
 TREE_SHAPES = {32: (8, 4, 16), 64: (16, 4, 4), 96: (16, 6, 2), 128: (16, 8, 1)}
 
 
