@@ -17,7 +17,8 @@ triangle** (diagonal included) is read; a matrix that stores one triangle only m
 * Numeric factorization: every front of every matrix lives in one packed workspace on the
   runtime's device; A's entries are scattered into it (one vectorized scatter), and the fronts'
   partial Cholesky factorizations and extend-adds run as one task graph
-  (:mod:`vbatch.sparse.frontal`): one submission, whatever the depth of the trees.
+  (:mod:`vbatch.sparse.frontal`): one submission, whatever the depth of the trees; subtrees of
+  small fronts as one launch per size class (``Runtime(tree_max=...)``).
 * Solve: forward and backward substitution over the fronts, as one task graph too
   (:func:`vbatch.sparse.frontal.frontal_solve_graph`): two sweeps over every front of the
   batch, one launch each whatever the trees' depth; many right-hand sides at once. A batch's

@@ -12,6 +12,13 @@ its parent's first panel. Fronts of different matrices are problems of one batch
 ready at once (the leaves of every matrix first) shares launch groups, and the scheduler, not a
 Python loop over tree levels, orders the rest: no host round trip between levels.
 
+Small subtrees (every front at most ``tree_max`` rows, a plan option) take a shorter path: each
+front is one ``frontal.tree`` task, its partial Cholesky, Schur complement and extend-add in one
+kernel, and a size class's tasks are one launch whose blocks wait for their children on device
+counters (:func:`frontal_graph`). A chain of three launches per tree level (panel, Schur
+complement, extend-add) was what bounded a batch of small matrices: the 1000 Laplacians' 86
+launches, every kind latency-bound (H100, 2026-11-25).
+
 Children of one parent may share a launch and write the same parent entries: the CUDA kernel
 adds with atomics (so the sums' order, and their last bits, may vary from run to run); the CPU
 kernel gives all the children of one parent to one thread.
