@@ -583,6 +583,7 @@ __global__ void __launch_bounds__(TX * TX, MINB)
 frontal_tree(const unsigned long long* tbl, const long long* meta, const int* imeta,
              const int* tasks, int K, int lo, int hi, int extra) {
   constexpr int N = TX * R;
+  static_assert(TX >= R, "one thread a row of the front for its update rows' positions");
   __shared__ T col[2][N];
   __shared__ int spos[N];
   __shared__ int s_row;
@@ -666,7 +667,7 @@ frontal_tree(const unsigned long long* tbl, const long long* meta, const int* im
 #pragma unroll
           for (int ia = 0; ia < R; ++ia) {
             const int i = r0 + TX * ia;
-            if (i == k) a[ia][jb] = d * rs;
+            if (i == k) a[ia][jb] = isinf(d) ? d : d * rs;  // LAPACK: sqrt(inf), not inf * 0
             else if (i > k) a[ia][jb] = li[ia];
           }
         }

@@ -89,8 +89,10 @@ def prepare(backend, plan, launches) -> State:
             def ttable(gs, rows=rows):  # a group's rows in launch order
                 return rows[np.concatenate(gs)] if gs else rows[:0]
 
-            work[lc.index] = Work([ttable(w.wide)] if w.wide else [],
-                                  [(wh, [ttable(gs)]) for wh, gs in w.chunks])
+            # (no "wide" part: _tree gains nothing from the BLAS's threads, so every group is
+            # a chunk of its own thread's)
+            chunks = [(False, [ttable(gs)]) for _, gs in w.chunks]
+            work[lc.index] = Work([], ([(False, [ttable(w.wide)])] if w.wide else []) + chunks)
             continue
         q, par = t.problem[sl], t.args[sl, 0]
         p, u = t.args[sl, 1], t.args[sl, 2]

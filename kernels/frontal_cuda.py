@@ -37,7 +37,11 @@ _CTYPE = {np.dtype(np.float64): "double", np.dtype(np.float32): "float"}
 # least fill in its natural order (a band) but a chain of 129 fronts: 5.45 ms; ND 2.27 ms.
 ORDER_COST = {"flop": 7.2e-13, "step": 1.8e-5}
 # Subtrees of fronts of at most this many rows factor in frontal.tree launches (frontal.cu's
-# register tile; sparse.frontal.TREE_CLASSES). To be set by measurement (this session's).
+# register tile; sparse.frontal.TREE_CLASSES). H200, 2026-11-25, one process, factor ms at
+# tree_max 0 / 64 / 96 / 128 (tree-ab1.json): the 1000 Laplacians 1.96 / 1.64 / 1.60 / 1.59,
+# 494_bus 0.178 / 0.119 / 0.123 / 0.124, lap2-100 0.695 / 0.584 / 0.558 / 0.585, lap2-300 2.92 /
+# 2.66 / 2.31 / 2.36, lap3-40 11.85 / 11.58 / 11.07 / 10.73, bcsstk16 2.03 / 2.00 / 1.92 / 1.85:
+# 96 and 128 within a few percent either way; 128's class holds one block a multiprocessor.
 TREE_MAX = 96
 
 
@@ -72,8 +76,8 @@ def sweep_name(T: str, order: str, forward: bool, rc: int) -> str:
 
 # frontal_tree's shape per size class (sparse.frontal.TREE_CLASSES): (TX, R, MINB), a TX x TX
 # thread grid holding the front's TX R rows, R x R entries a thread, and the blocks a
-# multiprocessor must hold (the register cap that fits them; ptxas spills at most 12 bytes at
-# these). The first version (16 x 16 threads for every class, no cap: 8, 3, 1 and 1 blocks a
+# multiprocessor must hold (the register cap that fits them; ptxas spills 12 bytes in float64
+# column-major, 32-36 row-major, at these). The first version (16 x 16 threads for every class, no cap: 8, 3, 1 and 1 blocks a
 # multiprocessor) took 175, 1,029 and 128 us for the 1000 Laplacians' three classes (17,041,
 # 22,800 and 676 fronts; H200, 2026-11-25, tree-kinds-batch.json): ~11, 18 and 25 us a front,
 # a front being a chain of round trips to memory and barriers, hidden only by other fronts.

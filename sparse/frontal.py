@@ -79,8 +79,9 @@ MAX_RHS = (1 << 15) - 1  # the CUDA launch word holds the column count in 15 bit
 # frontal.tree, and those tasks run as one launch per size class, the items waiting for their
 # children on device counters: a tree of small fronts costs one launch, not a panel, a Schur
 # and an extend-add launch per level. Class c holds the subtrees whose largest front has at
-# most TREE_CLASSES[c] rows (the CUDA kernel's register tile: 16 x 16 threads, R = rows / 16
-# rows and columns a thread); a class's launch waits for the classes below it.
+# most TREE_CLASSES[c] rows (the CUDA kernel's register tile, a thread grid and R x R entries a
+# thread per class: kernels/frontal_cuda.py TREE_SHAPES); a class's launch waits for the
+# classes below it.
 TREE_CLASSES = (32, 64, 96, 128)
 
 
@@ -319,7 +320,9 @@ FRONTAL_OP = register_op(Op(
     name="frontal", request=FrontalRequest,
     buffers=(Buffer("a", "a"), Buffer("l", "a", output=True), Buffer("rel", "rel"),
              Buffer("sync_in", "sync"),
-             Buffer("sync", "sync", output=True, shape=lambda req: _sync_shape(req), form="a")),
+             # (complete: the reset task zeroes what the tree launches read, when there are any)
+             Buffer("sync", "sync", output=True, shape=lambda req: _sync_shape(req), form="a",
+                    complete=True)),
     graph=frontal_graph, signature=_sig,
     result=lambda outs, info, plan: FrontalResult(outs["l"], info, plan),
     # Large fronts factor in blocks, whose updates are the blas family's GEMMs.

@@ -992,6 +992,8 @@ _TREES = [
     (31, 7, 9), (65, 30, 10), (97, 40, 11), (128, 128, -1),
     # small subtrees under fronts past every class
     (20, 5, 13), (129, 60, 15), (96, 10, 15), (200, 200, -1),
+    # a child with no update rows (nothing to add, nothing to wait for)
+    (6, 6, 17), (10, 10, -1),
 ]
 
 
@@ -1011,12 +1013,14 @@ def _tree_fronts(rng, dtype):
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 @pytest.mark.parametrize("order", ["F", "C"])
-@pytest.mark.parametrize("tree_max", [0, 32, 64, 128])
+@pytest.mark.parametrize("tree_max", [0, 32, 40, 64, 96, 128])
 def test_tree_launches_equal_the_reference(device, dtype, order, tree_max):
     """Small subtrees factor in frontal.tree launches, one per size class present (none with
     tree_max 0), the rest as before: every front equals the numpy reference whatever the
     split, in both layouts; a front that fails gets its info at its own column, and the fronts
-    of the other trees (and the failed front's children) are as if it had not."""
+    of the other trees (and the failed front's children) are as if it had not. (A failed
+    front's parents are unspecified: a tree front adds nothing into its parent, a chain
+    front its partial Schur complement.) An infinite pivot is LAPACK's: L = inf, info 0."""
     from vbatch.ops.batch import pack
     from vbatch.sparse.frontal import TREE_CLASSES, reference, subtree_max
 
@@ -1049,9 +1053,11 @@ def test_tree_launches_equal_the_reference(device, dtype, order, tree_max):
     # front 5 (33 rows, 10 pivots) fails at its column 5
     bad = [f.copy() for f in fronts]
     bad[5][4, 4] = -1000.0
+    bad[3][0, 0] = np.inf  # front 3: one row, alone
     _, res = run(bad)
     assert res.info[5] == 5 and not np.delete(res.info, [5, 6, 7]).any(), res.info
-    for f in [0, 1, 2, 3, 4] + list(range(8, len(n))):
+    assert host(res.fronts.matrix(3))[0, 0] == np.inf
+    for f in [0, 1, 2, 4] + list(range(8, len(n))):
         got = host(res.fronts.matrix(f)).astype(np.float64)
         err = np.abs(np.tril(got) - want[f]).max() / np.abs(want[f]).max()
         assert err <= 30 * n[f] * eps, f"front {f} (n {n[f]}): {err:.3g}"
@@ -1079,7 +1085,36 @@ def test_tree_plan_pins_each_class_to_one_launch(policy):
     reset = next(lc for lc in plan.launches if lc.kind == "frontal.sweep_reset")
     assert int(lv[reset.lo]) < min(levels)
     rows = [int(plan.tasks.rows[lc.lo:lc.hi].max()) for lc in tree]
-    assert sorted(levels) == [lvl for _, lvl in sorted(zip(rows, levels))]
+    by_class = [lvl for _, lvl in sorted(zip(rows, levels))]
+    assert all(a < b for a, b in zip(by_class, by_class[1:])), (rows, levels)
     # the chain fronts (13: 129 rows, 15: 200) start after the tree tasks under them
     first = {int(q): int(lv[t]) for t, q in reversed(list(enumerate(plan.tasks.problem)))}
     assert first[13] > levels[rows.index(32)] and first[15] > levels[rows.index(96)]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_tree_launches_as_one_without_the_split(device):
+    """With the plan option tree_split off, every small subtree is one launch (the largest
+    class's kernel), with the same fronts as the reference."""
+    from vbatch.ops.batch import pack
+    from vbatch.sparse.frontal import reference
+
+    rng = np.random.default_rng(5)
+    n, p, parent, rel, fronts = _tree_fronts(rng, np.float64)
+    want = reference(fronts, p, parent, rel)
+    a = pack([f.copy() for f in fronts])
+    r = pack([x.reshape(-1, 1).astype(np.float64) for x in rel], order="F")
+    if device == "cuda":
+        import cupy
+
+        a, r = a.with_data(cupy.asarray(a.data)), r.with_data(cupy.asarray(r.data))
+    rt = Runtime(device, tree_max=96)
+    rt.plan_options(np.float64, "frontal")["tree_split"] = False
+    plan = rt.plan_for("frontal", a=a, rel=r, parent=parent, npiv=p, overwrite=True)
+    assert plan.counts()["frontal.tree"] == 1
+    res = rt.submit("frontal", a=a, rel=r, parent=parent, npiv=p, overwrite=True).result()
+    assert not res.info.any()
+    for f in range(len(n)):
+        got = np.tril(host(res.fronts.matrix(f)))
+        err = np.abs(got - want[f]).max() / np.abs(want[f]).max()
+        assert err <= 30 * n[f] * np.finfo(np.float64).eps, f"front {f}: {err:.3g}"
