@@ -78,8 +78,9 @@ def sweep_name(T: str, order: str, forward: bool, rc: int) -> str:
 # thread grid holding the front's TX R rows, R x R entries a thread, and the blocks a
 # multiprocessor must hold (the register cap that fits them; ptxas spills 12 bytes in float64
 # column-major, 32-36 row-major, at these). The first version (16 x 16 threads for every
-# class, no cap: 8, 3, 1 and 1 blocks a multiprocessor) took 175, 1,029 and 128 us for the 1000 Laplacians' three classes (17,041,
-# 22,800 and 676 fronts; H200, 2026-11-25, tree-kinds-batch.json): ~11, 18 and 25 us a front,
+# class, no cap: 8, 3, 1 and 1 blocks a multiprocessor) took 175, 1,029 and 128 us for the
+# 1000 Laplacians' three classes (17,041, 22,800 and 676 fronts; H200, 2026-11-25,
+# tree-kinds-batch.json): ~11, 18 and 25 us a front,
 # a front being a chain of round trips to memory and barriers, hidden only by other fronts.
 # With these: 121, 920 and 128 us. ncu then finds the 64-row class issuing an instruction 76%
 # of cycles a scheduler: each column costs every warp of the block its barrier, broadcast and
