@@ -559,16 +559,16 @@ frontal_sweep(const unsigned long long* tbl, const long long* meta, const int* i
 // already run or have ended (as the solve's sweeps). The classes below this launch's have
 // ended before it starts (the plan's edges).
 //
-// The front lives in registers: thread (x, y) of a TX x TX grid holds the R x R entries (x + TX
-// a, y + TX b) (rows and columns swapped in row-major order, so that the fast thread index
-// runs along contiguous memory), a cyclic layout that keeps every thread busy as the trailing
-// block shrinks. Only the tiles b <= a are live (the others are constant zeros the compiler
-// drops). MINB: the blocks a multiprocessor must hold (registers capped to fit), chosen per
+// The front lives in registers: thread (x, y) of a TXR x TXC grid holds the RR x RC entries
+// (x + TXR a, y + TXC b) (x the fast thread index in column-major order, y in row-major, so that
+// it runs along contiguous memory), a cyclic layout that keeps every thread busy as the
+// trailing block shrinks. Only the tiles with entries on or below the diagonal are live (the
+// others are constant zeros the compiler drops). MINB: the blocks a multiprocessor must hold (registers capped to fit), chosen per
 // class in frontal_cuda.py: a front is a chain of dependent memory round trips and barriers,
 // so fronts resident at once, not arithmetic, set a launch's rate. Step k: the owners of column k put it in shared memory (double-buffered: one
 // barrier a step), every thread takes the pivot, scales its rows' and columns' entries and
-// updates its own; row and column blocks of TX that are done or past n are skipped (uniform
-// branches: a 20-row front costs a 32-row one's work, not TX R's).
+// updates its own; row and column blocks that are done or past n are skipped (uniform
+// branches: a 20-row front costs a 32-row one's work, not the tile's).
 //
 // A task row is (front, parent, p, u, need); extra: bits 0-3, 4-7 and 12-15 the plan slots of l,
 // rel and the scratch, bits 16-18 the launch's class. tbl[4]: info (pinned host memory), the
@@ -578,12 +578,13 @@ template <typename T> __device__ __forceinline__ T tree_rsqrt(T x);
 template <> __device__ __forceinline__ double tree_rsqrt<double>(double x) { return rsqrt(x); }
 template <> __device__ __forceinline__ float tree_rsqrt<float>(float x) { return rsqrtf(x); }
 
-template <typename T, bool ROW, int TX, int R, int MINB>
-__global__ void __launch_bounds__(TX * TX, MINB)
+template <typename T, bool ROW, int TXR, int TXC, int RR, int RC, int MINB>
+__global__ void __launch_bounds__(TXR * TXC, MINB)
 frontal_tree(const unsigned long long* tbl, const long long* meta, const int* imeta,
              const int* tasks, int K, int lo, int hi, int extra) {
-  constexpr int N = TX * R;
-  static_assert(TX >= R, "one thread a row of the front for its update rows' positions");
+  constexpr int N = TXR * RR;
+  static_assert(TXC * RC == N, "the tile spans as many columns as rows");
+  static_assert(TXR * TXC >= N, "a thread for each update row's position");
   __shared__ T col[2][N];
   __shared__ int spos[N];
   __shared__ int s_row;
@@ -596,7 +597,7 @@ frontal_tree(const unsigned long long* tbl, const long long* meta, const int* im
   const long long* ms = meta + 2LL * K * ((extra >> 12) & 15);
   const int cls = (extra >> 16) & 7;
   const int tid = (int)threadIdx.x;
-  const int r0 = ROW ? tid / TX : tid % TX, c0 = ROW ? tid % TX : tid / TX;
+  const int r0 = ROW ? tid / TXC : tid % TXR, c0 = ROW ? tid % TXC : tid / TXR;
   if (tid == 0) s_row = lo + atomicAdd(reinterpret_cast<int*>(S + ms[0]) + 3 + cls, 1);
   __syncthreads();
   const int row = s_row;
@@ -609,27 +610,31 @@ frontal_tree(const unsigned long long* tbl, const long long* meta, const int* im
   if (tid < u) spos[tid] = (int)__ldg(rel + mr[q] + tid);  // (order F, one column)
   if (need > 0) sweep_wait(reinterpret_cast<const int*>(S + ms[q]), need);
   else __syncthreads();
-  T a[R][R];
+  // Tile (ia, jb) holds rows TXR ia + [0, TXR) and columns TXC jb + [0, TXC): live where some
+  // of its entries are on or below the diagonal (known at compile time: the loops unroll).
+#define VB_TREE_LIVE(ia, jb) ((jb) * TXC <= (ia) * TXR + TXR - 1)
+  T a[RR][RC];
 #pragma unroll
-  for (int ia = 0; ia < R; ++ia)
+  for (int ia = 0; ia < RR; ++ia)
 #pragma unroll
-    for (int jb = 0; jb < R; ++jb) {
-      const int i = r0 + TX * ia, j = c0 + TX * jb;
+    for (int jb = 0; jb < RC; ++jb) {
+      const int i = r0 + TXR * ia, j = c0 + TXC * jb;
       // children added into this front from other blocks: read through L2
-      a[ia][jb] = jb <= ia && i < n && j <= i ? __ldcg(Lq + at<ROW>(i, j, ld)) : T(0);
+      a[ia][jb] = VB_TREE_LIVE(ia, jb) && i < n && j <= i ? __ldcg(Lq + at<ROW>(i, j, ld))
+                                                            : T(0);
     }
   int fail = 0;
   for (int k = 0; k < p; ++k) {
     T* c = col[k & 1];
-    const int kb = k / TX;
-    if (c0 == k % TX) {
+    const int kb = k / TXC;
+    if (c0 == k % TXC) {
 #pragma unroll
-      for (int jb = 0; jb < R; ++jb)
+      for (int jb = 0; jb < RC; ++jb)
         if (jb == kb) {
 #pragma unroll
-          for (int ia = 0; ia < R; ++ia) {
-            const int i = r0 + TX * ia;
-            if (i >= k && i < n) c[i] = a[ia][jb];
+          for (int ia = 0; ia < RR; ++ia) {
+            const int i = r0 + TXR * ia;
+            if (VB_TREE_LIVE(ia, jb) && i >= k && i < n) c[i] = a[ia][jb];
           }
         }
     }
@@ -640,33 +645,34 @@ frontal_tree(const unsigned long long* tbl, const long long* meta, const int* im
       break;
     }
     const T rs = tree_rsqrt(d);
-    T li[R], lj[R];
+    T li[RR], lj[RC];
 #pragma unroll
-    for (int ia = 0; ia < R; ++ia) {
-      const int i = r0 + TX * ia;
+    for (int ia = 0; ia < RR; ++ia) {
+      const int i = r0 + TXR * ia;
       li[ia] = i > k && i < n ? c[i] * rs : T(0);
     }
 #pragma unroll
-    for (int jb = 0; jb < R; ++jb) {
-      const int j = c0 + TX * jb;
+    for (int jb = 0; jb < RC; ++jb) {
+      const int j = c0 + TXC * jb;
       lj[jb] = j > k && j < n ? c[j] * rs : T(0);
     }
 #pragma unroll
-    for (int ia = 0; ia < R; ++ia) {
-      if (TX * ia + TX - 1 <= k || TX * ia >= n) continue;
+    for (int ia = 0; ia < RR; ++ia) {
+      if (TXR * ia + TXR - 1 <= k || TXR * ia >= n) continue;
 #pragma unroll
-      for (int jb = 0; jb <= ia; ++jb) {
-        if (TX * jb + TX - 1 <= k) continue;
+      for (int jb = 0; jb < RC; ++jb) {
+        if (!VB_TREE_LIVE(ia, jb) || TXC * jb + TXC - 1 <= k) continue;
         a[ia][jb] -= li[ia] * lj[jb];
       }
     }
-    if (c0 == k % TX) {
+    if (c0 == k % TXC) {
 #pragma unroll
-      for (int jb = 0; jb < R; ++jb)
+      for (int jb = 0; jb < RC; ++jb)
         if (jb == kb) {
 #pragma unroll
-          for (int ia = 0; ia < R; ++ia) {
-            const int i = r0 + TX * ia;
+          for (int ia = 0; ia < RR; ++ia) {
+            if (!VB_TREE_LIVE(ia, jb)) continue;
+            const int i = r0 + TXR * ia;
             if (i == k) a[ia][jb] = isinf(d) ? d : d * rs;  // LAPACK: sqrt(inf), not inf * 0
             else if (i > k) a[ia][jb] = li[ia];
           }
@@ -675,25 +681,26 @@ frontal_tree(const unsigned long long* tbl, const long long* meta, const int* im
   }
   if (fail && tid == 0) info[q] = fail;
 #pragma unroll
-  for (int ia = 0; ia < R; ++ia)
+  for (int ia = 0; ia < RR; ++ia)
 #pragma unroll
-    for (int jb = 0; jb <= ia; ++jb) {
-      const int i = r0 + TX * ia, j = c0 + TX * jb;
-      if (i < n && j <= i) Lq[at<ROW>(i, j, ld)] = a[ia][jb];
+    for (int jb = 0; jb < RC; ++jb) {
+      const int i = r0 + TXR * ia, j = c0 + TXC * jb;
+      if (VB_TREE_LIVE(ia, jb) && i < n && j <= i) Lq[at<ROW>(i, j, ld)] = a[ia][jb];
     }
   if (parent < 0 || u == 0) return;
   if (!fail) {
     T* P = L + ml[parent];
     const long long pld = ml[K + parent];
 #pragma unroll
-    for (int ia = 0; ia < R; ++ia)
+    for (int ia = 0; ia < RR; ++ia)
 #pragma unroll
-      for (int jb = 0; jb <= ia; ++jb) {
-        const int i = r0 + TX * ia, j = c0 + TX * jb;
-        if (j >= p && i >= j && i < n)
+      for (int jb = 0; jb < RC; ++jb) {
+        const int i = r0 + TXR * ia, j = c0 + TXC * jb;
+        if (VB_TREE_LIVE(ia, jb) && j >= p && i >= j && i < n)
           atomicAdd(P + at<ROW>(spos[i - p], spos[j - p], pld), a[ia][jb]);
       }
   }
+#undef VB_TREE_LIVE
   sweep_signal(reinterpret_cast<int*>(S + ms[parent]));
 }
 

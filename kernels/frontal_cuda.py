@@ -53,7 +53,10 @@ def plan_defaults(dtype) -> dict:
     # 40^3 19.35 / 12.80 / 13.01 / 12.50, 60^3 99.2 / 53.0 / 52.9 / 48.0.
     # tree_max: fronts in subtrees of fronts of at most this many rows factor in frontal.tree
     # launches (vbatch.sparse.frontal.frontal_graph); 0 turns them off.
-    return {"block": 256, "block_above": 256, "tree_max": TREE_MAX, "tree_split": True}
+    # tree_shapes: frontal_tree's shape per class (TREE_SHAPES, as sorted pairs: a plan option
+    # is hashable), for measuring others.
+    return {"block": 256, "block_above": 256, "tree_max": TREE_MAX, "tree_split": True,
+            "tree_shapes": tuple(sorted(TREE_SHAPES.items()))}
 
 
 def section(names: tuple[str, ...]) -> list[str]:
@@ -74,10 +77,10 @@ def sweep_name(T: str, order: str, forward: bool, rc: int) -> str:
     return f"vb::frontal_sweep<{T},{row},{f},{CHUNK},{UPDATE_ROWS},{rc},{SMALL_FRONT // 32}>"
 
 
-# frontal_tree's shape per size class (sparse.frontal.TREE_CLASSES): (TX, R, MINB), a TX x TX
-# thread grid holding the front's TX R rows, R x R entries a thread, and the blocks a
-# multiprocessor must hold (the register cap that fits them; ptxas spills 12 bytes in float64
-# column-major, 32-36 row-major, at these). The first version (16 x 16 threads for every
+# frontal_tree's shape per size class (sparse.frontal.TREE_CLASSES): (TXR, TXC, RR, RC, MINB), a
+# TXR x TXC thread grid holding the front's TXR RR = TXC RC rows, RR x RC entries a thread, and
+# the blocks a multiprocessor must hold (the register cap that fits them; in float64 ptxas
+# spills nothing column-major, at most 16 bytes row-major, at these). The first version (16 x 16 threads for every
 # class, no cap: 8, 3, 1 and 1 blocks a multiprocessor) took 175, 1,029 and 128 us for the
 # 1000 Laplacians' three classes (17,041, 22,800 and 676 fronts; H200, 2026-11-25,
 # tree-kinds-batch.json): ~11, 18 and 25 us a front,
@@ -86,13 +89,20 @@ def sweep_name(T: str, order: str, forward: bool, rc: int) -> str:
 # of cycles a scheduler: each column costs every warp of the block its barrier, broadcast and
 # guards, most of them with little or no part of the trailing block left. Fewer warps a front
 # (8 x 8 threads, R 6 for a 48-row class and R 8 for 64, 8 and 6 blocks a multiprocessor, 64
-# bytes spilled) did not help: 299 + 717 us against 920 (tree-kinds-tx8.json).
-TREE_SHAPES = {32: (8, 4, 16), 64: (16, 4, 4), 96: (16, 6, 2), 128: (16, 8, 1)}
+# bytes spilled) did not help: 299 + 717 us against 920 (tree-kinds-tx8.json). Nor, much, did
+# rectangular grids (tree_ab.py, sp_kinds.py, H200, 2026-11-25, tree-shapes-2.json): one warp
+# (8 x 4 threads, 4 x 8 entries) for 32 rows 125 us against 114; 16 x 8 threads (4 x 8 entries,
+# 5 blocks) for 64 rows 817 us against 930, but 494_bus 0.148 ms against 0.126 and lap2-100
+# 0.593 against 0.549 (a front's chain on the critical path gets longer); 16 x 8 threads for 96
+# rows 158 us against 128.
+TREE_SHAPES = {32: (8, 8, 4, 4, 16), 64: (16, 16, 4, 4, 4), 96: (16, 16, 6, 6, 2),
+               128: (16, 16, 8, 8, 1)}
 
 
-def tree_name(T: str, order: str, rows: int) -> str:
-    tx, r, minb = TREE_SHAPES[rows]
-    return f"vb::frontal_tree<{T},{'true' if order == 'C' else 'false'},{tx},{r},{minb}>"
+def tree_name(T: str, order: str, rows: int, shapes=None) -> str:
+    txr, txc, rr, rc, minb = (shapes or TREE_SHAPES)[rows]
+    row = "true" if order == "C" else "false"
+    return f"vb::frontal_tree<{T},{row},{txr},{txc},{rr},{rc},{minb}>"
 
 
 def reset_name(T: str) -> str:
@@ -130,9 +140,10 @@ def selection(lc, plan, dtype, layouts: dict, config) -> Selection:
         rows = int(plan.tasks.rows[lc.lo:lc.hi].max())  # the launch's class: its largest
         cls = int(np.searchsorted(np.asarray(TREE_CLASSES), rows))
         extra = slot["l"] | slot["rel"] << 4 | slot["sync"] << 12 | cls << 16
-        tx = TREE_SHAPES[TREE_CLASSES[cls]][0]
-        return Selection(tree_name(T, layouts["l"], TREE_CLASSES[cls]), (lc.count,), (tx * tx,),
-                         0, extra, SOURCE)
+        shapes = dict(plan.opts.get("tree_shapes", ())) or TREE_SHAPES
+        txr, txc = shapes[TREE_CLASSES[cls]][:2]
+        return Selection(tree_name(T, layouts["l"], TREE_CLASSES[cls], shapes), (lc.count,),
+                         (txr * txc,), 0, extra, SOURCE)
     if lc.kind != EXTEND:
         raise ValueError(f"cuda backend: the frontal family has no launch kind {lc.kind!r}")
     u = int(a[:, 2].max())

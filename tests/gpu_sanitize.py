@@ -187,12 +187,18 @@ def sparse(rng, dtype) -> int:
         n, p, parent, rel, fronts = _tree_fronts(rng, dtype)
         want = vbatch.sparse.reference([f.astype(np.float64) for f in fronts], p, parent, rel)
         fronts[5][4, 4] = -1000.0  # front 5 fails at its column 5; its parent 6 and 7 vary
-        for tm in (0, 32, 128):
+        # (the last: other thread grids, through the plan option tree_shapes)
+        other = ((32, (8, 4, 4, 8, 20)), (64, (16, 8, 4, 8, 5)), (96, (16, 8, 6, 12, 3)),
+                 (128, (16, 16, 8, 8, 1)))
+        for tm, shapes in ((0, None), (32, None), (128, None), (128, other)):
             a = vbatch.pack([f.copy() for f in fronts], order=order)
             r = vbatch.pack([x.reshape(-1, 1).astype(dtype) for x in rel], order="F")
             a, r = a.with_data(cupy.asarray(a.data)), r.with_data(cupy.asarray(r.data))
-            res = vbatch.Runtime("cuda", tree_max=tm).submit(
-                "frontal", a=a, rel=r, parent=parent, npiv=p, overwrite=True).result()
+            rt = vbatch.Runtime("cuda", tree_max=tm)
+            if shapes:
+                rt.plan_options(dtype, "frontal")["tree_shapes"] = shapes
+            res = rt.submit("frontal", a=a, rel=r, parent=parent, npiv=p,
+                            overwrite=True).result()
             if not (res.info[5] == 5 and not np.delete(res.info, [5, 6, 7]).any()):
                 print(f"frontal tree_max {tm} {order} {dtype.__name__}: info {res.info}")
                 bad += 1

@@ -1118,3 +1118,35 @@ def test_tree_launches_as_one_without_the_split(device):
         got = np.tril(host(res.fronts.matrix(f)))
         err = np.abs(got - want[f]).max() / np.abs(want[f]).max()
         assert err <= 30 * n[f] * np.finfo(np.float64).eps, f"front {f}: {err:.3g}"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("order", ["F", "C"])
+def test_tree_shapes_equal_the_reference(order):
+    """frontal_tree's other thread grids (the plan option tree_shapes: one warp for the
+    32-row class, 16 x 8 threads for 64 and 96 rows) give the reference's fronts, in both
+    layouts, with a failing front as in test_tree_launches_equal_the_reference."""
+    import cupy
+
+    from vbatch.ops.batch import pack
+    from vbatch.sparse.frontal import reference
+
+    rng = np.random.default_rng(8)
+    n, p, parent, rel, fronts = _tree_fronts(rng, np.float64)
+    want = reference(fronts, p, parent, rel)
+    fronts[5][4, 4] = -1000.0
+    shapes = {32: (8, 4, 4, 8, 20), 64: (16, 8, 4, 8, 5), 96: (16, 8, 6, 12, 3),
+              128: (16, 16, 8, 8, 1)}
+    rt = Runtime("cuda", tree_max=128)
+    rt.plan_options(np.float64, "frontal")["tree_shapes"] = tuple(sorted(shapes.items()))
+    a = pack([f.copy() for f in fronts], order=order)
+    r = pack([x.reshape(-1, 1).astype(np.float64) for x in rel], order="F")
+    a, r = a.with_data(cupy.asarray(a.data)), r.with_data(cupy.asarray(r.data))
+    plan = rt.plan_for("frontal", a=a, rel=r, parent=parent, npiv=p, overwrite=True)
+    assert plan.opts["tree_shapes"] == tuple(sorted(shapes.items()))
+    res = rt.submit("frontal", a=a, rel=r, parent=parent, npiv=p, overwrite=True).result()
+    assert res.info[5] == 5 and not np.delete(res.info, [5, 6, 7]).any(), res.info
+    for f in [0, 1, 2, 3, 4] + list(range(8, len(n))):
+        got = np.tril(host(res.fronts.matrix(f)))
+        err = np.abs(got - want[f]).max() / np.abs(want[f]).max()
+        assert err <= 30 * n[f] * np.finfo(np.float64).eps, f"front {f}: {err:.3g}"
