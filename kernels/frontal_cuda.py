@@ -80,8 +80,9 @@ def sweep_name(T: str, order: str, forward: bool, rc: int) -> str:
 # frontal_tree's shape per size class (sparse.frontal.TREE_CLASSES): (TXR, TXC, RR, RC, MINB), a
 # TXR x TXC thread grid holding the front's TXR RR = TXC RC rows, RR x RC entries a thread, and
 # the blocks a multiprocessor must hold (the register cap that fits them; in float64 ptxas
-# spills nothing column-major, at most 16 bytes row-major, at these). The first version (16 x 16 threads for every
-# class, no cap: 8, 3, 1 and 1 blocks a multiprocessor) took 175, 1,029 and 128 us for the
+# spills nothing column-major, at most 16 bytes row-major, at these). The first version (16 x 16
+# threads for every class, no cap: 8, 3, 1 and 1 blocks a multiprocessor) took 175, 1,029 and
+# 128 us for the
 # 1000 Laplacians' three classes (17,041, 22,800 and 676 fronts; H200, 2026-11-25,
 # tree-kinds-batch.json): ~11, 18 and 25 us a front,
 # a front being a chain of round trips to memory and barriers, hidden only by other fronts.
