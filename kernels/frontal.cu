@@ -704,4 +704,171 @@ frontal_tree(const unsigned long long* tbl, const long long* meta, const int* im
   sweep_signal(reinterpret_cast<int*>(S + ms[parent]));
 }
 
+// frontal_tree_smem: the same task (the ticket, the wait, the info, the extend-add and the
+// count are frontal_tree's), with the front in shared memory and its columns in two phases, for
+// classes whose front fits (N rows, N x (N + 1) entries). frontal_tree's step costs every warp
+// of its block a barrier, a broadcast and its guards whatever is left of the front (ncu: the
+// 64-row class issue-bound). Here:
+// 1. the p pivot columns, right-looking but only over those columns (the panel, all n rows):
+//    step k updates the panel's columns j > k with column k as it stands, divided by its pivot
+//    (F(i, j) -= F(i, k) F(j, k) / d): one barrier a step, each warp taking whole columns
+//    (lanes down the rows); after the last step every column is scaled into L at once;
+// 2. the Schur complement in one pass after it: each entry of S's lower triangle is one dot
+//    product of two rows of L21, in registers, stored and added into the parent from there.
+// NT threads; MINB blocks a multiprocessor (shared memory allows 6 at N = 64 in float64).
+// The lower triangle's entries (i, j), i >= j, of columns [0, ncols) of an n-row front, between
+// global memory (Lg, leading dimension ld, layout ROW) and the shared copy F (column-major, LD),
+// CB columns (or rows, in row-major order) a warp at a time with every load before any
+// store: a load after a store to shared memory may not pass it (the compiler cannot tell a
+// global pointer from a shared one), and one at a time each load costs a round trip to memory.
+template <bool IN, int CB, typename T, bool ROW, int LD, int NW, int RL>
+__device__ __forceinline__ void tree_copy(T* F, T* Lg, long long ld, int n, int ncols, int warp,
+                                          int lane) {
+  // column-major: a warp's lines are columns j, its lanes rows; row-major: lines are rows i,
+  // lanes columns (coalesced either way)
+  const int lines = ROW ? n : ncols;
+  for (int l0 = warp; l0 < lines; l0 += CB * NW) {
+    T v[CB][RL];
+#pragma unroll
+    for (int t = 0; t < CB; ++t) {
+#pragma unroll
+      for (int r = 0; r < RL; ++r) {
+        const int l = l0 + t * NW, x = lane + 32 * r;
+        const int i = ROW ? l : x, j = ROW ? x : l;
+        const bool ok = l < lines && i < n && j <= i && j < ncols;
+        if (IN) v[t][r] = ok ? __ldcg(Lg + at<ROW>(i, j, ld)) : T(0);
+        else v[t][r] = ok ? F[i + j * LD] : T(0);
+      }
+    }
+#pragma unroll
+    for (int t = 0; t < CB; ++t) {
+#pragma unroll
+      for (int r = 0; r < RL; ++r) {
+        const int l = l0 + t * NW, x = lane + 32 * r;
+        const int i = ROW ? l : x, j = ROW ? x : l;
+        if (l < lines && i < n && j <= i && j < ncols) {
+          if (IN) F[i + j * LD] = v[t][r];
+          else Lg[at<ROW>(i, j, ld)] = v[t][r];
+        }
+      }
+    }
+  }
+}
+
+template <typename T, bool ROW, int N, int NT, int MINB>
+__global__ void __launch_bounds__(NT, MINB)
+frontal_tree_smem(const unsigned long long* tbl, const long long* meta, const int* imeta,
+                  const int* tasks, int K, int lo, int hi, int extra) {
+  static_assert(NT >= N && NT % 32 == 0, "a thread for each update row's position; warps");
+  constexpr int LD = N + 1;  // (odd in T: a column's and a row's entries in distinct banks)
+  constexpr int NW = NT / 32;
+  constexpr int RL = (N + 31) / 32;  // rows a lane in the panel's columns
+  __shared__ T F[N * LD];
+  __shared__ T srs[N];  // the pivots' 1 / sqrt
+  __shared__ int spos[N];
+  __shared__ int s_row;
+  T* L = reinterpret_cast<T*>(tbl[0]);
+  const T* rel = reinterpret_cast<const T*>(tbl[1]);
+  T* S = reinterpret_cast<T*>(tbl[3]);
+  int* info = reinterpret_cast<int*>(tbl[4]);
+  const long long* ml = meta + 2LL * K * (extra & 15);
+  const long long* mr = meta + 2LL * K * ((extra >> 4) & 15);
+  const long long* ms = meta + 2LL * K * ((extra >> 12) & 15);
+  const int cls = (extra >> 16) & 7;
+  const int tid = (int)threadIdx.x, lane = tid % 32, warp = tid / 32;
+  if (tid == 0) s_row = lo + atomicAdd(reinterpret_cast<int*>(S + ms[0]) + 3 + cls, 1);
+  __syncthreads();
+  const int row = s_row;
+  if (row >= hi) return;
+  const int* tr = tasks + (long long)row * VB_TASK_COLS;
+  const int q = tr[0], parent = tr[1], p = tr[2], u = tr[3], need = tr[4];
+  const int n = p + u;
+  T* Lq = L + ml[q];
+  const long long ld = ml[K + q];
+  if (tid < u) spos[tid] = (int)__ldg(rel + mr[q] + tid);  // (order F, one column)
+  if (need > 0) sweep_wait(reinterpret_cast<const int*>(S + ms[q]), need);
+  else __syncthreads();
+  // the lower triangle (children added into this front from other blocks: read through L2)
+  tree_copy<true, 4, T, ROW, LD, NW, RL>(F, Lq, ld, n, n, warp, lane);
+  __syncthreads();
+  int done = p, fail = 0;
+  for (int k = 0; k < p; ++k) {
+    const T d = F[k + k * LD];
+    if (!(d > T(0))) {  // NaN too (uniform: every thread read the same pivot)
+      done = k;
+      fail = k + 1;
+      break;
+    }
+    const T inv = T(1) / d;
+    // A lane's rows lane + 32 r keep their column-k entries in registers across the columns;
+    // a warp's columns go four at a time, every load before any store (one at a time, each
+    // column's loads waited for the last one's stores: 0.74 us a step, timed as above).
+    T aik[RL];
+#pragma unroll
+    for (int r = 0; r < RL; ++r) {
+      const int i = lane + 32 * r;
+      aik[r] = i > k && i < n ? F[i + k * LD] * inv : T(0);
+    }
+    for (int j0 = k + 1 + warp; j0 < p; j0 += 4 * NW) {
+      T ljk[4], f[4][RL];
+#pragma unroll
+      for (int t = 0; t < 4; ++t) {
+        const int j = j0 + t * NW;
+        ljk[t] = j < p ? F[j + k * LD] : T(0);
+#pragma unroll
+        for (int r = 0; r < RL; ++r) {
+          const int i = lane + 32 * r;
+          f[t][r] = j < p && i >= j && i < n ? F[i + j * LD] : T(0);
+        }
+      }
+#pragma unroll
+      for (int t = 0; t < 4; ++t) {
+        const int j = j0 + t * NW;
+#pragma unroll
+        for (int r = 0; r < RL; ++r) {
+          const int i = lane + 32 * r;
+          if (j < p && i >= j && i < n) F[i + j * LD] = f[t][r] - aik[r] * ljk[t];
+        }
+      }
+    }
+    __syncthreads();
+  }
+  // the factored columns into L: each scaled by its pivot's 1 / sqrt (the pivots are as the
+  // loop found them: a column is not written after its own step)
+  for (int c = tid; c < done; c += NT) srs[c] = tree_rsqrt(F[c + c * LD]);
+  __syncthreads();
+  for (int c = warp; c < done; c += NW) {
+    const T rs = srs[c];
+    for (int i = c + 1 + lane; i < n; i += 32) F[i + c * LD] *= rs;
+  }
+  __syncthreads();
+  for (int c = tid; c < done; c += NT) {
+    const T dc = F[c + c * LD];
+    F[c + c * LD] = isinf(dc) ? dc : dc * srs[c];  // LAPACK: sqrt(inf), not inf * 0
+  }
+  if (fail && tid == 0) info[q] = fail;
+  __syncthreads();
+  // L (the pivot columns; after a failure, what there is)
+  tree_copy<false, 4, T, ROW, LD, NW, RL>(F, Lq, ld, n, p, warp, lane);
+  // S = F22 - L21 L21^T, an entry a thread at a time; stored, and added into the parent
+  T* P = L + ml[parent < 0 ? q : parent];
+  const long long pld = ml[K + (parent < 0 ? q : parent)];
+  const bool add = !fail && parent >= 0;
+  for (int e = tid; e < u * u; e += NT) {
+    const int i = ROW ? e / u : e % u, j = ROW ? e % u : e / u;
+    if (j > i) continue;
+    T s = F[(p + i) + (p + j) * LD];
+    if (!fail) {
+      const T* ri = F + p + i;
+      const T* rj = F + p + j;
+#pragma unroll 4
+      for (int c = 0; c < p; ++c) s -= ri[c * LD] * rj[c * LD];
+    }
+    Lq[at<ROW>(p + i, p + j, ld)] = s;
+    if (add) atomicAdd(P + at<ROW>(spos[i], spos[j], pld), s);
+  }
+  if (parent < 0 || u == 0) return;
+  sweep_signal(reinterpret_cast<int*>(S + ms[parent]));
+}
+
 }  // namespace vb

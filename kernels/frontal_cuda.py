@@ -19,7 +19,7 @@ from vbatch.sparse.frontal import (CHUNK, EXTEND, SMALL_FRONT, SWEEP_BWD, SWEEP_
 OP = "frontal"
 SOURCE = "frontal.cu"
 TEMPLATES = ("vb::frontal_extend_add", "vb::frontal_sweep", "vb::frontal_sweep_reset",
-             "vb::frontal_tree")
+             "vb::frontal_tree", "vb::frontal_tree_smem")
 DTYPES = ("float64", "float32")
 ORDERS = ("F", "C")
 NB_SUPPORTED = None
@@ -77,32 +77,42 @@ def sweep_name(T: str, order: str, forward: bool, rc: int) -> str:
     return f"vb::frontal_sweep<{T},{row},{f},{CHUNK},{UPDATE_ROWS},{rc},{SMALL_FRONT // 32}>"
 
 
-# frontal_tree's shape per size class (sparse.frontal.TREE_CLASSES): (TXR, TXC, RR, RC, MINB), a
-# TXR x TXC thread grid holding the front's TXR RR = TXC RC rows, RR x RC entries a thread, and
-# the blocks a multiprocessor must hold (the register cap that fits them; in float64 ptxas
-# spills nothing column-major, at most 16 bytes row-major, at these). The first version (16 x 16
-# threads for every class, no cap: 8, 3, 1 and 1 blocks a multiprocessor) took 175, 1,029 and
-# 128 us for the
-# 1000 Laplacians' three classes (17,041, 22,800 and 676 fronts; H200, 2026-11-25,
-# tree-kinds-batch.json): ~11, 18 and 25 us a front,
-# a front being a chain of round trips to memory and barriers, hidden only by other fronts.
-# With these: 121, 920 and 128 us. ncu then finds the 64-row class issuing an instruction 76%
-# of cycles a scheduler: each column costs every warp of the block its barrier, broadcast and
-# guards, most of them with little or no part of the trailing block left. Fewer warps a front
-# (8 x 8 threads, R 6 for a 48-row class and R 8 for 64, 8 and 6 blocks a multiprocessor, 64
-# bytes spilled) did not help: 299 + 717 us against 920 (tree-kinds-tx8.json). Nor, much, did
-# rectangular grids (tree_ab.py, sp_kinds.py, H200, 2026-11-25, tree-shapes-2.json): one warp
-# (8 x 4 threads, 4 x 8 entries) for 32 rows 125 us against 114; 16 x 8 threads (4 x 8 entries,
-# 5 blocks) for 64 rows 817 us against 930, but 494_bus 0.148 ms against 0.126 and lap2-100
-# 0.593 against 0.549 (a front's chain on the critical path gets longer); 16 x 8 threads for 96
-# rows 158 us against 128.
-TREE_SHAPES = {32: (8, 8, 4, 4, 16), 64: (16, 16, 4, 4, 4), 96: (16, 16, 6, 6, 2),
+# The tree kernels' shape per size class (sparse.frontal.TREE_CLASSES): ("smem", threads,
+# blocks) for frontal_tree_smem, (TXR, TXC, RR, RC, blocks) for frontal_tree (a TXR x TXC thread
+# grid holding the front's TXR RR = TXC RC rows, RR x RC entries a thread); blocks: those a
+# multiprocessor must hold (registers capped to fit). frontal_tree_smem needs the front in
+# static shared memory, so 96 and 128 rows stay with frontal_tree. Measured on the H200
+# (2026-11-25; tree_ab.py and sp_kinds.py; files in docs/results/h200-2026-11-25-s8/), for the
+# 1000 Laplacians' classes (17,041 fronts of up to 32 rows, 22,800 of up to 64, 676 of up to
+# 96):
+# - frontal_tree, 16 x 16 threads for every class, no cap (8, 3, 1 blocks): 175, 1,029 and
+#   128 us (tree-kinds-batch.json); 8 x 8 threads and 16 blocks for 32 rows, a cap of 4 blocks
+#   for 64: 121, 920, 128 (tree-kinds-s1.json). ncu on the 64-row class: an instruction issued
+#   76% of cycles a scheduler (each column costs every warp its barrier, broadcast and guards);
+#   fewer threads a front (8 x 8 for 48 and 64 rows; 16 x 8; one warp for 32) moved a class by
+#   +-10% and the small matrices the other way (tree-kinds-tx8.json, tree-shapes-2.json).
+# - frontal_tree_smem (per-front globaltimer stamps: a 64-row-class front spent 4.2 us loading
+#   and 17.8 factoring, 0.74 us a column, each column's loads waiting on the last one's
+#   stores): with the loads and the column updates batched, 115, 653 and 128 us; the batch's
+#   factor 1.40 -> 1.12 ms, 494_bus 0.124 -> 0.117, lap2-300 2.45 -> 2.40, bcsstk16, lap2-100
+#   and lap3-40 within 1% (tree-smem.json). A 48-row class between them gained nothing (268 +
+#   401 us against 653).
+TREE_SHAPES = {32: ("smem", 64, 16), 64: ("smem", 128, 6), 96: (16, 16, 6, 6, 2),
                128: (16, 16, 8, 8, 1)}
 
 
+def tree_threads(shape: tuple) -> int:
+    """A block's threads for a TREE_SHAPES entry: ("smem", threads, blocks) for
+    frontal_tree_smem, (TXR, TXC, RR, RC, blocks) for frontal_tree."""
+    return shape[1] if shape[0] == "smem" else shape[0] * shape[1]
+
+
 def tree_name(T: str, order: str, rows: int, shapes=None) -> str:
-    txr, txc, rr, rc, minb = (shapes or TREE_SHAPES)[rows]
+    shape = (shapes or TREE_SHAPES)[rows]
     row = "true" if order == "C" else "false"
+    if shape[0] == "smem":
+        return f"vb::frontal_tree_smem<{T},{row},{rows},{shape[1]},{shape[2]}>"
+    txr, txc, rr, rc, minb = shape
     return f"vb::frontal_tree<{T},{row},{txr},{txc},{rr},{rc},{minb}>"
 
 
@@ -142,9 +152,8 @@ def selection(lc, plan, dtype, layouts: dict, config) -> Selection:
         cls = int(np.searchsorted(np.asarray(TREE_CLASSES), rows))
         extra = slot["l"] | slot["rel"] << 4 | slot["sync"] << 12 | cls << 16
         shapes = dict(plan.opts.get("tree_shapes", ())) or TREE_SHAPES
-        txr, txc = shapes[TREE_CLASSES[cls]][:2]
         return Selection(tree_name(T, layouts["l"], TREE_CLASSES[cls], shapes), (lc.count,),
-                         (txr * txc,), 0, extra, SOURCE)
+                         (tree_threads(shapes[TREE_CLASSES[cls]]),), 0, extra, SOURCE)
     if lc.kind != EXTEND:
         raise ValueError(f"cuda backend: the frontal family has no launch kind {lc.kind!r}")
     u = int(a[:, 2].max())

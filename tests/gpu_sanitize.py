@@ -188,9 +188,10 @@ def sparse(rng, dtype) -> int:
         want = vbatch.sparse.reference([f.astype(np.float64) for f in fronts], p, parent, rel)
         fronts[5][4, 4] = -1000.0  # front 5 fails at its column 5; its parent 6 and 7 vary
         # (the last: other thread grids, through the plan option tree_shapes)
-        other = ((32, (8, 4, 4, 8, 20)), (64, (16, 8, 4, 8, 5)), (96, (16, 8, 6, 12, 3)),
-                 (128, (16, 16, 8, 8, 1)))
-        for tm, shapes in ((0, None), (32, None), (128, None), (128, other)):
+        from test_sparse import _OTHER_SHAPES
+
+        other = [tuple(sorted(s.items())) for s in _OTHER_SHAPES]
+        for tm, shapes in [(0, None), (32, None), (128, None)] + [(128, s) for s in other]:
             a = vbatch.pack([f.copy() for f in fronts], order=order)
             r = vbatch.pack([x.reshape(-1, 1).astype(dtype) for x in rel], order="F")
             a, r = a.with_data(cupy.asarray(a.data)), r.with_data(cupy.asarray(r.data))

@@ -1120,12 +1120,24 @@ def test_tree_launches_as_one_without_the_split(device):
         assert err <= 30 * n[f] * np.finfo(np.float64).eps, f"front {f}: {err:.3g}"
 
 
+_OTHER_SHAPES = [
+    # frontal_tree: one warp for the 32-row class, 16 x 8 threads for 64 and 96 rows
+    {32: (8, 4, 4, 8, 20), 64: (16, 8, 4, 8, 5), 96: (16, 8, 6, 12, 3), 128: (16, 16, 8, 8, 1)},
+    # frontal_tree_smem with one warp for 32 rows and two for 64; frontal_tree_smem at 96 rows
+    # is not possible (the front would not fit the static shared memory)
+    {32: ("smem", 32, 16), 64: ("smem", 64, 6), 96: (16, 16, 6, 6, 2), 128: (16, 16, 8, 8, 1)},
+    # frontal_tree (square grids) for 32 and 64 rows
+    {32: (8, 8, 4, 4, 16), 64: (16, 16, 4, 4, 4), 96: (16, 16, 6, 6, 2), 128: (16, 16, 8, 8, 1)},
+]
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("order", ["F", "C"])
-def test_tree_shapes_equal_the_reference(order):
-    """frontal_tree's other thread grids (the plan option tree_shapes: one warp for the
-    32-row class, 16 x 8 threads for 64 and 96 rows) give the reference's fronts, in both
-    layouts, with a failing front as in test_tree_launches_equal_the_reference."""
+@pytest.mark.parametrize("shapes", range(len(_OTHER_SHAPES)))
+def test_tree_shapes_equal_the_reference(order, shapes):
+    """The tree kernels' other shapes (the plan option tree_shapes) give the reference's
+    fronts, in both layouts, with a failing front as in
+    test_tree_launches_equal_the_reference."""
     import cupy
 
     from vbatch.ops.batch import pack
@@ -1135,8 +1147,7 @@ def test_tree_shapes_equal_the_reference(order):
     n, p, parent, rel, fronts = _tree_fronts(rng, np.float64)
     want = reference(fronts, p, parent, rel)
     fronts[5][4, 4] = -1000.0
-    shapes = {32: (8, 4, 4, 8, 20), 64: (16, 8, 4, 8, 5), 96: (16, 8, 6, 12, 3),
-              128: (16, 16, 8, 8, 1)}
+    shapes = _OTHER_SHAPES[shapes]
     rt = Runtime("cuda", tree_max=128)
     rt.plan_options(np.float64, "frontal")["tree_shapes"] = tuple(sorted(shapes.items()))
     a = pack([f.copy() for f in fronts], order=order)
