@@ -710,8 +710,8 @@ frontal_tree(const unsigned long long* tbl, const long long* meta, const int* im
 // of its block a barrier, a broadcast and its guards whatever is left of the front (ncu: the
 // 64-row class issue-bound). Here:
 // 1. the p pivot columns, right-looking but only over those columns (the panel, all n rows):
-//    step k updates the panel's columns j > k with column k as it stands, divided by its pivot
-//    (F(i, j) -= F(i, k) F(j, k) / d): one barrier a step, each warp taking whole columns
+//    step k updates the panel's columns j > k with column k as it stands, scaled by its pivot
+//    (F(i, j) -= (F(i, k) / sqrt d) (F(j, k) / sqrt d)): one barrier a step, each warp taking whole columns
 //    (lanes down the rows); after the last step every column is scaled into L at once;
 // 2. the Schur complement in one pass after it: each entry of S's lower triangle is one dot
 //    product of two rows of L21, in registers, stored and added into the parent from there.
@@ -799,7 +799,8 @@ frontal_tree_smem(const unsigned long long* tbl, const long long* meta, const in
       fail = k + 1;
       break;
     }
-    const T inv = T(1) / d;
+    // (1 / sqrt(d) on both factors, not 1 / d on one: a subnormal pivot's reciprocal is inf)
+    const T rs = tree_rsqrt(d);
     // A lane's rows lane + 32 r keep their column-k entries in registers across the columns;
     // a warp's columns go four at a time, every load before any store (one at a time, each
     // column's loads waited for the last one's stores: 0.74 us a step, timed as above).
@@ -807,14 +808,14 @@ frontal_tree_smem(const unsigned long long* tbl, const long long* meta, const in
 #pragma unroll
     for (int r = 0; r < RL; ++r) {
       const int i = lane + 32 * r;
-      aik[r] = i > k && i < n ? F[i + k * LD] * inv : T(0);
+      aik[r] = i > k && i < n ? F[i + k * LD] * rs : T(0);
     }
     for (int j0 = k + 1 + warp; j0 < p; j0 += 4 * NW) {
       T ljk[4], f[4][RL];
 #pragma unroll
       for (int t = 0; t < 4; ++t) {
         const int j = j0 + t * NW;
-        ljk[t] = j < p ? F[j + k * LD] : T(0);
+        ljk[t] = j < p ? F[j + k * LD] * rs : T(0);
 #pragma unroll
         for (int r = 0; r < RL; ++r) {
           const int i = lane + 32 * r;
@@ -831,22 +832,21 @@ frontal_tree_smem(const unsigned long long* tbl, const long long* meta, const in
         }
       }
     }
-    __syncthreads();
+    if (k + 1 < p) __syncthreads();  // (the last step writes nothing)
   }
   // the factored columns into L: each scaled by its pivot's 1 / sqrt (the pivots are as the
-  // loop found them: a column is not written after its own step)
-  for (int c = tid; c < done; c += NT) srs[c] = tree_rsqrt(F[c + c * LD]);
-  __syncthreads();
-  for (int c = warp; c < done; c += NW) {
-    const T rs = srs[c];
-    for (int i = c + 1 + lane; i < n; i += 32) F[i + c * LD] *= rs;
-  }
-  __syncthreads();
+  // loop found them: a column is not written after its own step), the diagonal to sqrt
   for (int c = tid; c < done; c += NT) {
-    const T dc = F[c + c * LD];
-    F[c + c * LD] = isinf(dc) ? dc : dc * srs[c];  // LAPACK: sqrt(inf), not inf * 0
+    const T dc = F[c + c * LD], rc = tree_rsqrt(dc);
+    srs[c] = rc;
+    F[c + c * LD] = isinf(dc) ? dc : dc * rc;  // LAPACK: sqrt(inf), not inf * 0
   }
   if (fail && tid == 0) info[q] = fail;
+  __syncthreads();
+  for (int c = warp; c < done; c += NW) {
+    const T rc = srs[c];
+    for (int i = c + 1 + lane; i < n; i += 32) F[i + c * LD] *= rc;
+  }
   __syncthreads();
   // L (the pivot columns; after a failure, what there is)
   tree_copy<false, 4, T, ROW, LD, NW, RL>(F, Lq, ld, n, p, warp, lane);
@@ -857,13 +857,12 @@ frontal_tree_smem(const unsigned long long* tbl, const long long* meta, const in
   for (int e = tid; e < u * u; e += NT) {
     const int i = ROW ? e / u : e % u, j = ROW ? e % u : e / u;
     if (j > i) continue;
+    // (after a failure: updated by the columns factored, as frontal_tree and the CPU leave it)
     T s = F[(p + i) + (p + j) * LD];
-    if (!fail) {
-      const T* ri = F + p + i;
-      const T* rj = F + p + j;
+    const T* ri = F + p + i;
+    const T* rj = F + p + j;
 #pragma unroll 4
-      for (int c = 0; c < p; ++c) s -= ri[c * LD] * rj[c * LD];
-    }
+    for (int c = 0; c < done; ++c) s -= ri[c * LD] * rj[c * LD];
     Lq[at<ROW>(p + i, p + j, ld)] = s;
     if (add) atomicAdd(P + at<ROW>(spos[i], spos[j], pld), s);
   }

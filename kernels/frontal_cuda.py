@@ -53,8 +53,8 @@ def plan_defaults(dtype) -> dict:
     # 40^3 19.35 / 12.80 / 13.01 / 12.50, 60^3 99.2 / 53.0 / 52.9 / 48.0.
     # tree_max: fronts in subtrees of fronts of at most this many rows factor in frontal.tree
     # launches (vbatch.sparse.frontal.frontal_graph); 0 turns them off.
-    # tree_shapes: frontal_tree's shape per class (TREE_SHAPES, as sorted pairs: a plan option
-    # is hashable), for measuring others.
+    # tree_shapes: the tree kernels' shape per class (TREE_SHAPES, as sorted pairs: a plan
+    # option is hashable), for measuring others.
     return {"block": 256, "block_above": 256, "tree_max": TREE_MAX, "tree_split": True,
             "tree_shapes": tuple(sorted(TREE_SHAPES.items()))}
 

@@ -994,6 +994,8 @@ _TREES = [
     (20, 5, 13), (129, 60, 15), (96, 10, 15), (200, 200, -1),
     # a child with no update rows (nothing to add, nothing to wait for)
     (6, 6, 17), (10, 10, -1),
+    # a front alone (given a subnormal pivot below)
+    (3, 3, -1),
 ]
 
 
@@ -1020,7 +1022,8 @@ def test_tree_launches_equal_the_reference(device, dtype, order, tree_max):
     split, in both layouts; a front that fails gets its info at its own column, and the fronts
     of the other trees (and the failed front's children) are as if it had not. (A failed
     front's parents are unspecified: a tree front adds nothing into its parent, a chain
-    front its partial Schur complement.) An infinite pivot is LAPACK's: L = inf, info 0."""
+    front its partial Schur complement.) An infinite pivot is LAPACK's: L = inf, info 0; a
+    subnormal one is a pivot like any other (its reciprocal, inf, must not reach the update)."""
     from vbatch.ops.batch import pack
     from vbatch.sparse.frontal import TREE_CLASSES, reference, subtree_max
 
@@ -1054,10 +1057,15 @@ def test_tree_launches_equal_the_reference(device, dtype, order, tree_max):
     bad = [f.copy() for f in fronts]
     bad[5][4, 4] = -1000.0
     bad[3][0, 0] = np.inf  # front 3: one row, alone
+    tiny = np.finfo(dtype).tiny / 8
+    bad[18] = np.diag([tiny, 1.0, 1.0]).astype(dtype)
     _, res = run(bad)
     assert res.info[5] == 5 and not np.delete(res.info, [5, 6, 7]).any(), res.info
     assert host(res.fronts.matrix(3))[0, 0] == np.inf
-    for f in [0, 1, 2, 4] + list(range(8, len(n))):
+    got = host(res.fronts.matrix(18)).astype(np.float64)
+    assert np.isclose(got[0, 0], np.sqrt(np.float64(dtype(tiny))), rtol=1e-5), got
+    assert np.array_equal(np.tril(got)[1:], np.diag([0.0, 1.0, 1.0])[1:]), got
+    for f in [0, 1, 2, 4] + list(range(8, len(n) - 1)):
         got = host(res.fronts.matrix(f)).astype(np.float64)
         err = np.abs(np.tril(got) - want[f]).max() / np.abs(want[f]).max()
         assert err <= 30 * n[f] * eps, f"front {f} (n {n[f]}): {err:.3g}"
