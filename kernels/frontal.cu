@@ -832,7 +832,7 @@ frontal_tree_smem(const unsigned long long* tbl, const long long* meta, const in
         }
       }
     }
-    if (k + 1 < p) __syncthreads();  // (the last step writes nothing)
+    __syncthreads();  // (after the last step too: the pass below rewrites its pivot)
   }
   // the factored columns into L: each scaled by its pivot's 1 / sqrt (the pivots are as the
   // loop found them: a column is not written after its own step), the diagonal to sqrt
