@@ -578,6 +578,67 @@ template <typename T> __device__ __forceinline__ T tree_rsqrt(T x);
 template <> __device__ __forceinline__ double tree_rsqrt<double>(double x) { return rsqrt(x); }
 template <> __device__ __forceinline__ float tree_rsqrt<float>(float x) { return rsqrtf(x); }
 
+// What the tree kernels (frontal_tree, frontal_tree_smem) share. A tree item: its front (q),
+// parent, pivots, update rows, order; its front's and its parent's addresses (a root's parent:
+// itself), its parent's counter, and info.
+template <typename T>
+struct TreeItem {
+  int q, parent, p, u, n;
+  T* Lq;
+  long long ld;
+  T* P;
+  long long pld;
+  int* cpar;
+  int* info;
+};
+
+// A tree item's start: a ticket (front 0's counter 3 + the launch's class, extra bits 16-18),
+// the task row at that place, the addresses, the update rows' positions into spos (threads
+// tid < u), and the children's adds waited for (a block barrier either way). False: no item
+// is left for this block.
+template <typename T>
+__device__ __forceinline__ bool tree_begin(const unsigned long long* tbl, const long long* meta,
+                                           const int* tasks, int K, int lo, int hi, int extra,
+                                           int* spos, int& s_row, TreeItem<T>& it) {
+  T* L = reinterpret_cast<T*>(tbl[0]);
+  const T* rel = reinterpret_cast<const T*>(tbl[1]);
+  T* S = reinterpret_cast<T*>(tbl[3]);
+  it.info = reinterpret_cast<int*>(tbl[4]);
+  const long long* ml = meta + 2LL * K * (extra & 15);
+  const long long* mr = meta + 2LL * K * ((extra >> 4) & 15);
+  const long long* ms = meta + 2LL * K * ((extra >> 12) & 15);
+  const int cls = (extra >> 16) & 7;
+  const int tid = (int)threadIdx.x;
+  if (tid == 0) s_row = lo + atomicAdd(reinterpret_cast<int*>(S + ms[0]) + 3 + cls, 1);
+  __syncthreads();
+  const int row = s_row;
+  if (row >= hi) return false;
+  const int* tr = tasks + (long long)row * VB_TASK_COLS;
+  const int q = tr[0], parent = tr[1], u = tr[3], need = tr[4];
+  it.q = q;
+  it.parent = parent;
+  it.p = tr[2];
+  it.u = u;
+  it.n = it.p + u;
+  it.Lq = L + ml[q];
+  it.ld = ml[K + q];
+  const int pp = parent < 0 ? q : parent;
+  it.P = L + ml[pp];
+  it.pld = ml[K + pp];
+  it.cpar = reinterpret_cast<int*>(S + ms[pp]);
+  if (tid < u) spos[tid] = (int)__ldg(rel + mr[q] + tid);  // (order F, one column)
+  if (need > 0) sweep_wait(reinterpret_cast<const int*>(S + ms[q]), need);
+  else __syncthreads();
+  return true;
+}
+
+// A tree item's end: one more child done in its parent's counter (a front without update
+// rows adds nothing, and its parent does not wait for it).
+template <typename T>
+__device__ __forceinline__ void tree_end(const TreeItem<T>& it) {
+  if (it.parent >= 0 && it.u > 0) sweep_signal(it.cpar);
+}
+
 template <typename T, bool ROW, int TXR, int TXC, int RR, int RC, int MINB>
 __global__ void __launch_bounds__(TXR * TXC, MINB)
 frontal_tree(const unsigned long long* tbl, const long long* meta, const int* imeta,
@@ -588,28 +649,13 @@ frontal_tree(const unsigned long long* tbl, const long long* meta, const int* im
   __shared__ T col[2][N];
   __shared__ int spos[N];
   __shared__ int s_row;
-  T* L = reinterpret_cast<T*>(tbl[0]);
-  const T* rel = reinterpret_cast<const T*>(tbl[1]);
-  T* S = reinterpret_cast<T*>(tbl[3]);
-  int* info = reinterpret_cast<int*>(tbl[4]);
-  const long long* ml = meta + 2LL * K * (extra & 15);
-  const long long* mr = meta + 2LL * K * ((extra >> 4) & 15);
-  const long long* ms = meta + 2LL * K * ((extra >> 12) & 15);
-  const int cls = (extra >> 16) & 7;
+  TreeItem<T> it;
+  if (!tree_begin<T>(tbl, meta, tasks, K, lo, hi, extra, spos, s_row, it)) return;
+  const int q = it.q, parent = it.parent, p = it.p, u = it.u, n = it.n;
+  T* Lq = it.Lq;
+  const long long ld = it.ld;
   const int tid = (int)threadIdx.x;
   const int r0 = ROW ? tid / TXC : tid % TXR, c0 = ROW ? tid % TXC : tid / TXR;
-  if (tid == 0) s_row = lo + atomicAdd(reinterpret_cast<int*>(S + ms[0]) + 3 + cls, 1);
-  __syncthreads();
-  const int row = s_row;
-  if (row >= hi) return;
-  const int* tr = tasks + (long long)row * VB_TASK_COLS;
-  const int q = tr[0], parent = tr[1], p = tr[2], u = tr[3], need = tr[4];
-  const int n = p + u;
-  T* Lq = L + ml[q];
-  const long long ld = ml[K + q];
-  if (tid < u) spos[tid] = (int)__ldg(rel + mr[q] + tid);  // (order F, one column)
-  if (need > 0) sweep_wait(reinterpret_cast<const int*>(S + ms[q]), need);
-  else __syncthreads();
   // Tile (ia, jb) holds rows TXR ia + [0, TXR) and columns TXC jb + [0, TXC): live where some
   // of its entries are on or below the diagonal (known at compile time: the loops unroll).
 #define VB_TREE_LIVE(ia, jb) ((jb) * TXC <= (ia) * TXR + TXR - 1)
@@ -679,7 +725,7 @@ frontal_tree(const unsigned long long* tbl, const long long* meta, const int* im
         }
     }
   }
-  if (fail && tid == 0) info[q] = fail;
+  if (fail && tid == 0) it.info[q] = fail;
 #pragma unroll
   for (int ia = 0; ia < RR; ++ia)
 #pragma unroll
@@ -687,10 +733,9 @@ frontal_tree(const unsigned long long* tbl, const long long* meta, const int* im
       const int i = r0 + TXR * ia, j = c0 + TXC * jb;
       if (VB_TREE_LIVE(ia, jb) && i < n && j <= i) Lq[at<ROW>(i, j, ld)] = a[ia][jb];
     }
-  if (parent < 0 || u == 0) return;
-  if (!fail) {
-    T* P = L + ml[parent];
-    const long long pld = ml[K + parent];
+  if (!fail && parent >= 0 && u > 0) {
+    T* P = it.P;
+    const long long pld = it.pld;
 #pragma unroll
     for (int ia = 0; ia < RR; ++ia)
 #pragma unroll
@@ -701,7 +746,7 @@ frontal_tree(const unsigned long long* tbl, const long long* meta, const int* im
       }
   }
 #undef VB_TREE_LIVE
-  sweep_signal(reinterpret_cast<int*>(S + ms[parent]));
+  tree_end(it);
 }
 
 // frontal_tree_smem: the same task (the ticket, the wait, the info, the extend-add and the
@@ -767,27 +812,12 @@ frontal_tree_smem(const unsigned long long* tbl, const long long* meta, const in
   __shared__ T srs[N];  // the pivots' 1 / sqrt
   __shared__ int spos[N];
   __shared__ int s_row;
-  T* L = reinterpret_cast<T*>(tbl[0]);
-  const T* rel = reinterpret_cast<const T*>(tbl[1]);
-  T* S = reinterpret_cast<T*>(tbl[3]);
-  int* info = reinterpret_cast<int*>(tbl[4]);
-  const long long* ml = meta + 2LL * K * (extra & 15);
-  const long long* mr = meta + 2LL * K * ((extra >> 4) & 15);
-  const long long* ms = meta + 2LL * K * ((extra >> 12) & 15);
-  const int cls = (extra >> 16) & 7;
+  TreeItem<T> it;
+  if (!tree_begin<T>(tbl, meta, tasks, K, lo, hi, extra, spos, s_row, it)) return;
+  const int q = it.q, p = it.p, u = it.u, n = it.n;
+  T* Lq = it.Lq;
+  const long long ld = it.ld;
   const int tid = (int)threadIdx.x, lane = tid % 32, warp = tid / 32;
-  if (tid == 0) s_row = lo + atomicAdd(reinterpret_cast<int*>(S + ms[0]) + 3 + cls, 1);
-  __syncthreads();
-  const int row = s_row;
-  if (row >= hi) return;
-  const int* tr = tasks + (long long)row * VB_TASK_COLS;
-  const int q = tr[0], parent = tr[1], p = tr[2], u = tr[3], need = tr[4];
-  const int n = p + u;
-  T* Lq = L + ml[q];
-  const long long ld = ml[K + q];
-  if (tid < u) spos[tid] = (int)__ldg(rel + mr[q] + tid);  // (order F, one column)
-  if (need > 0) sweep_wait(reinterpret_cast<const int*>(S + ms[q]), need);
-  else __syncthreads();
   // the lower triangle (children added into this front from other blocks: read through L2)
   tree_copy<true, 4, T, ROW, LD, NW, RL>(F, Lq, ld, n, n, warp, lane);
   __syncthreads();
@@ -841,7 +871,7 @@ frontal_tree_smem(const unsigned long long* tbl, const long long* meta, const in
     srs[c] = rc;
     F[c + c * LD] = isinf(dc) ? dc : dc * rc;  // LAPACK: sqrt(inf), not inf * 0
   }
-  if (fail && tid == 0) info[q] = fail;
+  if (fail && tid == 0) it.info[q] = fail;
   __syncthreads();
   for (int c = warp; c < done; c += NW) {
     const T rc = srs[c];
@@ -851,9 +881,9 @@ frontal_tree_smem(const unsigned long long* tbl, const long long* meta, const in
   // L (the pivot columns; after a failure, what there is)
   tree_copy<false, 4, T, ROW, LD, NW, RL>(F, Lq, ld, n, p, warp, lane);
   // S = F22 - L21 L21^T, an entry a thread at a time; stored, and added into the parent
-  T* P = L + ml[parent < 0 ? q : parent];
-  const long long pld = ml[K + (parent < 0 ? q : parent)];
-  const bool add = !fail && parent >= 0;
+  T* P = it.P;
+  const long long pld = it.pld;
+  const bool add = !fail && it.parent >= 0;
   for (int e = tid; e < u * u; e += NT) {
     const int i = ROW ? e / u : e % u, j = ROW ? e % u : e / u;
     if (j > i) continue;
@@ -866,8 +896,7 @@ frontal_tree_smem(const unsigned long long* tbl, const long long* meta, const in
     Lq[at<ROW>(p + i, p + j, ld)] = s;
     if (add) atomicAdd(P + at<ROW>(spos[i], spos[j], pld), s);
   }
-  if (parent < 0 || u == 0) return;
-  sweep_signal(reinterpret_cast<int*>(S + ms[parent]));
+  tree_end(it);
 }
 
 }  // namespace vb
