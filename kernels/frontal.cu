@@ -206,24 +206,102 @@ __device__ __forceinline__ void sweep_bwd_load(const T* Lq, long long ldl, int s
 // A small front (n <= 32 R; one item) by one warp, R rows a lane (row lane + 32 s in slot s).
 // Forward, its pivots and update rows are one loop over the pivot columns (column j of L
 // coalesced down the lanes, y_j broadcast from its owner); the update rows then go into the
-// parent. Backward, row i of L across the lanes (columns j < i, from L1), x_i broadcast once
+// parent. Backward, row i of L across the lanes (lane j: L[i, j], j < i), x_i broadcast once
 // final, last row first. No shared memory and no block barrier: 8 fronts of one level share a
 // block, and the waits are a lane's. (Slots are picked by unrolled compares, so the arrays stay
 // in registers.)
-template <typename T, bool ROW, bool FWD, int R>
+//
+// L comes in chunks of CB columns (forward) or rows (backward) through two register buffers,
+// the next chunk's loads issued before the current one is used: 2 CB columns a memory round
+// trip. A loop that loaded each column where it used it (unrolled twice) kept two in flight,
+// and a front was a chain of p / 2 round trips: the 1000 Laplacians' sweeps took 397 and 413
+// us for 40,545 such fronts, about 10x the time to read their L once (H200, 2026-11-26).
+template <typename T, bool ROW, int R, int CB>
+__device__ __forceinline__ void small_cols(T (&l)[R][CB], const T* Lq, long long ldl, int n,
+                                           int p, int j0, int lane) {
+#pragma unroll
+  for (int t = 0; t < CB; ++t)
+#pragma unroll
+    for (int s = 0; s < R; ++s) {
+      const int i = lane + 32 * s, j = j0 + t;
+      l[s][t] = i < n && j < p ? __ldg(Lq + at<ROW>(i, j, ldl)) : T(0);
+    }
+}
+
+// Forward over columns [j0, j0 + CB) (those < p): v holds the rows' running values.
+template <typename T, int R, int CB>
+__device__ __forceinline__ void small_fwd(const T (&l)[R][CB], T (&v)[R], const T (&d)[R],
+                                          int j0, int p, int lane) {
+#pragma unroll
+  for (int t = 0; t < CB; ++t) {
+    const int j = j0 + t;
+    if (j >= p) break;  // (uniform)
+    T own = T(0);
+#pragma unroll
+    for (int s = 0; s < R; ++s)
+      if (s == j / 32) own = v[s] * d[s];
+    const T y = __shfl_sync(0xffffffffu, own, j % 32);
+#pragma unroll
+    for (int s = 0; s < R; ++s) {
+      const int i = lane + 32 * s;
+      if (i == j) v[s] = y;
+      else if (i > j) v[s] -= l[s][t] * y;
+    }
+  }
+}
+
+// Rows top - 1, top - 2, ..., top - CB (those >= 0) of L across the lanes: lane j + 32 s holds
+// L[i, j + 32 s] for the columns left of the diagonal and among the pivots.
+template <typename T, bool ROW, int R, int CB>
+__device__ __forceinline__ void small_rows(T (&l)[R][CB], const T* Lq, long long ldl, int p,
+                                           int top, int lane) {
+#pragma unroll
+  for (int t = 0; t < CB; ++t)
+#pragma unroll
+    for (int s = 0; s < R; ++s) {
+      const int i = top - 1 - t, j = lane + 32 * s;
+      l[s][t] = i >= 0 && j < min(i, p) ? __ldg(Lq + at<ROW>(i, j, ldl)) : T(0);
+    }
+}
+
+// Backward over rows top - 1 down to top - CB (those >= 0): x holds the rows' values (final
+// once their row is passed), acc the sums L[i, j] x_i of the rows passed, per column j.
+template <typename T, int R, int CB>
+__device__ __forceinline__ void small_bwd(const T (&l)[R][CB], T (&x)[R], T (&acc)[R],
+                                          const T (&d)[R], int top, int p, int lane) {
+#pragma unroll
+  for (int t = 0; t < CB; ++t) {
+    const int i = top - 1 - t;
+    if (i < 0) break;  // (uniform)
+    T own = T(0);
+#pragma unroll
+    for (int s = 0; s < R; ++s) {
+      if (s == i / 32) {
+        if (i < p && lane == i % 32) x[s] = (x[s] - acc[s]) * d[s];
+        own = x[s];
+      }
+    }
+    const T xi = __shfl_sync(0xffffffffu, own, i % 32);
+#pragma unroll
+    for (int s = 0; s < R; ++s) acc[s] += l[s][t] * xi;
+  }
+}
+
+template <typename T, bool ROW, bool FWD, int R, int CB>
 __device__ __forceinline__ void sweep_small(const T* Lq, long long ldl, T* Xq, long long ldx,
                                             T* Xp, long long ldp, const T* pos, int p, int u,
                                             int r, int lane, int* cq, int* cp, bool has_parent,
                                             int need) {
   const int n = p + u;
-  const unsigned full = 0xffffffffu;
   T d[R];  // the pivots' reciprocals (lane j: L[j, j]), loaded before any wait
 #pragma unroll
   for (int s = 0; s < R; ++s) {
     const int i = lane + 32 * s;
     d[s] = i < p ? T(1) / __ldg(Lq + at<ROW>(i, i, ldl)) : T(0);
   }
+  T la[R][CB], lb[R][CB];
   if (FWD) {
+    small_cols<T, ROW, R, CB>(la, Lq, ldl, n, p, 0, lane);  // (before the wait too)
     if (need > 0) {
       if (lane == 0) {
         while (*reinterpret_cast<const volatile int*>(cq) < need) __nanosleep(32);
@@ -238,22 +316,12 @@ __device__ __forceinline__ void sweep_small(const T* Lq, long long ldl, T* Xq, l
         const int i = lane + 32 * s;
         v[s] = i < n ? __ldcg(Xq + at<ROW>(i, c, ldx)) : T(0);
       }
-#pragma unroll 2
-      for (int j = 0; j < p; ++j) {
-        T l[R], own = T(0);
-#pragma unroll
-        for (int s = 0; s < R; ++s) {
-          const int i = lane + 32 * s;
-          l[s] = i < n ? __ldg(Lq + at<ROW>(i, j, ldl)) : T(0);
-          if (s == j / 32) own = v[s] * d[s];
-        }
-        const T y = __shfl_sync(full, own, j % 32);
-#pragma unroll
-        for (int s = 0; s < R; ++s) {
-          const int i = lane + 32 * s;
-          if (i == j) v[s] = y;
-          else if (i > j) v[s] -= l[s] * y;
-        }
+      if (c > 0) small_cols<T, ROW, R, CB>(la, Lq, ldl, n, p, 0, lane);
+      for (int j0 = 0; j0 < p; j0 += 2 * CB) {
+        small_cols<T, ROW, R, CB>(lb, Lq, ldl, n, p, j0 + CB, lane);
+        small_fwd<T, R, CB>(la, v, d, j0, p, lane);
+        small_cols<T, ROW, R, CB>(la, Lq, ldl, n, p, j0 + 2 * CB, lane);
+        small_fwd<T, R, CB>(lb, v, d, j0 + CB, p, lane);
       }
 #pragma unroll
       for (int s = 0; s < R; ++s) {
@@ -269,6 +337,7 @@ __device__ __forceinline__ void sweep_small(const T* Lq, long long ldl, T* Xq, l
     }
     return;
   }
+  small_rows<T, ROW, R, CB>(la, Lq, ldl, p, n, lane);  // (before the wait too)
   if (has_parent) {
     if (lane == 0) {
       while (*reinterpret_cast<const volatile int*>(cp + 2) < need) __nanosleep(32);
@@ -286,26 +355,12 @@ __device__ __forceinline__ void sweep_small(const T* Lq, long long ldl, T* Xq, l
       if (i >= p && i < n) Xq[at<ROW>(i, c, ldx)] = x[s];  // for the children
       acc[s] = T(0);
     }
-#pragma unroll 2
-    for (int i = n - 1; i >= 0; --i) {
-      const int m = min(i, p);  // row i's entries left of the diagonal, in pivot columns
-      T l[R];
-#pragma unroll
-      for (int s = 0; s < R; ++s) {
-        const int j = lane + 32 * s;
-        l[s] = j < m ? __ldg(Lq + at<ROW>(i, j, ldl)) : T(0);
-      }
-      T own = T(0);
-#pragma unroll
-      for (int s = 0; s < R; ++s) {
-        if (s == i / 32) {
-          if (i < p && lane == i % 32) x[s] = (x[s] - acc[s]) * d[s];
-          own = x[s];
-        }
-      }
-      const T xi = __shfl_sync(full, own, i % 32);
-#pragma unroll
-      for (int s = 0; s < R; ++s) acc[s] += l[s] * xi;
+    if (c > 0) small_rows<T, ROW, R, CB>(la, Lq, ldl, p, n, lane);
+    for (int top = n; top > 0; top -= 2 * CB) {
+      small_rows<T, ROW, R, CB>(lb, Lq, ldl, p, top - CB, lane);
+      small_bwd<T, R, CB>(la, x, acc, d, top, p, lane);
+      small_rows<T, ROW, R, CB>(la, Lq, ldl, p, top - 2 * CB, lane);
+      small_bwd<T, R, CB>(lb, x, acc, d, top - CB, p, lane);
     }
 #pragma unroll
     for (int s = 0; s < R; ++s) {
@@ -360,12 +415,15 @@ frontal_sweep(const unsigned long long* tbl, const long long* meta, const int* i
     int* cw = reinterpret_cast<int*>(S + ms[qw]);
     const int pp = pw < 0 ? qw : pw;
     int* cpw = reinterpret_cast<int*>(S + ms[pp]);
-    if (tw[2] + tw[3] <= 64)
-      sweep_small<T, ROW, FWD, 2>(Lw, ml[K + qw], Xw, mx[K + qw], X + mx[pp], mx[K + pp],
-                                  rel + mr[qw], tw[2], tw[3], r, lane, cw, cpw, pw >= 0, tw[5]);
+    // (fronts of up to 32 rows: one row a lane, twice the columns a chunk in the same registers)
+    if (tw[2] + tw[3] <= 32)
+      sweep_small<T, ROW, FWD, 1, 8>(Lw, ml[K + qw], Xw, mx[K + qw], X + mx[pp], mx[K + pp],
+                                     rel + mr[qw], tw[2], tw[3], r, lane, cw, cpw, pw >= 0,
+                                     tw[5]);
     else
-      sweep_small<T, ROW, FWD, SR>(Lw, ml[K + qw], Xw, mx[K + qw], X + mx[pp], mx[K + pp],
-                                   rel + mr[qw], tw[2], tw[3], r, lane, cw, cpw, pw >= 0, tw[5]);
+      sweep_small<T, ROW, FWD, SR, 8 / SR>(Lw, ml[K + qw], Xw, mx[K + qw], X + mx[pp],
+                                           mx[K + pp], rel + mr[qw], tw[2], tw[3], r, lane, cw,
+                                           cpw, pw >= 0, tw[5]);
     return;
   }
   const int q = tr[0], parent = tr[1], p = tr[2], u = tr[3], i0 = tr[4], need = tr[5];

@@ -106,7 +106,7 @@ def sparse(rng, dtype) -> int:
     bad = 0
     eps = np.finfo(dtype).eps
     mats = []
-    for side in (1, 3, 9, 14):
+    for side in (1, 3, 9, 14, 30):  # (14: one subtree item; 30: three, under a front)
         t = sp.diags([-np.ones(side - 1), 2 * np.ones(side), -np.ones(side - 1)], [-1, 0, 1])
         e = sp.eye(side)
         mats.append(sp.csr_matrix(sp.kron(t, e) + sp.kron(e, t)))

@@ -746,10 +746,13 @@ def sweep_tree(rng, dtype):
     well-conditioned L), since the solve reads only L."""
     # (p, u, parent), in postorder
     # (fronts of n <= 64 are small: a warp each, up to 8 of a level to a block; one is a root
-    # alone, one the parent of a large front)
+    # alone, one the parent of a large front; the last three end their pivots at the end of a
+    # chunk of L that the warp loads at once: 8 and 16 columns or rows for fronts of up to 32
+    # rows, 4 and 8 for larger ones)
     spec = [(65, 257, 2), (1, 300, 2), (130, 256, 5), (63, 1, 4), (64, 255, 5), (300, 0, -1),
             (1, 0, -1), (64, 64, 9), (129, 1, 9), (65, 0, -1),
-            (30, 20, 14), (2, 5, 14), (64, 0, -1), (100, 10, 15), (40, 24, 15), (30, 0, -1)]
+            (30, 20, 14), (2, 5, 14), (64, 0, -1), (100, 10, 15), (40, 24, 15), (30, 0, -1),
+            (16, 8, 17), (8, 0, -1), (32, 0, -1)]
     p = np.array([s[0] for s in spec])
     n = p + np.array([s[1] for s in spec])
     parent = np.array([s[2] for s in spec])
@@ -863,7 +866,7 @@ def test_frontal_solve_plan_is_three_launches():
     assert set(f_f[: np.isin(f_f, leaves).sum()]) == set(leaves)
     roots = np.flatnonzero(parent < 0)
     assert set(f_b[: np.isin(f_b, roots).sum()]) == set(roots)
-    assert len(f_f) == 29 and len(f_b) == 27  # counted by hand from sweep_tree
+    assert len(f_f) == 32 and len(f_b) == 30  # counted by hand from sweep_tree
     # small fronts (n <= 64): one item each, in groups of one level led by the first item
     # (-size), the others marked -9; the rest are not
     for f_, i0_ in ((f_f, i0_f), (f_b, i0_b)):
