@@ -606,6 +606,54 @@ frontal_sweep(const unsigned long long* tbl, const long long* meta, const int* i
 }
 
 
+// frontal_sweep_small: a sweep's fronts in small subtrees (every front of the subtree at most
+// 64 rows; vbatch.sparse.frontal.sweep_items), its own launch before the other items forward
+// and after them backward. Each warp takes tickets (front 0's entry 5 forward, 6 backward) and
+// runs one front a ticket with sweep_small, until none is left: no block barrier, so a warp
+// never idles while the others of its block finish (in frontal_sweep a group's block held its
+// 8 warps until the slowest front ended: ~17 warps of 24 a multiprocessor ran, H200,
+// 2026-11-26), and the next ticket's atomic is in flight while the current front runs. Tickets
+// in item order and one front at a time per warp: the smallest ticket not done is always being
+// run, and everything it waits for has a smaller one, so waiting cannot deadlock. MINB: the
+// blocks a multiprocessor must hold (registers capped to fit; frontal_cuda.SWEEP_SMALL_BLOCKS).
+template <typename T, bool ROW, bool FWD, int SR, int MINB>
+__global__ void __launch_bounds__(256, MINB)
+frontal_sweep_small(const unsigned long long* tbl, const long long* meta, const int* imeta,
+                    const int* tasks, int K, int lo, int hi, int extra) {
+  const T* L = reinterpret_cast<const T*>(tbl[0]);
+  const T* rel = reinterpret_cast<const T*>(tbl[1]);
+  T* X = reinterpret_cast<T*>(tbl[2]);
+  T* S = reinterpret_cast<T*>(tbl[3]);
+  const long long* ml = meta + 2LL * K * (extra & 15);
+  const long long* mr = meta + 2LL * K * ((extra >> 4) & 15);
+  const long long* mx = meta + 2LL * K * ((extra >> 8) & 15);
+  const long long* ms = meta + 2LL * K * ((extra >> 12) & 15);
+  const int r = extra >> 16;
+  const int lane = (int)threadIdx.x % 32;
+  int* ticket = reinterpret_cast<int*>(S + ms[0]) + (FWD ? 5 : 6);
+  int t = 0;
+  if (lane == 0) t = atomicAdd(ticket, 1);
+  t = lo + __shfl_sync(0xffffffffu, t, 0);
+  while (t < hi) {
+    int tn = 0;
+    if (lane == 0) tn = atomicAdd(ticket, 1);  // (its result is first needed after this front)
+    const int* tw = tasks + (long long)t * VB_TASK_COLS;
+    const int qw = tw[0], pw = tw[1];
+    const int pp = pw < 0 ? qw : pw;
+    int* cw = reinterpret_cast<int*>(S + ms[qw]);
+    int* cpw = reinterpret_cast<int*>(S + ms[pp]);
+    if (tw[2] + tw[3] <= 32)
+      sweep_small<T, ROW, FWD, 1, 8>(L + ml[qw], ml[K + qw], X + mx[qw], mx[K + qw], X + mx[pp],
+                                     mx[K + pp], rel + mr[qw], tw[2], tw[3], r, lane, cw, cpw,
+                                     pw >= 0, tw[5]);
+    else
+      sweep_small<T, ROW, FWD, SR, 8 / SR>(L + ml[qw], ml[K + qw], X + mx[qw], mx[K + qw],
+                                           X + mx[pp], mx[K + pp], rel + mr[qw], tw[2], tw[3],
+                                           r, lane, cw, cpw, pw >= 0, tw[5]);
+    t = lo + __shfl_sync(0xffffffffu, tn, 0);
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // frontal_tree: the factorization of the small fronts (vbatch.sparse.frontal.frontal_graph), a
 // front a block: wait for the children's extend-adds (the front's counter [0] reaching `need`),

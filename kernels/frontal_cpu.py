@@ -25,8 +25,12 @@ import numpy as np
 
 from vbatch.kernels.cpu import Work, split
 from vbatch.kernels.jit import njit, packed, strides
-from vbatch.sparse.frontal import (CHUNK, EXTEND, SWEEP_BWD, SWEEP_FWD, SWEEP_RESET, TREE,
+from vbatch.sparse.frontal import (CHUNK, EXTEND, SWEEP_BWD, SWEEP_BWD_SMALL, SWEEP_FWD,
+                                   SWEEP_FWD_SMALL, SWEEP_RESET, SWEEP_SPLIT, TREE,
                                    UPDATE_ROWS)
+
+_FWD = (SWEEP_FWD, SWEEP_FWD_SMALL)  # the small subtrees' sweeps: the same items, a warp's on CUDA
+_SWEEPS = _FWD + (SWEEP_BWD, SWEEP_BWD_SMALL)
 
 OP = "frontal"
 
@@ -34,8 +38,9 @@ OP = "frontal"
 def plan_defaults(dtype) -> dict:
     # The small subtrees as frontal.tree tasks (vbatch.sparse.frontal.frontal_graph), as on
     # CUDA: a front's whole step is one compiled call, not a LAPACK call per panel and Schur
-    # task.
-    return {"tree_max": 96, "tree_split": True}
+    # task. The solve's small-subtree launches run the same loops here; the option is kept so
+    # that a plan has the same launches on both backends.
+    return {"tree_max": 96, "tree_split": True, "sweep_split": SWEEP_SPLIT}
 
 
 def _tree_groups(q, par) -> list:
@@ -70,7 +75,7 @@ def prepare(backend, plan, launches) -> State:
     work = {}
     for lc in launches:
         sl = slice(lc.lo, lc.hi)
-        if lc.kind in (SWEEP_FWD, SWEEP_BWD):  # one table, in order, on one thread
+        if lc.kind in _SWEEPS:  # one table, in order, on one thread
             rows = np.concatenate([t.problem[sl, None], t.args[sl]], axis=1).astype(np.int64)
             work[lc.index] = Work([rows], [])
             continue
@@ -113,14 +118,14 @@ def prepare(backend, plan, launches) -> State:
 
 def run(backend, ex, lc, whole: bool, tasks: list) -> None:
     rel = packed(ex.buffers["rel"].batch)
-    if lc.kind in (SWEEP_FWD, SWEEP_BWD):
+    if lc.kind in _SWEEPS:
         fronts = packed(ex.buffers["l"].batch)
         xb = ex.buffers["x"].batch
         x = packed(xb)
         r = int(xb.n[0]) if xb.k else 0
         for rows in tasks:
-            (_forward if lc.kind == SWEEP_FWD else _backward)(*fronts, *x, *rel, rows, r,
-                                                                CHUNK, UPDATE_ROWS)
+            (_forward if lc.kind in _FWD else _backward)(*fronts, *x, *rel, rows, r,
+                                                         CHUNK, UPDATE_ROWS)
         return
     if lc.kind == SWEEP_RESET:
         return

@@ -5,7 +5,9 @@ The kernels are in ``frontal.cu`` beside this file. The extend-add: a block per 
 32 x 32 tiles of the update block's lower triangle); ``extra`` holds the plan slots of the fronts
 (``l``) and of the positions (``rel``), whose offsets and leading dimensions it reads from the
 plan's tables. The solve's sweeps: a block per item (256 threads), ``extra`` the slots of ``l``,
-``rel``, ``x`` and the scratch, and the column count; the reset: a thread per front.
+``rel``, ``x`` and the scratch, and the column count; the small subtrees' sweeps: a warp per
+front, 8 a block, each warp taking fronts until none is left (so the blocks past those that fit
+on the GPU at once find none and exit); the reset: a thread per front.
 """
 
 from __future__ import annotations
@@ -13,13 +15,14 @@ from __future__ import annotations
 import numpy as np
 
 from vbatch.kernels.blas_cuda import Selection  # the launch record every launcher returns
-from vbatch.sparse.frontal import (CHUNK, EXTEND, SMALL_FRONT, SWEEP_BWD, SWEEP_FWD, SWEEP_RESET,
-                                   TREE, TREE_CLASSES, UPDATE_ROWS)
+from vbatch.sparse.frontal import (CHUNK, EXTEND, SMALL_FRONT, SWEEP_BWD, SWEEP_BWD_SMALL,
+                                   SWEEP_FWD, SWEEP_FWD_SMALL, SWEEP_RESET, SWEEP_SPLIT, TREE,
+                                   TREE_CLASSES, UPDATE_ROWS)
 
 OP = "frontal"
 SOURCE = "frontal.cu"
-TEMPLATES = ("vb::frontal_extend_add", "vb::frontal_sweep", "vb::frontal_sweep_reset",
-             "vb::frontal_tree", "vb::frontal_tree_smem")
+TEMPLATES = ("vb::frontal_extend_add", "vb::frontal_sweep", "vb::frontal_sweep_small",
+             "vb::frontal_sweep_reset", "vb::frontal_tree", "vb::frontal_tree_smem")
 DTYPES = ("float64", "float32")
 ORDERS = ("F", "C")
 NB_SUPPORTED = None
@@ -55,8 +58,10 @@ def plan_defaults(dtype) -> dict:
     # launches (vbatch.sparse.frontal.frontal_graph); 0 turns them off.
     # tree_shapes: the tree kernels' shape per class (TREE_SHAPES, as sorted pairs: a plan
     # option is hashable), for measuring others.
+    # sweep_split: the solve's small subtrees' fronts in launches of their own from this many
+    # (vbatch.sparse.frontal.SWEEP_SPLIT, where the measurement is).
     return {"block": 256, "block_above": 256, "tree_max": TREE_MAX, "tree_split": True,
-            "tree_shapes": tuple(sorted(TREE_SHAPES.items()))}
+            "tree_shapes": tuple(sorted(TREE_SHAPES.items())), "sweep_split": SWEEP_SPLIT}
 
 
 def section(names: tuple[str, ...]) -> list[str]:
@@ -75,6 +80,19 @@ RHS_PASSES = (1, 4)  # right-hand sides a pass of the sweeps: 1 for one, else 4
 def sweep_name(T: str, order: str, forward: bool, rc: int) -> str:
     row, f = ("true" if order == "C" else "false"), ("true" if forward else "false")
     return f"vb::frontal_sweep<{T},{row},{f},{CHUNK},{UPDATE_ROWS},{rc},{SMALL_FRONT // 32}>"
+
+
+# frontal_sweep_small's blocks a multiprocessor (8 warps each; registers capped to fit): 3
+# (80 registers, 16-40 bytes of spills in float64) against 4 (64, 80-250 bytes), GPU us of the
+# 1000 Laplacians' small sweeps, forward / backward, two rounds (H200, 2026-11-26): 208-212 /
+# 244 against 224-226 / 271-273; lap2-300 48-49 / 71-72 against 49-56 / 74-76.
+SWEEP_SMALL_BLOCKS = 3
+
+
+def sweep_small_name(T: str, order: str, forward: bool) -> str:
+    row, f = ("true" if order == "C" else "false"), ("true" if forward else "false")
+    return (f"vb::frontal_sweep_small<{T},{row},{f},{SMALL_FRONT // 32},"
+            f"{SWEEP_SMALL_BLOCKS}>")
 
 
 # The tree kernels' shape per size class (sparse.frontal.TREE_CLASSES): ("smem", threads,
@@ -127,6 +145,7 @@ def kernel_names(dtypes=DTYPES, nbs=None, orders=ORDERS) -> list[str]:
         for o in orders:
             out.append(extend_name(T, o))
             out += [sweep_name(T, o, fw, rc) for fw in (True, False) for rc in RHS_PASSES]
+            out += [sweep_small_name(T, o, fw) for fw in (True, False)]
             out += [tree_name(T, o, c) for c in TREE_CLASSES]
         out.append(reset_name(T))
     return out
@@ -135,7 +154,7 @@ def kernel_names(dtypes=DTYPES, nbs=None, orders=ORDERS) -> list[str]:
 def selection(lc, plan, dtype, layouts: dict, config) -> Selection:
     T = _CTYPE[np.dtype(dtype)]
     a = plan.tasks.args[lc.lo:lc.hi]
-    if lc.kind in (SWEEP_FWD, SWEEP_BWD, SWEEP_RESET):
+    if lc.kind in (SWEEP_FWD, SWEEP_BWD, SWEEP_RESET, SWEEP_FWD_SMALL, SWEEP_BWD_SMALL):
         # (the factor's plan has no x: only the reset of its tree counters comes here)
         slot = {name: plan.buffers.index(name) if name in plan.buffers else 0
                 for name in ("l", "rel", "x", "sync")}
@@ -144,6 +163,9 @@ def selection(lc, plan, dtype, layouts: dict, config) -> Selection:
         if lc.kind == SWEEP_RESET:
             return Selection(reset_name(T), (max(1, -(-plan.k // 256)),), (256,), 0, extra,
                              SOURCE)
+        if lc.kind in (SWEEP_FWD_SMALL, SWEEP_BWD_SMALL):
+            return Selection(sweep_small_name(T, layouts["x"], lc.kind == SWEEP_FWD_SMALL),
+                             (-(-lc.count // 8),), (256,), 0, extra, SOURCE)
         return Selection(sweep_name(T, layouts["x"], lc.kind == SWEEP_FWD, 1 if r == 1 else 4),
                          (lc.count,), (256,), 0, extra, SOURCE)
     if lc.kind == TREE:

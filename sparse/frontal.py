@@ -58,6 +58,7 @@ from vbatch.scheduler.graph import TaskGraph, concat
 EXTEND = "frontal.extend_add"  # the launch kinds
 TREE = "frontal.tree"
 SWEEP_RESET, SWEEP_FWD, SWEEP_BWD = "frontal.sweep_reset", "frontal.sweep_fwd", "frontal.sweep_bwd"
+SWEEP_FWD_SMALL, SWEEP_BWD_SMALL = "frontal.sweep_fwd_small", "frontal.sweep_bwd_small"
 # Positions travel as floats (module docstring): exact below 2^24 in float32.
 MAX_FRONT = 1 << 24
 # The solve's items (frontal_solve_graph): pivot rows an item solves (the diagonal block the CUDA
@@ -73,6 +74,25 @@ UPDATE_ROWS = 256
 # / 1.99 / 1.98-2.16.
 SMALL_FRONT = 64
 SMALL_GROUP = 8
+# The fronts of small subtrees (every front of the subtree at most SMALL_FRONT rows) are the
+# items of launches of their own, one a sweep (SWEEP_FWD_SMALL before the other items forward,
+# SWEEP_BWD_SMALL after them backward), whose CUDA kernel runs a front a warp, each warp taking
+# the next front when done. Grouped 8 a block with the other items instead, a small front took
+# ~10 us (its task row, the ticket, the wait, the loads, the fence before its count: ~1.3 us a
+# round trip under that load) and ~17 of the 24 warps a multiprocessor could hold ran (per-front
+# globaltimer stamps, the 1000 Laplacians, H200, 2026-11-26). One block a subtree (its fronts
+# level by level between block barriers, no counters inside) was slower still: the batch's
+# sweeps 298/352 -> 380/440 us (subtrees of up to 64 fronts; 16, 32 and 128 no better).
+# But a launch boundary costs the overlap of the small fronts' tail with the large fronts'
+# start: the split pays where the small subtrees hold at least SWEEP_SPLIT fronts (or every
+# front; the plan option ``sweep_split`` sets it, 0: always). GPU us of the sweeps, forward +
+# backward, one launch each -> split (H200, 2026-11-26, .dbg/solve_kinds.py, two rounds): the
+# 1000 Laplacians (39,841 such fronts of 40,545) 652 -> 550 (solve 0.74 -> 0.64-0.66 ms);
+# 494_bus (52 of 52) 53 -> 51; lap2-300 (4,789 of 5,347) 510 -> 571; lap2-100 (500 of 559)
+# 201 -> 238; lap3-40 (3,800 of 5,633) 1,533 -> 1,568; bcsstk16 (82 of 247) 390 -> 416. The
+# crossover lies between 4,789 and 39,841 fronts; 16,384 is a point in that gap, not a
+# measured one.
+SWEEP_SPLIT = 16384
 MAX_RHS = (1 << 15) - 1  # the CUDA launch word holds the column count in 15 bits
 # The factor's small subtrees (frontal_graph): a front whose subtree holds no front of more than
 # ``tree_max`` rows (a plan option, the kernel family's default) is one task of kind
@@ -167,6 +187,8 @@ def _sweep_kind(name: str, which: str) -> TaskKind:
 
 SWEEP_FWD_KIND = _sweep_kind(SWEEP_FWD, "forward")
 SWEEP_BWD_KIND = _sweep_kind(SWEEP_BWD, "backward")
+SWEEP_FWD_SMALL_KIND = _sweep_kind(SWEEP_FWD_SMALL, "forward (small subtrees')")
+SWEEP_BWD_SMALL_KIND = _sweep_kind(SWEEP_BWD_SMALL, "backward (small subtrees')")
 
 
 class FrontalRequest(_Request):
@@ -399,10 +421,11 @@ def tree_levels(parent) -> tuple[np.ndarray, np.ndarray]:
     return height, depth
 
 
-def sweep_items(n, p, parent) -> tuple:
+def sweep_items(n, p, parent, split: int = SWEEP_SPLIT) -> tuple:
     """The two sweeps' items, as arrays: ``(front, i0)`` of each forward item in the order
-    the forward sweep takes them, of each backward item, and each front's ``need`` (forward:
-    its children's items that add update rows into it; backward: its parent's pivot chunks).
+    the forward sweep takes them, of each backward item, each front's ``need`` (forward:
+    its children's items that add update rows into it; backward: its parent's pivot chunks),
+    and which fronts are in small subtrees (``lone``: every front of its subtree small).
 
     A small front (at most ``SMALL_FRONT`` rows) is one item, a warp's, and its children wait
     for that one. A larger front of ``p`` pivots and ``u`` update rows has ``ceil(p / CHUNK)``
@@ -413,8 +436,14 @@ def sweep_items(n, p, parent) -> tuple:
     the parent's rows. Backward, item ``i0`` solves the chunk at ``i0`` with ``L^T`` (last chunk
     first); the front's last chunk also copies the update rows' solution from the parent.
 
+    A small subtree's fronts are items of the small launches (``SWEEP_FWD_SMALL``, first,
+    and ``SWEEP_BWD_SMALL``, last), one item each with ``i0 = -1``, where they number at
+    least ``split`` or are every front (else ``lone`` is all False); the other small fronts
+    share blocks in groups of one level.
+
     Order: fronts by height forward (every leaf of every tree first) and by depth backward
-    (every root first), a front's items together. Any order where each item comes after what
+    (every root first), a front's items together; forward the small subtrees' fronts before
+    the others, backward after them. Any order where each item comes after what
     it needs would do; this one puts many independent items side by side among the blocks
     running at once. In postorder instead (a tree after a tree), the 1000 Laplacians'
     backward sweep took 11.3 ms against 1.7 forward (H100, 2026-11-25): the running blocks
@@ -426,7 +455,10 @@ def sweep_items(n, p, parent) -> tuple:
     npc = np.where(small, 1, -(-p // CHUNK))  # (the items a front's children wait for, back)
     extra = np.where(small, 0, np.maximum(0, -(-(u - UPDATE_ROWS) // UPDATE_ROWS)))
     height, depth = tree_levels(par)
-    fo = np.argsort(height, kind="stable")
+    lone = subtree_max(n, par, depth) <= SMALL_FRONT
+    if lone.sum() < split and not lone.all():
+        lone[:] = False
+    fo = np.lexsort((height, ~lone))
     nf = (npc + extra)[fo]
     f_fwd = np.repeat(fo, nf)
     j = np.arange(len(f_fwd)) - np.repeat(np.cumsum(nf) - nf, nf)
@@ -434,15 +466,16 @@ def sweep_items(n, p, parent) -> tuple:
     has = par >= 0
     need_fwd = np.bincount(par[has], weights=-(-u[has] // UPDATE_ROWS),
                            minlength=k).astype(np.int64)
-    bo = np.argsort(depth, kind="stable")
+    bo = np.lexsort((depth, lone))
     nb = npc[bo]
     f_bwd = np.repeat(bo, nb)
     jb = np.arange(len(f_bwd)) - np.repeat(np.cumsum(nb) - nb, nb)
     i0_bwd = (npc[f_bwd] - 1 - jb) * CHUNK
     need_bwd = np.where(has, npc[np.maximum(par, 0)], 0)
-    i0_fwd = _small_groups(f_fwd, i0_fwd, small, height)
-    i0_bwd = _small_groups(f_bwd, i0_bwd, small, depth)
-    return f_fwd, i0_fwd, need_fwd, f_bwd, i0_bwd, need_bwd
+    grouped = small & ~lone
+    i0_fwd = np.where(lone[f_fwd], -1, _small_groups(f_fwd, i0_fwd, grouped, height))
+    i0_bwd = np.where(lone[f_bwd], -1, _small_groups(f_bwd, i0_bwd, grouped, depth))
+    return f_fwd, i0_fwd, need_fwd, f_bwd, i0_bwd, need_bwd, lone
 
 
 def _small_groups(f, i0, small, level) -> np.ndarray:
@@ -490,7 +523,8 @@ def frontal_solve_graph(req: FrontalSolveRequest, opts: dict) -> TaskGraph:
                          cols=np.zeros(0, np.int64), width=np.zeros(0, np.int64),
                          edges=np.zeros((0, 2), np.int64), k=k)
     u = n - p
-    f_f, i0_f, need_f, f_b, i0_b, need_b = sweep_items(n, p, par)
+    f_f, i0_f, need_f, f_b, i0_b, need_b, lone = sweep_items(
+        n, p, par, int(opts.get("sweep_split", SWEEP_SPLIT)))
     nf, nb_ = len(f_f), len(f_b)
     # (a small front's item is its chunk at 0: its shape, for the plan and the floor)
     i0_f, i0_b, code_f, code_b = np.maximum(i0_f, 0), np.maximum(i0_b, 0), i0_f, i0_b
@@ -512,7 +546,9 @@ def frontal_solve_graph(req: FrontalSolveRequest, opts: dict) -> TaskGraph:
     def args(f, i0, need):
         return np.stack([par[f], p[f], u[f], i0, need], axis=1).astype(np.int64)
 
-    kind = np.concatenate([[0], np.ones(nf, np.int8), np.full(nb_, 2, np.int8)]).astype(np.int8)
+    # kinds: 0 the reset, 1 and 4 the small subtrees' sweeps, 2 and 3 the others'
+    kf, kb = np.where(lone[f_f], 1, 2), np.where(lone[f_b], 4, 3)
+    kind = np.concatenate([[0], kf, kb]).astype(np.int8)
     problem = np.concatenate([[0], f_f, f_b]).astype(np.int64)
     a = np.concatenate([np.zeros((1, 5), np.int64), args(f_f, code_f, need_f[f_f]),
                         args(f_b, code_b, need_b[f_b])])
@@ -525,12 +561,17 @@ def frontal_solve_graph(req: FrontalSolveRequest, opts: dict) -> TaskGraph:
     np.minimum.at(first_b, f_b, bwd)  # each front's first backward item (its last chunk)
     last_f = np.full(k, -1, np.int64)
     last_f[f_f] = fwd  # each front's last forward item (a front's items are together)
-    edges = np.concatenate([np.stack([np.zeros(nf, np.int64), fwd], 1),
-                            np.stack([fwd, first_b[f_f]], 1),
-                            np.stack([last_f[f_b], bwd], 1)])
-    return TaskGraph(kinds=(SWEEP_RESET_KIND, SWEEP_FWD_KIND, SWEEP_BWD_KIND), kind=kind,
-                     problem=problem, args=a, rows=rows, cols=cols, width=width, edges=edges,
-                     k=k)
+    edges = [np.stack([np.zeros(nf, np.int64), fwd], 1), np.stack([fwd, first_b[f_f]], 1),
+             np.stack([last_f[f_b], bwd], 1)]
+    # the launches' order: the small subtrees' forward before the others', their backward after
+    # (one edge from a first item: the planner keeps an ordered kind's items on one level)
+    for a_, b_ in ((fwd[kf == 1], fwd[kf == 2]), (bwd[kb == 3], bwd[kb == 4])):
+        if len(a_) and len(b_):
+            edges.append(np.stack([np.full(len(b_), a_[0]), b_], 1))
+    return TaskGraph(kinds=(SWEEP_RESET_KIND, SWEEP_FWD_SMALL_KIND, SWEEP_FWD_KIND,
+                            SWEEP_BWD_KIND, SWEEP_BWD_SMALL_KIND), kind=kind,
+                     problem=problem, args=a, rows=rows, cols=cols, width=width,
+                     edges=np.concatenate(edges), k=k)
 
 
 def _solve_sig(req) -> tuple:

@@ -172,14 +172,19 @@ def sparse(rng, dtype) -> int:
         r = vbatch.pack([x.reshape(-1, 1).astype(dtype) for x in rel], order="F")
         x = vbatch.pack(rhs, order=order)
         a, r, x = (b.with_data(cupy.asarray(b.data)) for b in (a, r, x))
-        got = vbatch.Runtime("cuda").submit("frontal_solve", a=a, rel=r, parent=parent, npiv=p,
-                                            x=x, overwrite=True).result().fronts
-        g = np.concatenate([got.matrix(f).get()[: p[f]].astype(np.float64) for f in range(len(n))])
-        w = np.concatenate([want_x[f][: p[f]] for f in range(len(n))])
-        err = np.linalg.norm(g - w) / np.linalg.norm(w)
-        if not err <= 10 * n.max() * eps:
-            print(f"frontal_solve sweeps {order} {dtype.__name__}: {err}")
-            bad += 1
+        for split in (None, 0):  # (0: the small subtrees' fronts in launches of their own)
+            rt = vbatch.Runtime("cuda")
+            if split is not None:
+                rt.plan_options(dtype, "frontal_solve")["sweep_split"] = split
+            got = rt.submit("frontal_solve", a=a, rel=r, parent=parent, npiv=p,
+                            x=x.with_data(x.data.copy()), overwrite=True).result().fronts
+            g = np.concatenate([got.matrix(f).get()[: p[f]].astype(np.float64)
+                                for f in range(len(n))])
+            w = np.concatenate([want_x[f][: p[f]] for f in range(len(n))])
+            err = np.linalg.norm(g - w) / np.linalg.norm(w)
+            if not err <= 10 * n.max() * eps:
+                print(f"frontal_solve sweeps {order} {dtype.__name__} split {split}: {err}")
+                bad += 1
         # the factor's tree launches: every size class, subtrees under chain fronts, and a
         # front that fails (test_sparse's hand-made trees)
         from test_sparse import _tree_fronts

@@ -153,11 +153,12 @@ def test_kernel_names_is_the_whole_set_once():
         + len(blas.TRSV_XS_DTYPES) * len(blas.TRSV_COLS) \
         + 4 * len(blas.MMA_TILES) + 4 * len(blas.SIMT_TILES)
     # The frontal family (vbatch.sparse): per dtype and order, the extend-add, the solve's
-    # two sweeps for each width of a pass and the factor's tree kernel for each size class;
+    # two sweeps for each width of a pass, the small subtrees' two and the factor's tree
+    # kernel for each size class;
     # per dtype, the counters' reset.
     from vbatch.sparse.frontal import TREE_CLASSES
 
-    want += len(sel.DTYPES) * (2 * (1 + 2 * len(frontal.RHS_PASSES) + len(TREE_CLASSES)) + 1)
+    want += len(sel.DTYPES) * (2 * (1 + 2 * len(frontal.RHS_PASSES) + 2 + len(TREE_CLASSES)) + 1)
     assert len(names) == want
     assert set(build.kernel_names(["float32"], [8], ["C"])) <= set(names)
 

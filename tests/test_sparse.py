@@ -745,14 +745,16 @@ def sweep_tree(rng, dtype):
     one launch), three trees and a lone 1 x 1 root. Factored fronts are made directly (a
     well-conditioned L), since the solve reads only L."""
     # (p, u, parent), in postorder
-    # (fronts of n <= 64 are small: a warp each, up to 8 of a level to a block; one is a root
-    # alone, one the parent of a large front; the last three end their pivots at the end of a
-    # chunk of L that the warp loads at once: 8 and 16 columns or rows for fronts of up to 32
-    # rows, 4 and 8 for larger ones)
+    # (fronts of n <= 64 are small: a warp each; those of small subtrees (every front under
+    # them small too: 3, 6, 10-12, 14, 16-18) in the small launches, the others (15, 21-23,
+    # above a large front) up to 8 of a level to a block; 16-18 end their pivots at the end of
+    # a chunk of L that the warp loads at once: 8 and 16 columns or rows for fronts of up to
+    # 32 rows, 4 and 8 for larger ones)
     spec = [(65, 257, 2), (1, 300, 2), (130, 256, 5), (63, 1, 4), (64, 255, 5), (300, 0, -1),
             (1, 0, -1), (64, 64, 9), (129, 1, 9), (65, 0, -1),
             (30, 20, 14), (2, 5, 14), (64, 0, -1), (100, 10, 15), (40, 24, 15), (30, 0, -1),
-            (16, 8, 17), (8, 0, -1), (32, 0, -1)]
+            (16, 8, 17), (8, 0, -1), (32, 0, -1),
+            (70, 10, 21), (70, 12, 22), (10, 5, 23), (12, 6, 23), (20, 0, -1)]
     p = np.array([s[0] for s in spec])
     n = p + np.array([s[1] for s in spec])
     parent = np.array([s[2] for s in spec])
@@ -769,9 +771,12 @@ def sweep_tree(rng, dtype):
 @pytest.mark.parametrize("order", ["F", "C"])
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 @pytest.mark.parametrize("r", [1, 5])
-def test_frontal_solve_sweeps(device, order, dtype, r):
+@pytest.mark.parametrize("split", [None, 0])
+def test_frontal_solve_sweeps(device, order, dtype, r, split):
     """The solve's sweeps against the numpy reference on fronts that split into several items
-    (sweep_tree), with one and with five right-hand sides (two passes of four)."""
+    (sweep_tree), with one and with five right-hand sides (two passes of four); with the
+    small subtrees' fronts in the other items' launches (the default, for so few) and in
+    launches of their own (``sweep_split`` 0)."""
     from vbatch.ops.batch import pack
     from vbatch.sparse.frontal import solve_reference
 
@@ -788,8 +793,14 @@ def test_frontal_solve_sweeps(device, order, dtype, r):
         import cupy
 
         a, rr, x = (b.with_data(cupy.asarray(b.data)) for b in (a, rr, x))
-    got = Runtime(device).submit("frontal_solve", a=a, rel=rr, parent=parent, npiv=p, x=x,
-                                 overwrite=True).result().fronts
+    rt = Runtime(device)
+    if split is not None:
+        rt.plan_options(dtype, "frontal_solve")["sweep_split"] = split
+    plan = rt.plan_for("frontal_solve", a=a, rel=rr, parent=parent, npiv=p, x=x,
+                       overwrite=True)
+    assert len(plan.launches) == (3 if split is None else 5)
+    got = rt.submit("frontal_solve", a=a, rel=rr, parent=parent, npiv=p, x=x,
+                    overwrite=True).result().fronts
     eps = float(np.finfo(dtype).eps)
     g = np.concatenate([host(got.matrix(f))[: p[f]].astype(np.float64) for f in range(len(n))])
     w = np.concatenate([want[f][: p[f]] for f in range(len(n))])
@@ -830,9 +841,10 @@ def test_frontal_solve_with_no_small_front(device):
         assert np.linalg.norm(g - w) <= 10 * max(n) * np.finfo(float).eps * np.linalg.norm(w)
 
 
-def test_frontal_solve_plan_is_three_launches():
-    """However deep the trees, the solve is the reset and one launch a sweep; its items keep
-    the sweep order (children's forward items before their parent's, roots first backward)."""
+def test_frontal_solve_plan_is_five_launches():
+    """However deep the trees, the solve is the reset and two launches a sweep (the small
+    subtrees' fronts, and the others); its items keep the sweep order (children's forward
+    items before their parent's, roots first backward)."""
     from vbatch.ops.batch import pack
     from vbatch.sparse.frontal import sweep_items
 
@@ -841,16 +853,30 @@ def test_frontal_solve_plan_is_three_launches():
     a = pack(fronts)
     rr = pack([x.reshape(-1, 1).astype(np.float64) for x in rel], order="F")
     x = pack([np.zeros((k, 2)) for k in n])
-    plan = Runtime("cpu").plan_for("frontal_solve", a=a, rel=rr, parent=parent, npiv=p, x=x,
-                                   overwrite=True)
-    assert [lc.kind for lc in plan.launches] == ["frontal.sweep_reset", "frontal.sweep_fwd",
-                                                 "frontal.sweep_bwd"]
-    f_f, i0_f, _, f_b, i0_b, _ = sweep_items(n, p, parent)
-    fw, bw = plan.launches[1], plan.launches[2]
-    assert (plan.tasks.problem[fw.lo:fw.hi] == f_f).all()
-    assert (plan.tasks.args[fw.lo:fw.hi, 3] == i0_f).all()
-    assert (plan.tasks.problem[bw.lo:bw.hi] == f_b).all()
-    assert (plan.tasks.args[bw.lo:bw.hi, 3] == i0_b).all()
+    # (9 fronts in small subtrees: their own launches only with sweep_split at most 9)
+    rt = Runtime("cpu")
+    assert [lc.kind for lc in rt.plan_for("frontal_solve", a=a, rel=rr, parent=parent, npiv=p,
+                                          x=x, overwrite=True).launches] == [
+        "frontal.sweep_reset", "frontal.sweep_fwd", "frontal.sweep_bwd"]
+    for policy in ("dsse", "ssde"):
+        rt = Runtime("cpu", policy=policy)
+        rt.plan_options(np.float64, "frontal_solve")["sweep_split"] = 9
+        plan = rt.plan_for("frontal_solve", a=a, rel=rr, parent=parent, npiv=p, x=x,
+                           overwrite=True)
+        assert [lc.kind for lc in plan.launches] == [
+            "frontal.sweep_reset", "frontal.sweep_fwd_small", "frontal.sweep_fwd",
+            "frontal.sweep_bwd", "frontal.sweep_bwd_small"]
+    assert not sweep_items(n, p, parent, 10)[-1].any()
+    f_f, i0_f, _, f_b, i0_b, _, lone = sweep_items(n, p, parent, 9)
+    assert (np.flatnonzero(lone) == [3, 6, 10, 11, 12, 14, 16, 17, 18]).all()
+    fs, fw, bw, bs = plan.launches[1:]
+    assert fs.hi == fw.lo and bw.hi == bs.lo
+    assert (plan.tasks.problem[fs.lo:fw.hi] == f_f).all()
+    assert (plan.tasks.args[fs.lo:fw.hi, 3] == i0_f).all()
+    assert (plan.tasks.problem[bw.lo:bs.hi] == f_b).all()
+    assert (plan.tasks.args[bw.lo:bs.hi, 3] == i0_b).all()
+    assert lone[f_f[: fs.count]].all() and not lone[f_f[fs.count:]].any()
+    assert not lone[f_b[: bw.count]].any() and lone[f_b[bw.count:]].all()
     # forward, every item of a child before any of its parent's, backward the other way; a
     # front's items together, chunks in order forward (then update items), reversed backward
     for f, par in enumerate(parent):
@@ -861,22 +887,26 @@ def test_frontal_solve_plan_is_three_launches():
         if par >= 0:
             assert mine_f.max() < np.flatnonzero(f_f == par).min()
             assert mine_b.min() > np.flatnonzero(f_b == par).max()
-    # by level: every leaf's items first forward, every root's first backward
-    leaves = np.setdiff1d(np.arange(len(n)), parent)
-    assert set(f_f[: np.isin(f_f, leaves).sum()]) == set(leaves)
-    roots = np.flatnonzero(parent < 0)
-    assert set(f_b[: np.isin(f_b, roots).sum()]) == set(roots)
-    assert len(f_f) == 32 and len(f_b) == 30  # counted by hand from sweep_tree
-    # small fronts (n <= 64): one item each, in groups of one level led by the first item
-    # (-size), the others marked -9; the rest are not
+    # by level in each launch: every leaf's items first forward, every root's first backward
+    for sel in (lone, ~lone):
+        ff, fb = f_f[sel[f_f]], f_b[sel[f_b]]
+        leaves = np.setdiff1d(np.flatnonzero(sel), parent)
+        assert set(ff[: np.isin(ff, leaves).sum()]) == set(leaves)
+        roots = np.flatnonzero(sel & (parent < 0))
+        assert set(fb[: np.isin(fb, roots).sum()]) == set(roots)
+    assert len(f_f) == 39 and len(f_b) == 37  # counted by hand from sweep_tree
+    # small fronts (n <= 64): one item each; a small subtree's marked -1, the others in groups
+    # of one level led by the first item (-size), the others marked -9; the rest are not
     for f_, i0_ in ((f_f, i0_f), (f_b, i0_b)):
         sm = n[f_] <= 64
         assert (i0_[~sm] >= 0).all() and (i0_[sm] < 0).all()
-        heads = np.flatnonzero(i0_ < 0)
-        heads = heads[i0_[heads] != -9]
-        assert sum(-i0_[heads]) == sm.sum()
+        assert (i0_[lone[f_]] == -1).all()
+        grouped = sm & ~lone[f_]
+        heads = np.flatnonzero(grouped & (i0_ != -9))
+        assert sum(-i0_[heads]) == grouped.sum()
         for h in heads:
-            assert sm[h: h - i0_[h]].all() and (i0_[h + 1: h - i0_[h]] == -9).all()
+            assert grouped[h: h - i0_[h]].all() and (i0_[h + 1: h - i0_[h]] == -9).all()
+        assert (i0_[grouped] == -2).sum() == 2  # (15 and 23 one group, 21 and 22 the other)
 
 
 @pytest.mark.parametrize("device", DEVICES)
