@@ -56,7 +56,8 @@ frontal_extend_add(const unsigned long long* tbl, const long long* meta, const i
 // deadlock. What an item waits for is counted per front in the op's scratch (tbl[3], 32-bit
 // counters over each front's entries; zeroed by frontal_sweep_reset at the start of the call):
 // [0] update items of its children added into it, [1] its pivot chunks solved forward, [2]
-// backward; front 0's entries then hold the two sweeps' tickets at [3] and [4].
+// backward; front 0's entries then hold the two sweeps' tickets at [3] and [4] (the small
+// subtrees' launches, frontal_sweep_small, at [5] and [6]).
 //
 // A task row is (front, parent, p, u, i0, need); tbl[0] the fronts (l), tbl[1] the positions
 // (rel), tbl[2] the right-hand sides (x, each front's n x r block). extra: bits 0-3, 4-7, 8-11,
@@ -91,7 +92,7 @@ frontal_sweep_reset(const unsigned long long* tbl, const long long* meta, const 
   w[0] = 0;
   w[1] = 0;
   w[2] = 0;
-  if (q == 0) {  // the tickets: the sweeps' at 3 and 4, the factor's tree launches' at 3 + class
+  if (q == 0) {  // the tickets: the sweeps' at 3 to 6, the factor's tree launches' at 3 + class
 #pragma unroll
     for (int t = 3; t < 8; ++t) w[t] = 0;
   }
@@ -374,8 +375,11 @@ __device__ __forceinline__ void sweep_small(const T* Lq, long long ldl, T* Xq, l
 }
 
 // RC: right-hand sides a pass (1 for one: a quarter of the registers and shared memory of 4).
-// Three blocks a multiprocessor for one right-hand side (85 registers; at 64 the backward
-// spilled 130 bytes in float64), two for 4 a pass.
+// Three blocks a multiprocessor for one right-hand side (80 registers; at 64 the backward
+// spilled 130 bytes in float64), two for 4 a pass. Since sweep_small's chunked loads (two
+// instances, two register buffers each) the float64 backward spills 156-192 bytes at 80
+// (68 before, nvcc 13.0); the large fronts' sweeps did not move (bcsstk16 175/214 ->
+// 175/215 us, lap3-40 662/885 -> 656/877, H200, 2026-11-26).
 // SR: a small front's rows a lane, at most (fronts of up to 32 SR rows go to a warp each;
 // SMALL_FRONT in vbatch.sparse.frontal, where the measurement that chose 2 is).
 template <typename T, bool ROW, bool FWD, int CH, int UR, int RC, int SR>

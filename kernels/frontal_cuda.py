@@ -58,8 +58,9 @@ def plan_defaults(dtype) -> dict:
     # launches (vbatch.sparse.frontal.frontal_graph); 0 turns them off.
     # tree_shapes: the tree kernels' shape per class (TREE_SHAPES, as sorted pairs: a plan
     # option is hashable), for measuring others.
-    # sweep_split: the solve's small subtrees' fronts in launches of their own from this many
-    # (vbatch.sparse.frontal.SWEEP_SPLIT, where the measurement is).
+    # sweep_split: the solve's small subtrees' fronts in launches of their own from this many,
+    # and always where every front is in one (vbatch.sparse.frontal.SWEEP_SPLIT, where the
+    # measurement is).
     return {"block": 256, "block_above": 256, "tree_max": TREE_MAX, "tree_split": True,
             "tree_shapes": tuple(sorted(TREE_SHAPES.items())), "sweep_split": SWEEP_SPLIT}
 
@@ -83,7 +84,8 @@ def sweep_name(T: str, order: str, forward: bool, rc: int) -> str:
 
 
 # frontal_sweep_small's blocks a multiprocessor (8 warps each; registers capped to fit): 3
-# (80 registers, 16-40 bytes of spills in float64) against 4 (64, 80-250 bytes), GPU us of the
+# (80 registers, 8-52 bytes of spills, float32 24-48; nvcc 13.0) against 4 (64, 80-250
+# bytes in float64), GPU us of the
 # 1000 Laplacians' small sweeps, forward / backward, two rounds (H200, 2026-11-26): 208-212 /
 # 244 against 224-226 / 271-273; lap2-300 48-49 / 71-72 against 49-56 / 74-76.
 SWEEP_SMALL_BLOCKS = 3

@@ -33,7 +33,8 @@ writes into a parent before that parent's own tasks read it.
 ``frontal_solve`` is the solve with those fronts: a forward sweep (children first) and a
 backward sweep (roots first) over every front of the batch, each one launch of items that wait
 for each other on device counters (:func:`sweep_items`, ``TaskKind.ordered``), not a chain of
-launches as deep as the trees. The CPU backend runs a sweep's items one after another in the
+launches as deep as the trees; with many fronts in small subtrees, those take a launch of
+their own in each sweep (``SWEEP_SPLIT``). The CPU backend runs a sweep's items one after another in the
 same order.
 """
 
@@ -387,7 +388,8 @@ def _sync_shape(req) -> tuple:
     """The device counters of the factor's tree tasks and of the solve's sweeps: per front
     ``[children's extend-adds (factor) or update items (solve) added into it, pivot chunks
     solved forward, pivot chunks solved backward]``, and after front 0's the tickets (the
-    solve's two sweeps at 3 and 4; the factor's tree launches at 3 + their class), as 32-bit
+    solve's two sweeps at 3 and 4, its small subtrees' at 5 and 6; the factor's tree launches
+    at 3 + their class), as 32-bit
     counters over 4 (front 0: 8) entries of the working dtype."""
     cache = req.a.cache()  # the fronts' own: one pair of read-only arrays (tight_layout)
     hit = cache.get("frontal.sync")
@@ -508,7 +510,9 @@ def _small_groups(f, i0, small, level) -> np.ndarray:
 def frontal_solve_graph(req: FrontalSolveRequest, opts: dict) -> TaskGraph:
     """Forward (leaves first) then backward (roots first) substitution over every front of the
     batch, as three launches whatever the trees' depth: the counters' reset, the forward sweep
-    and the backward sweep (:func:`sweep_items`). A sweep's items wait for what they need on
+    and the backward sweep (:func:`sweep_items`); five where the small subtrees' fronts have
+    launches of their own (the first forward, the last backward; then only those three if
+    every front is in one). A sweep's items wait for what they need on
     device counters (``TaskKind.ordered``), so the graph orders only the launches: reset before
     every forward item, every forward item before its front's first backward item, and a front's
     last forward item before each of its backward items (so both policies put each sweep on

@@ -747,9 +747,9 @@ def sweep_tree(rng, dtype):
     # (p, u, parent), in postorder
     # (fronts of n <= 64 are small: a warp each; those of small subtrees (every front under
     # them small too: 3, 6, 10-12, 14, 16-18) in the small launches, the others (15, 21-23,
-    # above a large front) up to 8 of a level to a block; 16-18 end their pivots at the end of
-    # a chunk of L that the warp loads at once: 8 and 16 columns or rows for fronts of up to
-    # 32 rows, 4 and 8 for larger ones)
+    # above a large front) up to 8 of a level to a block; 16-18 (at most 32 rows) end their
+    # pivots at the end of a chunk of L that the warp loads at once, 8 and 16 columns or rows,
+    # and 12 and 14 (64 rows; 64 and 40 pivots) at 4 and 8 for larger ones)
     spec = [(65, 257, 2), (1, 300, 2), (130, 256, 5), (63, 1, 4), (64, 255, 5), (300, 0, -1),
             (1, 0, -1), (64, 64, 9), (129, 1, 9), (65, 0, -1),
             (30, 20, 14), (2, 5, 14), (64, 0, -1), (100, 10, 15), (40, 24, 15), (30, 0, -1),
@@ -842,9 +842,10 @@ def test_frontal_solve_with_no_small_front(device):
 
 
 def test_frontal_solve_plan_is_five_launches():
-    """However deep the trees, the solve is the reset and two launches a sweep (the small
-    subtrees' fronts, and the others); its items keep the sweep order (children's forward
-    items before their parent's, roots first backward)."""
+    """However deep the trees, the solve is the reset and one launch a sweep, or two (the
+    small subtrees' fronts, and the others) with sweep_split at most their count; its items
+    keep the sweep order (children's forward items before their parent's, roots first
+    backward)."""
     from vbatch.ops.batch import pack
     from vbatch.sparse.frontal import sweep_items
 
