@@ -34,8 +34,8 @@ writes into a parent before that parent's own tasks read it.
 backward sweep (roots first) over every front of the batch, each one launch of items that wait
 for each other on device counters (:func:`sweep_items`, ``TaskKind.ordered``), not a chain of
 launches as deep as the trees; with many fronts in small subtrees, those take a launch of
-their own in each sweep (``SWEEP_SPLIT``). The CPU backend runs a sweep's items one after another in the
-same order.
+their own in each sweep (``SWEEP_SPLIT``). The CPU backend runs a sweep's items one after
+another in the same order.
 """
 
 from __future__ import annotations
