@@ -374,6 +374,47 @@ __device__ __forceinline__ void sweep_small(const T* Lq, long long ldl, T* Xq, l
   if (lane == 0) atomicAdd(cq + 2, 1);
 }
 
+// What both sweep kernels read from the plan's tables: the buffers (tbl[0..3]: L, positions,
+// X, the scratch), each one's per-front offsets and leading dimensions (the meta slots in
+// extra's bits 0-15), and the column count (bits 16-30).
+template <typename T>
+struct SweepTables {
+  const T* L;
+  const T* rel;
+  T* X;
+  T* S;
+  const long long *ml, *mr, *mx, *ms;
+  int K, r;
+  __device__ SweepTables(const unsigned long long* tbl, const long long* meta, int K_, int extra)
+      : L(reinterpret_cast<const T*>(tbl[0])), rel(reinterpret_cast<const T*>(tbl[1])),
+        X(reinterpret_cast<T*>(tbl[2])), S(reinterpret_cast<T*>(tbl[3])),
+        ml(meta + 2LL * K_ * (extra & 15)), mr(meta + 2LL * K_ * ((extra >> 4) & 15)),
+        mx(meta + 2LL * K_ * ((extra >> 8) & 15)), ms(meta + 2LL * K_ * ((extra >> 12) & 15)),
+        K(K_), r(extra >> 16) {}
+  __device__ int* counter(int q) const { return reinterpret_cast<int*>(S + ms[q]); }
+};
+
+// The small front of task row tw (front, parent, p, u, i0, need) by this warp: sweep_small,
+// fronts of up to 32 rows one row a lane (twice the columns a chunk in the same registers),
+// larger ones SR rows a lane.
+template <typename T, bool ROW, bool FWD, int SR>
+__device__ __forceinline__ void sweep_small_row(const SweepTables<T>& st, const int* tw,
+                                                int lane) {
+  const int q = tw[0], par = tw[1];
+  const int pp = par < 0 ? q : par;  // (a root's "parent": itself, never read)
+  const int K = st.K;
+  if (tw[2] + tw[3] <= 32)
+    sweep_small<T, ROW, FWD, 1, 8>(st.L + st.ml[q], st.ml[K + q], st.X + st.mx[q],
+                                   st.mx[K + q], st.X + st.mx[pp], st.mx[K + pp],
+                                   st.rel + st.mr[q], tw[2], tw[3], st.r, lane, st.counter(q),
+                                   st.counter(pp), par >= 0, tw[5]);
+  else
+    sweep_small<T, ROW, FWD, SR, 8 / SR>(st.L + st.ml[q], st.ml[K + q], st.X + st.mx[q],
+                                         st.mx[K + q], st.X + st.mx[pp], st.mx[K + pp],
+                                         st.rel + st.mr[q], tw[2], tw[3], st.r, lane,
+                                         st.counter(q), st.counter(pp), par >= 0, tw[5]);
+}
+
 // RC: right-hand sides a pass (1 for one: a quarter of the registers and shared memory of 4).
 // Three blocks a multiprocessor for one right-hand side (80 registers; at 64 the backward
 // spilled 130 bytes in float64), two for 4 a pass. Since sweep_small's chunked loads (two
@@ -394,15 +435,11 @@ frontal_sweep(const unsigned long long* tbl, const long long* meta, const int* i
   __shared__ T ys[CH][RC];  // forward: the chunk this block solved
   __shared__ T red[4][CH][RC];
   __shared__ int s_row;
-  const T* L = reinterpret_cast<const T*>(tbl[0]);
-  const T* rel = reinterpret_cast<const T*>(tbl[1]);
-  T* X = reinterpret_cast<T*>(tbl[2]);
-  T* S = reinterpret_cast<T*>(tbl[3]);
-  const long long* ml = meta + 2LL * K * (extra & 15);
-  const long long* mr = meta + 2LL * K * ((extra >> 4) & 15);
-  const long long* mx = meta + 2LL * K * ((extra >> 8) & 15);
-  const long long* ms = meta + 2LL * K * ((extra >> 12) & 15);
-  const int r = extra >> 16;
+  const SweepTables<T> st(tbl, meta, K, extra);
+  const T *L = st.L, *rel = st.rel;
+  T *X = st.X, *S = st.S;
+  const long long *ml = st.ml, *mr = st.mr, *mx = st.mx, *ms = st.ms;
+  const int r = st.r;
   const int tid = (int)threadIdx.x, lane = tid % 32;
   if (tid == 0) s_row = lo + atomicAdd(reinterpret_cast<int*>(S + ms[0]) + (FWD ? 3 : 4), 1);
   __syncthreads();
@@ -412,22 +449,7 @@ frontal_sweep(const unsigned long long* tbl, const long long* meta, const int* i
   if (tr[4] < 0) {  // small fronts: a group of up to 8 at the head's row, a warp each
     const int k = -tr[4], w = tid / 32;
     if (k > 8 || w >= k) return;  // (a member's row: its head's block runs it)
-    const int* tw = tr + w * VB_TASK_COLS;
-    const int qw = tw[0], pw = tw[1];
-    const T* Lw = L + ml[qw];
-    T* Xw = X + mx[qw];
-    int* cw = reinterpret_cast<int*>(S + ms[qw]);
-    const int pp = pw < 0 ? qw : pw;
-    int* cpw = reinterpret_cast<int*>(S + ms[pp]);
-    // (fronts of up to 32 rows: one row a lane, twice the columns a chunk in the same registers)
-    if (tw[2] + tw[3] <= 32)
-      sweep_small<T, ROW, FWD, 1, 8>(Lw, ml[K + qw], Xw, mx[K + qw], X + mx[pp], mx[K + pp],
-                                     rel + mr[qw], tw[2], tw[3], r, lane, cw, cpw, pw >= 0,
-                                     tw[5]);
-    else
-      sweep_small<T, ROW, FWD, SR, 8 / SR>(Lw, ml[K + qw], Xw, mx[K + qw], X + mx[pp],
-                                           mx[K + pp], rel + mr[qw], tw[2], tw[3], r, lane, cw,
-                                           cpw, pw >= 0, tw[5]);
+    sweep_small_row<T, ROW, FWD, SR>(st, tr + w * VB_TASK_COLS, lane);
     return;
   }
   const int q = tr[0], parent = tr[1], p = tr[2], u = tr[3], i0 = tr[4], need = tr[5];
@@ -624,36 +646,16 @@ template <typename T, bool ROW, bool FWD, int SR, int MINB>
 __global__ void __launch_bounds__(256, MINB)
 frontal_sweep_small(const unsigned long long* tbl, const long long* meta, const int* imeta,
                     const int* tasks, int K, int lo, int hi, int extra) {
-  const T* L = reinterpret_cast<const T*>(tbl[0]);
-  const T* rel = reinterpret_cast<const T*>(tbl[1]);
-  T* X = reinterpret_cast<T*>(tbl[2]);
-  T* S = reinterpret_cast<T*>(tbl[3]);
-  const long long* ml = meta + 2LL * K * (extra & 15);
-  const long long* mr = meta + 2LL * K * ((extra >> 4) & 15);
-  const long long* mx = meta + 2LL * K * ((extra >> 8) & 15);
-  const long long* ms = meta + 2LL * K * ((extra >> 12) & 15);
-  const int r = extra >> 16;
+  const SweepTables<T> st(tbl, meta, K, extra);
   const int lane = (int)threadIdx.x % 32;
-  int* ticket = reinterpret_cast<int*>(S + ms[0]) + (FWD ? 5 : 6);
+  int* ticket = st.counter(0) + (FWD ? 5 : 6);
   int t = 0;
   if (lane == 0) t = atomicAdd(ticket, 1);
   t = lo + __shfl_sync(0xffffffffu, t, 0);
   while (t < hi) {
     int tn = 0;
     if (lane == 0) tn = atomicAdd(ticket, 1);  // (its result is first needed after this front)
-    const int* tw = tasks + (long long)t * VB_TASK_COLS;
-    const int qw = tw[0], pw = tw[1];
-    const int pp = pw < 0 ? qw : pw;
-    int* cw = reinterpret_cast<int*>(S + ms[qw]);
-    int* cpw = reinterpret_cast<int*>(S + ms[pp]);
-    if (tw[2] + tw[3] <= 32)
-      sweep_small<T, ROW, FWD, 1, 8>(L + ml[qw], ml[K + qw], X + mx[qw], mx[K + qw], X + mx[pp],
-                                     mx[K + pp], rel + mr[qw], tw[2], tw[3], r, lane, cw, cpw,
-                                     pw >= 0, tw[5]);
-    else
-      sweep_small<T, ROW, FWD, SR, 8 / SR>(L + ml[qw], ml[K + qw], X + mx[qw], mx[K + qw],
-                                           X + mx[pp], mx[K + pp], rel + mr[qw], tw[2], tw[3],
-                                           r, lane, cw, cpw, pw >= 0, tw[5]);
+    sweep_small_row<T, ROW, FWD, SR>(st, tasks + (long long)t * VB_TASK_COLS, lane);
     t = lo + __shfl_sync(0xffffffffu, tn, 0);
   }
 }
