@@ -443,6 +443,32 @@ def test_a_batchs_metis_orders_in_workers_equal_one_process(monkeypatch):
             assert np.array_equal(an.perm, one.perm) and an.nnz_l == one.nnz_l
 
 
+def test_a_batchs_metis_orders_take_workers_only_where_two_can_run(monkeypatch):
+    """One worker process would be METIS's calls one after another plus its start: with fewer
+    than two cores to spare, a batch's orders are made in this process, and still equal
+    METIS's own."""
+    from vbatch.sparse import dissect
+
+    graphs = [_graph(lap(s, 2))[1] for s in (5, 9, 12, 15)]
+    want = [dissect.node_nd(*g) for g in graphs]
+    monkeypatch.setattr(dissect, "MANY_MIN_GRAPHS", 2)
+    monkeypatch.setattr(dissect, "MANY_MIN_VERTICES", 10)
+    started = []
+    real = dissect._start
+
+    def counted():
+        started.append(real())
+        return started[-1]
+
+    monkeypatch.setattr(dissect, "_start", counted)
+    for cores, workers in ((2, 0), (4, 3)):
+        monkeypatch.setattr(dissect, "_cores", lambda c=cores: c)
+        assert dissect.batch_workers() == workers
+        got = [f.result(timeout=120) for f in dissect.orders_of(graphs)]
+        assert all(np.array_equal(g, w) for g, w in zip(got, want))
+        assert len(started) == min(workers, len(graphs) // 2)  # (2 of 3 for 4 graphs)
+
+
 def test_separator_refinement_shrinks_and_still_separates():
     """FM on a vertex separator: a thick band across a grid (three diagonals, 118 vertices)
     comes down to about one line's worth; every start keeps separating, never grows, keeps the
