@@ -84,10 +84,11 @@ def sweep_name(T: str, order: str, forward: bool, rc: int) -> str:
 
 
 # frontal_sweep_small's blocks a multiprocessor (8 warps each; registers capped to fit): 3
-# (80 registers, 8-52 bytes of spills, float32 24-48; nvcc 13.0) against 4 (64, 80-250
-# bytes in float64), GPU us of the
-# 1000 Laplacians' small sweeps, forward / backward, two rounds (H200, 2026-11-26): 208-212 /
-# 244 against 224-226 / 271-273; lap2-300 48-49 / 71-72 against 49-56 / 74-76.
+# (80 registers, 8-52 bytes of spills, float32 24-48; nvcc 13.0) against 4 (64, 80-250 bytes
+# in float64), GPU us of the 1000 Laplacians' small sweeps, forward / backward, two rounds
+# (H200, 2026-11-26): 208-212 / 244 against 224-226 / 271-273; lap2-300 48-49 / 71-72 against
+# 49-56 / 74-76. With 4 and half the chunk (64 registers, 8-40 bytes of spills) 216-217 / 248,
+# with 5 243-245 / 284-291: more warps with fewer loads each gain nothing.
 SWEEP_SMALL_BLOCKS = 3
 
 
