@@ -866,12 +866,19 @@ frontal_tree(const unsigned long long* tbl, const long long* meta, const int* im
 // classes whose front fits (N rows, N x (N + 1) entries). frontal_tree's step costs every warp
 // of its block a barrier, a broadcast and its guards whatever is left of the front (ncu: the
 // 64-row class issue-bound). Here:
-// 1. the p pivot columns, right-looking but only over those columns (the panel, all n rows):
-//    step k updates the panel's columns j > k with column k as it stands, scaled by its pivot
-//    (F(i, j) -= (F(i, k) / sqrt d) (F(j, k) / sqrt d)): one barrier a step, each warp taking whole columns
-//    (lanes down the rows); after the last step every column is scaled into L at once;
+// 1. the p pivot columns, right-looking but only over those columns (all n rows), PB at a time
+//    (a panel): warp 0 factors a panel in registers (tree_panel: pivots and entries by
+//    shuffles, no barrier), then, while the other warps update the columns past the next
+//    panel with this one (a rank-PB update, every load before any store), it updates the next
+//    panel's columns itself and factors them (a look-ahead): one barrier a panel. A column at
+//    a time (PB 1, and the first version of this kernel) cost every warp a barrier, a pivot
+//    and its guards a column: 0.45 us a column in the 1000 Laplacians' 64-row class, 653 us
+//    for the class; PB 4 took it to 510 us, PB 8 to 580 (warp 0's chain of 8 pivots while the
+//    others wait), H200, 2026-11-26 (.dbg/sp_kinds.py, the batch alone);
 // 2. the Schur complement in one pass after it: each entry of S's lower triangle is one dot
 //    product of two rows of L21, in registers, stored and added into the parent from there.
+//    (Warps owning S's columns in registers over chunks of L21's columns, a broadcast serving
+//    a lane's two rows, was slower: 510 -> 577 us, the whole square computed for a triangle.)
 // NT threads; MINB blocks a multiprocessor (shared memory allows 6 at N = 64 in float64).
 // The lower triangle's entries (i, j), i >= j, of columns [0, ncols) of an n-row front, between
 // global memory (Lg, leading dimension ld, layout ROW) and the shared copy F (column-major, LD),
@@ -912,16 +919,61 @@ __device__ __forceinline__ void tree_copy(T* F, T* Lg, long long ld, int n, int 
   }
 }
 
-template <typename T, bool ROW, int N, int NT, int MINB>
+// A lane's entry of row i (its rows lane + 32 r) of a column held in registers, broadcast
+// from the lane that holds it.
+template <typename T, int RL>
+__device__ __forceinline__ T tree_bcast(const T (&c)[RL], int i) {
+  T v = c[0];
+#pragma unroll
+  for (int r = 1; r < RL; ++r) v = i >= 32 * r ? c[r] : v;
+  return __shfl_sync(0xffffffffu, v, i % 32);
+}
+
+// One warp factors the panel of columns [k0, k0 + kb) held in registers (c[t][r]: column k0 + t,
+// row lane + 32 r, updated by every column before k0), right-looking within the panel, pivots
+// and the panel's column entries by shuffles. Each factored column is left scaled into L, its
+// diagonal sqrt(d) (or inf); a failing pivot stops it, leaving that column and the later ones
+// updated by the columns before it (as the one-column loop did). Returns the columns factored.
+template <typename T, int PB, int RL>
+__device__ __forceinline__ int tree_panel(T (&c)[PB][RL], int k0, int kb, int lane) {
+  int nd = kb;
+#pragma unroll
+  for (int t = 0; t < PB; ++t) {
+    if (t < nd) {
+      const int j = k0 + t;
+      const T d = tree_bcast<T, RL>(c[t], j);
+      if (!(d > T(0))) {  // NaN too; uniform (every lane has the same pivot)
+        nd = t;
+      } else {
+        // (1 / sqrt(d) on both factors, not 1 / d on one: a subnormal pivot's reciprocal is inf)
+        const T rs = tree_rsqrt(d);
+#pragma unroll
+        for (int r = 0; r < RL; ++r) {
+          const int i = lane + 32 * r;
+          c[t][r] = i == j ? (isinf(d) ? d : d * rs) : c[t][r] * rs;  // LAPACK: sqrt(inf)
+        }
+#pragma unroll
+        for (int t2 = t + 1; t2 < PB; ++t2) {
+          const T ljk = tree_bcast<T, RL>(c[t], k0 + t2);
+#pragma unroll
+          for (int r = 0; r < RL; ++r) c[t2][r] -= c[t][r] * ljk;
+        }
+      }
+    }
+  }
+  return nd;
+}
+
+template <typename T, bool ROW, int N, int NT, int MINB, int PB>
 __global__ void __launch_bounds__(NT, MINB)
 frontal_tree_smem(const unsigned long long* tbl, const long long* meta, const int* imeta,
                   const int* tasks, int K, int lo, int hi, int extra) {
   static_assert(NT >= N && NT % 32 == 0, "a thread for each update row's position; warps");
+  static_assert(N % 32 == 0, "a lane's rows lane + 32 r cover the front's array exactly");
   constexpr int LD = N + 1;  // (odd in T: a column's and a row's entries in distinct banks)
   constexpr int NW = NT / 32;
   constexpr int RL = (N + 31) / 32;  // rows a lane in the panel's columns
   __shared__ T F[N * LD];
-  __shared__ T srs[N];  // the pivots' 1 / sqrt
   __shared__ int spos[N];
   __shared__ int s_row;
   TreeItem<T> it;
@@ -933,63 +985,110 @@ frontal_tree_smem(const unsigned long long* tbl, const long long* meta, const in
   // the lower triangle (children added into this front from other blocks: read through L2)
   tree_copy<true, 4, T, ROW, LD, NW, RL>(F, Lq, ld, n, n, warp, lane);
   __syncthreads();
+  // the pivot columns (see above); s_nd: the columns a panel factored (two: warp 0 writes the
+  // next panel's while the others read this one's)
+  __shared__ int s_nd[2];
+  constexpr int TN = NW > 1 ? NW - 1 : 1;  // the warps updating the columns past a panel
+  const int TW = NW > 1 ? warp - 1 : 0;  // this one's place among them
   int done = p, fail = 0;
-  for (int k = 0; k < p; ++k) {
-    const T d = F[k + k * LD];
-    if (!(d > T(0))) {  // NaN too (uniform: every thread read the same pivot)
-      done = k;
-      fail = k + 1;
+  // warp 0: the first panel
+  if (warp == 0 && p > 0) {
+    const int kb = min(PB, p);
+    T c[PB][RL];
+#pragma unroll
+    for (int t = 0; t < PB; ++t)
+#pragma unroll
+      for (int r = 0; r < RL; ++r) c[t][r] = t < kb ? F[lane + 32 * r + t * LD] : T(0);
+    const int nd = tree_panel<T, PB, RL>(c, 0, kb, lane);
+#pragma unroll
+    for (int t = 0; t < PB; ++t)
+#pragma unroll
+      for (int r = 0; r < RL; ++r) {
+        const int i = lane + 32 * r;
+        if (t < kb && i >= t && i < n) F[i + t * LD] = c[t][r];
+      }
+    if (lane == 0) s_nd[0] = nd;
+  }
+  __syncthreads();
+  for (int k0 = 0, b = 0; k0 < p; k0 += PB, b ^= 1) {
+    const int kb = min(PB, p - k0), nd = s_nd[b], kn = k0 + kb;
+    if (kn < p && nd > 0) {
+      // The panel's L at this lane's rows and the columns' (both zero past the columns
+      // factored: a failed column's NaN must not reach the later ones through 0 * NaN).
+      T a[PB][RL];
+#pragma unroll
+      for (int t = 0; t < PB; ++t)
+#pragma unroll
+        for (int r = 0; r < RL; ++r) a[t][r] = t < nd ? F[lane + 32 * r + (k0 + t) * LD] : T(0);
+      if (warp == 0) {
+        // look-ahead: the next panel's columns, updated and (unless this panel failed)
+        // factored in registers while the other warps update the rest
+        const int kb2 = min(PB, p - kn);
+        T c[PB][RL];
+#pragma unroll
+        for (int t = 0; t < PB; ++t) {
+          const int j = kn + t;
+          T l[PB];
+#pragma unroll
+          for (int s = 0; s < PB; ++s) l[s] = t < kb2 && s < nd ? F[j + (k0 + s) * LD] : T(0);
+#pragma unroll
+          for (int r = 0; r < RL; ++r) {
+            T f = t < kb2 ? F[lane + 32 * r + j * LD] : T(0);
+#pragma unroll
+            for (int s = 0; s < PB; ++s) f -= a[s][r] * l[s];
+            c[t][r] = f;
+          }
+        }
+        const int nd2 = nd == kb ? tree_panel<T, PB, RL>(c, kn, kb2, lane) : 0;
+#pragma unroll
+        for (int t = 0; t < PB; ++t)
+#pragma unroll
+          for (int r = 0; r < RL; ++r) {
+            const int i = lane + 32 * r;
+            if (t < kb2 && i >= kn + t && i < n) F[i + (kn + t) * LD] = c[t][r];
+          }
+        if (lane == 0) s_nd[b ^ 1] = nd2;
+      }
+      if (NW == 1 || warp > 0) {
+        // the columns after the next panel (the other warps'; one warp's own after its
+        // look-ahead), four at a time a warp, every load before any store (a load may not
+        // pass a store to shared memory: see tree_copy)
+        for (int j0 = kn + PB + TW; j0 < p; j0 += 4 * TN) {
+          T f[4][RL];
+#pragma unroll
+          for (int t = 0; t < 4; ++t) {
+            const int j = j0 + t * TN;
+            T l[PB];
+#pragma unroll
+            for (int s = 0; s < PB; ++s) l[s] = j < p && s < nd ? F[j + (k0 + s) * LD] : T(0);
+#pragma unroll
+            for (int r = 0; r < RL; ++r) {
+              T v = j < p ? F[lane + 32 * r + j * LD] : T(0);
+#pragma unroll
+              for (int s = 0; s < PB; ++s) v -= a[s][r] * l[s];
+              f[t][r] = v;
+            }
+          }
+#pragma unroll
+          for (int t = 0; t < 4; ++t) {
+            const int j = j0 + t * TN;
+#pragma unroll
+            for (int r = 0; r < RL; ++r) {
+              const int i = lane + 32 * r;
+              if (j < p && i >= j && i < n) F[i + j * LD] = f[t][r];
+            }
+          }
+        }
+      }
+    }
+    __syncthreads();
+    if (nd < kb) {
+      done = k0 + nd;
+      fail = done + 1;
       break;
     }
-    // (1 / sqrt(d) on both factors, not 1 / d on one: a subnormal pivot's reciprocal is inf)
-    const T rs = tree_rsqrt(d);
-    // A lane's rows lane + 32 r keep their column-k entries in registers across the columns;
-    // a warp's columns go four at a time, every load before any store (one at a time, each
-    // column's loads waited for the last one's stores: 0.74 us a step, timed as above).
-    T aik[RL];
-#pragma unroll
-    for (int r = 0; r < RL; ++r) {
-      const int i = lane + 32 * r;
-      aik[r] = i > k && i < n ? F[i + k * LD] * rs : T(0);
-    }
-    for (int j0 = k + 1 + warp; j0 < p; j0 += 4 * NW) {
-      T ljk[4], f[4][RL];
-#pragma unroll
-      for (int t = 0; t < 4; ++t) {
-        const int j = j0 + t * NW;
-        ljk[t] = j < p ? F[j + k * LD] * rs : T(0);
-#pragma unroll
-        for (int r = 0; r < RL; ++r) {
-          const int i = lane + 32 * r;
-          f[t][r] = j < p && i >= j && i < n ? F[i + j * LD] : T(0);
-        }
-      }
-#pragma unroll
-      for (int t = 0; t < 4; ++t) {
-        const int j = j0 + t * NW;
-#pragma unroll
-        for (int r = 0; r < RL; ++r) {
-          const int i = lane + 32 * r;
-          if (j < p && i >= j && i < n) F[i + j * LD] = f[t][r] - aik[r] * ljk[t];
-        }
-      }
-    }
-    __syncthreads();  // (after the last step too: the pass below rewrites its pivot)
-  }
-  // the factored columns into L: each scaled by its pivot's 1 / sqrt (the pivots are as the
-  // loop found them: a column is not written after its own step), the diagonal to sqrt
-  for (int c = tid; c < done; c += NT) {
-    const T dc = F[c + c * LD], rc = tree_rsqrt(dc);
-    srs[c] = rc;
-    F[c + c * LD] = isinf(dc) ? dc : dc * rc;  // LAPACK: sqrt(inf), not inf * 0
   }
   if (fail && tid == 0) it.info[q] = fail;
-  __syncthreads();
-  for (int c = warp; c < done; c += NW) {
-    const T rc = srs[c];
-    for (int i = c + 1 + lane; i < n; i += 32) F[i + c * LD] *= rc;
-  }
-  __syncthreads();
   // L (the pivot columns; after a failure, what there is)
   tree_copy<false, 4, T, ROW, LD, NW, RL>(F, Lq, ld, n, p, warp, lane);
   // S = F22 - L21 L21^T, an entry a thread at a time; stored, and added into the parent

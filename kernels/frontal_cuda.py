@@ -99,7 +99,8 @@ def sweep_small_name(T: str, order: str, forward: bool) -> str:
 
 
 # The tree kernels' shape per size class (sparse.frontal.TREE_CLASSES): ("smem", threads,
-# blocks) for frontal_tree_smem, (TXR, TXC, RR, RC, blocks) for frontal_tree (a TXR x TXC thread
+# blocks, panel) for frontal_tree_smem (panel: its pivot columns a barrier, 1 if left out),
+# (TXR, TXC, RR, RC, blocks) for frontal_tree (a TXR x TXC thread
 # grid holding the front's TXR RR = TXC RC rows, RR x RC entries a thread); blocks: those a
 # multiprocessor must hold (registers capped to fit). frontal_tree_smem needs the front in
 # static shared memory, so 96 and 128 rows stay with frontal_tree. Measured on the H200
@@ -118,7 +119,12 @@ def sweep_small_name(T: str, order: str, forward: bool) -> str:
 #   factor 1.40 -> 1.12 ms, 494_bus 0.124 -> 0.117, lap2-300 2.45 -> 2.40, bcsstk16, lap2-100
 #   and lap3-40 within 1% (tree-smem.json). A 48-row class between them gained nothing (268 +
 #   401 us against 653).
-TREE_SHAPES = {32: ("smem", 64, 16), 64: ("smem", 128, 6), 96: (16, 16, 6, 6, 2),
+# - panels of 4 pivot columns with a look-ahead (2026-11-26, docs/results/h200-2026-11-26-s2/,
+#   sp_kinds.py): 32 / 64 rows at panel 1 / 1: 115 / 656 us; 4 / 4: 103 / 510; 4 / 8: 102 /
+#   577; 8 / 8: 105 / 580; with a Schur pass since reverted, 2 / 4: 106 / 574 against 4 / 4:
+#   109 / 577. The batch's factor 1.163 / 1.135 -> 1.059 / 1.019 ms in two rounds against the
+#   tree before (tree_ab.py, ab_*.json); the other matrices within the rounds' spread.
+TREE_SHAPES = {32: ("smem", 64, 16, 4), 64: ("smem", 128, 6, 4), 96: (16, 16, 6, 6, 2),
                128: (16, 16, 8, 8, 1)}
 
 
@@ -132,7 +138,8 @@ def tree_name(T: str, order: str, rows: int, shapes=None) -> str:
     shape = (shapes or TREE_SHAPES)[rows]
     row = "true" if order == "C" else "false"
     if shape[0] == "smem":
-        return f"vb::frontal_tree_smem<{T},{row},{rows},{shape[1]},{shape[2]}>"
+        pb = shape[3] if len(shape) > 3 else 1
+        return f"vb::frontal_tree_smem<{T},{row},{rows},{shape[1]},{shape[2]},{pb}>"
     txr, txc, rr, rc, minb = shape
     return f"vb::frontal_tree<{T},{row},{txr},{txc},{rr},{rc},{minb}>"
 

@@ -193,9 +193,13 @@ def sparse(rng, dtype) -> int:
         want = vbatch.sparse.reference([f.astype(np.float64) for f in fronts], p, parent, rel)
         fronts[5][4, 4] = -1000.0  # front 5 fails at its column 5; its parent 6 and 7 vary
         # (the last: other thread grids, through the plan option tree_shapes)
-        from test_sparse import _OTHER_SHAPES
+        from test_sparse import _OTHER_SHAPES, _PANEL_SHAPES
+
+        from vbatch.kernels.frontal_cuda import TREE_SHAPES
 
         other = [tuple(sorted(s.items())) for s in _OTHER_SHAPES]
+        # (frontal_tree_smem's panel widths: a column at a time, and 8 and 4 swapped)
+        other += [tuple(sorted({**TREE_SHAPES, **s}.items())) for s in _PANEL_SHAPES]
         for tm, shapes in [(0, None), (32, None), (128, None)] + [(128, s) for s in other]:
             a = vbatch.pack([f.copy() for f in fronts], order=order)
             r = vbatch.pack([x.reshape(-1, 1).astype(dtype) for x in rel], order="F")

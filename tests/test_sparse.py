@@ -1232,3 +1232,84 @@ def test_tree_shapes_equal_the_reference(order, shapes):
         got = np.tril(host(res.fronts.matrix(f)))
         err = np.abs(got - want[f]).max() / np.abs(want[f]).max()
         assert err <= 30 * n[f] * np.finfo(np.float64).eps, f"front {f}: {err:.3g}"
+
+
+# The panel widths of frontal_tree_smem's pivot columns (the fourth entry of an "smem" shape;
+# 1: a column at a time), for the test below.
+_PANEL_SHAPES = [
+    {32: ("smem", 64, 16, 1), 64: ("smem", 128, 6, 1)},
+    {32: ("smem", 64, 16, 4), 64: ("smem", 128, 6, 8)},
+    {32: ("smem", 64, 16, 8), 64: ("smem", 128, 6, 4)},
+]
+
+
+@pytest.mark.parametrize("device,shapes", [("cpu", None)] + [
+    pytest.param("cuda", s, marks=pytest.mark.gpu) for s in range(len(_PANEL_SHAPES))])
+@pytest.mark.parametrize("order", ["F", "C"])
+def test_tree_fronts_failing_at_every_panel_bound(device, shapes, order):
+    """Fronts of both small classes failing at columns about the panels' bounds (0, 1, 3-5, 7-9,
+    16, 17, the last pivot) and one that does not, under a root of their class, in one batch:
+    each failed front gets info at
+    its column, its columns before it are the reference's L, and the rest of its lower triangle
+    (the failed column, the later pivots, S) is A updated by those columns only, as a
+    column-at-a-time factorization leaves it; the good front equals the reference."""
+    from vbatch.ops.batch import pack
+    from vbatch.sparse.frontal import reference
+
+    rng = np.random.default_rng(21)
+    cols = [0, 1, 3, 4, 5, 7, 8, 9, 16, 17, None]
+    fronts, npiv, fail, parent, rel = [], [], [], [], []
+    # per class: its children (n rows, p pivots), then their root (a front of the class's size)
+    for n, p, root in [(30, 20, 32), (60, 40, 64)]:
+        for c in cols + [p - 1]:
+            m = rng.standard_normal((n, n))
+            fronts.append(np.tril(m @ m.T / n + 2 * np.eye(n)))
+            npiv.append(p)
+            fail.append(c)
+            rel.append(np.sort(rng.choice(root, n - p, replace=False)))
+        parent += [len(fronts)] * (len(cols) + 1)
+        fronts.append(np.tril(np.eye(root) * 4 * root))
+        npiv.append(root)
+        fail.append(None)
+        rel.append(np.zeros(0, np.int64))
+        parent.append(-1)
+    parent = np.array(parent)
+    good = reference(fronts, npiv, parent, rel)
+    bad = [f.copy() for f in fronts]
+    for f, c in enumerate(fail):
+        if c is not None:
+            bad[f][c, c] = -1000.0
+    a = pack([f.copy() for f in bad], order=order)
+    r = pack([x.reshape(-1, 1).astype(np.float64) for x in rel], order="F")
+    if device == "cuda":
+        import cupy
+
+        a, r = a.with_data(cupy.asarray(a.data)), r.with_data(cupy.asarray(r.data))
+    rt = Runtime(device, tree_max=64)
+    if shapes is not None:  # (the CPU has no shapes)
+        rt.plan_options(np.float64, "frontal")["tree_shapes"] = tuple(
+            sorted(_PANEL_SHAPES[shapes].items()))
+    plan = rt.plan_for("frontal", a=a, rel=r, parent=parent, npiv=np.array(npiv),
+                       overwrite=True)
+    assert plan.counts()["frontal.tree"] == 2
+    res = rt.submit("frontal", a=a, rel=r, parent=parent, npiv=np.array(npiv),
+                    overwrite=True).result()
+    eps = np.finfo(np.float64).eps
+    for f, c in enumerate(fail):
+        n = fronts[f].shape[0]
+        got = np.tril(host(res.fronts.matrix(f)))
+        if parent[f] < 0:  # a root: what its children added depends on which failed
+            assert res.info[f] == 0
+            continue
+        if c is None:
+            assert res.info[f] == 0
+            want = good[f]
+        else:
+            assert res.info[f] == c + 1, (f, res.info[f], c)
+            L = good[f][:, :c]
+            A = fronts[f] + np.tril(fronts[f], -1).T
+            A[c, c] = -1000.0
+            want = np.tril(A - L @ L.T)
+            want[:, :c] = L
+        err = np.abs(got - want).max() / np.abs(want).max()
+        assert err <= 30 * n * eps, f"front {f} (n {n}, fails at {c}): {err:.3g}"
