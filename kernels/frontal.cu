@@ -973,7 +973,10 @@ frontal_tree_smem(const unsigned long long* tbl, const long long* meta, const in
   constexpr int LD = N + 1;  // (odd in T: a column's and a row's entries in distinct banks)
   constexpr int NW = NT / 32;
   constexpr int RL = (N + 31) / 32;  // rows a lane in the panel's columns
-  __shared__ T F[N * LD];
+  // the front, in dynamic shared memory (N * LD entries: 96 rows in float64 take 74 KB, past
+  // the 48 KB of static shared memory)
+  extern __shared__ __align__(16) unsigned char tree_smem_raw[];
+  T* F = reinterpret_cast<T*>(tree_smem_raw);
   __shared__ int spos[N];
   __shared__ int s_row;
   TreeItem<T> it;

@@ -102,8 +102,9 @@ def sweep_small_name(T: str, order: str, forward: bool) -> str:
 # blocks, panel) for frontal_tree_smem (panel: its pivot columns a barrier, 1 if left out),
 # (TXR, TXC, RR, RC, blocks) for frontal_tree (a TXR x TXC thread
 # grid holding the front's TXR RR = TXC RC rows, RR x RC entries a thread); blocks: those a
-# multiprocessor must hold (registers capped to fit). frontal_tree_smem needs the front in
-# static shared memory, so 96 and 128 rows stay with frontal_tree. Measured on the H200
+# multiprocessor must hold (registers capped to fit). frontal_tree_smem holds the front in
+# dynamic shared memory (96 rows in float64: 74 KB, 3 blocks a multiprocessor at most; 128
+# rows: 132 KB, one), so 128 rows stay with frontal_tree. Measured on the H200
 # (2026-11-25; tree_ab.py and sp_kinds.py; files in docs/results/h200-2026-11-25-s8/), for the
 # 1000 Laplacians' classes (17,041 fronts of up to 32 rows, 22,800 of up to 64, 676 of up to
 # 96):
@@ -124,7 +125,12 @@ def sweep_small_name(T: str, order: str, forward: bool) -> str:
 #   577; 8 / 8: 105 / 580; with a Schur pass since reverted, 2 / 4: 106 / 574 against 4 / 4:
 #   109 / 577. The batch's factor 1.163 / 1.135 -> 1.059 / 1.019 ms in two rounds against the
 #   tree before (tree_ab.py, ab_*.json); the other matrices within the rounds' spread.
-TREE_SHAPES = {32: ("smem", 64, 16, 4), 64: ("smem", 128, 6, 4), 96: (16, 16, 6, 6, 2),
+# - frontal_tree_smem for 96 rows too (its front in dynamic shared memory), same process
+#   (ab6.json, kinds_Q*.json): the class 128 us with frontal_tree (16 x 16, 2 blocks), 92 with
+#   128 threads and 3 blocks, 85 with 192 threads and 2, 99 with 128 threads and panels of 8;
+#   the batch's factor 1.064 -> 1.014 ms, lap2-100 0.541 -> 0.516, 494_bus, lap2-300, bcsstk16
+#   and lap3-40 within 1.5%.
+TREE_SHAPES = {32: ("smem", 64, 16, 4), 64: ("smem", 128, 6, 4), 96: ("smem", 192, 2, 4),
                128: (16, 16, 8, 8, 1)}
 
 
@@ -184,8 +190,12 @@ def selection(lc, plan, dtype, layouts: dict, config) -> Selection:
         cls = int(np.searchsorted(np.asarray(TREE_CLASSES), rows))
         extra = slot["l"] | slot["rel"] << 4 | slot["sync"] << 12 | cls << 16
         shapes = dict(plan.opts.get("tree_shapes", ())) or TREE_SHAPES
-        return Selection(tree_name(T, layouts["l"], TREE_CLASSES[cls], shapes), (lc.count,),
-                         (tree_threads(shapes[TREE_CLASSES[cls]]),), 0, extra, SOURCE)
+        rows = TREE_CLASSES[cls]
+        shape = shapes[rows]
+        # frontal_tree_smem's front: rows x (rows + 1) entries of dynamic shared memory
+        smem = rows * (rows + 1) * np.dtype(dtype).itemsize if shape[0] == "smem" else 0
+        return Selection(tree_name(T, layouts["l"], rows, shapes), (lc.count,),
+                         (tree_threads(shape),), smem, extra, SOURCE)
     if lc.kind != EXTEND:
         raise ValueError(f"cuda backend: the frontal family has no launch kind {lc.kind!r}")
     u = int(a[:, 2].max())

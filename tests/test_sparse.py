@@ -1194,9 +1194,11 @@ def test_tree_launches_as_one_without_the_split(device):
 _OTHER_SHAPES = [
     # frontal_tree: one warp for the 32-row class, 16 x 8 threads for 64 and 96 rows
     {32: (8, 4, 4, 8, 20), 64: (16, 8, 4, 8, 5), 96: (16, 8, 6, 12, 3), 128: (16, 16, 8, 8, 1)},
-    # frontal_tree_smem with one warp for 32 rows and two for 64; frontal_tree_smem at 96 rows
-    # is not possible (the front would not fit the static shared memory)
+    # frontal_tree_smem with one warp for 32 rows and two for 64 (a column a panel)
     {32: ("smem", 32, 16), 64: ("smem", 64, 6), 96: (16, 16, 6, 6, 2), 128: (16, 16, 8, 8, 1)},
+    # frontal_tree_smem for every class (96 and 128 rows: 74 and 132 KB of shared memory)
+    {32: ("smem", 64, 16, 4), 64: ("smem", 128, 6, 4), 96: ("smem", 128, 3, 4),
+     128: ("smem", 128, 1, 4)},
     # frontal_tree (square grids) for 32 and 64 rows
     {32: (8, 8, 4, 4, 16), 64: (16, 16, 4, 4, 4), 96: (16, 16, 6, 6, 2), 128: (16, 16, 8, 8, 1)},
 ]
