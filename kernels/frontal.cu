@@ -874,7 +874,9 @@ frontal_tree(const unsigned long long* tbl, const long long* meta, const int* im
 //    a time (PB 1, and the first version of this kernel) cost every warp a barrier, a pivot
 //    and its guards a column: 0.45 us a column in the 1000 Laplacians' 64-row class, 653 us
 //    for the class; PB 4 took it to 510 us, PB 8 to 580 (warp 0's chain of 8 pivots while the
-//    others wait), H200, 2026-11-26 (.dbg/sp_kinds.py, the batch alone);
+//    others wait; measured without spills, before the one-warp path: float64 at 64 rows and
+//    PB 8 now spills ~570 bytes at 80 registers), H200, 2026-11-26 (.dbg/sp_kinds.py, the
+//    batch alone);
 // 2. the Schur complement in one pass after it: each entry of S's lower triangle is one dot
 //    product of two rows of L21, in registers, stored and added into the parent from there.
 //    (Warps owning S's columns in registers over chunks of L21's columns, a broadcast serving
@@ -964,6 +966,25 @@ __device__ __forceinline__ int tree_panel(T (&c)[PB][RL], int k0, int kb, int la
   return nd;
 }
 
+// Column j of F at a lane's rows, updated with a panel's factored columns [k0, k0 + nd) (a: the
+// panel's L at those rows; the columns past nd contribute nothing, their L or F entries being
+// read as zero: a failed column's NaN must not reach the others through 0 * NaN), into v;
+// ok false: zeros (a column past the pivots).
+template <typename T, int PB, int RL, int LD>
+__device__ __forceinline__ void tree_col_update(T (&v)[RL], const T* F, const T (&a)[PB][RL],
+                                                int j, int k0, int nd, bool ok, int lane) {
+  T l[PB];
+#pragma unroll
+  for (int s = 0; s < PB; ++s) l[s] = ok && s < nd ? F[j + (k0 + s) * LD] : T(0);
+#pragma unroll
+  for (int r = 0; r < RL; ++r) {
+    T f = ok ? F[lane + 32 * r + j * LD] : T(0);
+#pragma unroll
+    for (int s = 0; s < PB; ++s) f -= a[s][r] * l[s];
+    v[r] = f;
+  }
+}
+
 template <typename T, bool ROW, int N, int NT, int MINB, int PB>
 __global__ void __launch_bounds__(NT, MINB)
 frontal_tree_smem(const unsigned long long* tbl, const long long* meta, const int* imeta,
@@ -1029,19 +1050,8 @@ frontal_tree_smem(const unsigned long long* tbl, const long long* meta, const in
         const int kb2 = min(PB, p - kn);
         T c[PB][RL];
 #pragma unroll
-        for (int t = 0; t < PB; ++t) {
-          const int j = kn + t;
-          T l[PB];
-#pragma unroll
-          for (int s = 0; s < PB; ++s) l[s] = t < kb2 && s < nd ? F[j + (k0 + s) * LD] : T(0);
-#pragma unroll
-          for (int r = 0; r < RL; ++r) {
-            T f = t < kb2 ? F[lane + 32 * r + j * LD] : T(0);
-#pragma unroll
-            for (int s = 0; s < PB; ++s) f -= a[s][r] * l[s];
-            c[t][r] = f;
-          }
-        }
+        for (int t = 0; t < PB; ++t)
+          tree_col_update<T, PB, RL, LD>(c[t], F, a, kn + t, k0, nd, t < kb2, lane);
         const int nd2 = nd == kb ? tree_panel<T, PB, RL>(c, kn, kb2, lane) : 0;
 #pragma unroll
         for (int t = 0; t < PB; ++t)
@@ -1061,16 +1071,7 @@ frontal_tree_smem(const unsigned long long* tbl, const long long* meta, const in
 #pragma unroll
           for (int t = 0; t < 4; ++t) {
             const int j = j0 + t * TN;
-            T l[PB];
-#pragma unroll
-            for (int s = 0; s < PB; ++s) l[s] = j < p && s < nd ? F[j + (k0 + s) * LD] : T(0);
-#pragma unroll
-            for (int r = 0; r < RL; ++r) {
-              T v = j < p ? F[lane + 32 * r + j * LD] : T(0);
-#pragma unroll
-              for (int s = 0; s < PB; ++s) v -= a[s][r] * l[s];
-              f[t][r] = v;
-            }
+            tree_col_update<T, PB, RL, LD>(f[t], F, a, j, k0, nd, j < p, lane);
           }
 #pragma unroll
           for (int t = 0; t < 4; ++t) {

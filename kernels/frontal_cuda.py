@@ -40,7 +40,9 @@ _CTYPE = {np.dtype(np.float64): "double", np.dtype(np.float32): "float"}
 # least fill in its natural order (a band) but a chain of 129 fronts: 5.45 ms; ND 2.27 ms.
 ORDER_COST = {"flop": 7.2e-13, "step": 1.8e-5}
 # Subtrees of fronts of at most this many rows factor in frontal.tree launches (frontal.cu's
-# register tile; sparse.frontal.TREE_CLASSES). H200, 2026-11-25, one process, factor ms at
+# tree kernels; sparse.frontal.TREE_CLASSES). Chosen when the 96-row class still ran the
+# register kernel (it now runs frontal_tree_smem, 128 us -> 85 in the 1000 Laplacians; 96 vs
+# 128 not measured since). H200, 2026-11-25, one process, factor ms at
 # tree_max 0 / 64 / 96 / 128 (tree-ab1.json): the 1000 Laplacians 1.96 / 1.64 / 1.60 / 1.59,
 # 494_bus 0.178 / 0.119 / 0.123 / 0.124, lap2-100 0.695 / 0.584 / 0.558 / 0.585, lap2-300 2.92 /
 # 2.66 / 2.31 / 2.36, lap3-40 11.85 / 11.58 / 11.07 / 10.73, bcsstk16 2.03 / 2.00 / 1.92 / 1.85:
@@ -135,7 +137,7 @@ TREE_SHAPES = {32: ("smem", 64, 16, 4), 64: ("smem", 128, 6, 4), 96: ("smem", 19
 
 
 def tree_threads(shape: tuple) -> int:
-    """A block's threads for a TREE_SHAPES entry: ("smem", threads, blocks) for
+    """A block's threads for a TREE_SHAPES entry: ("smem", threads, blocks[, panel]) for
     frontal_tree_smem, (TXR, TXC, RR, RC, blocks) for frontal_tree."""
     return shape[1] if shape[0] == "smem" else shape[0] * shape[1]
 

@@ -100,9 +100,9 @@ MAX_RHS = (1 << 15) - 1  # the CUDA launch word holds the column count in 15 bit
 # frontal.tree, and those tasks run as one launch per size class, the items waiting for their
 # children on device counters: a tree of small fronts costs one launch, not a panel, a Schur
 # and an extend-add launch per level. Class c holds the subtrees whose largest front has at
-# most TREE_CLASSES[c] rows (the CUDA kernel's register tile, a thread grid and R x R entries a
-# thread per class: kernels/frontal_cuda.py TREE_SHAPES); a class's launch waits for the
-# classes below it.
+# most TREE_CLASSES[c] rows (on CUDA a kernel and shape per class: the front in shared memory up
+# to 96 rows, in a register tile at 128; kernels/frontal_cuda.py TREE_SHAPES); a class's launch
+# waits for the classes below it.
 TREE_CLASSES = (32, 64, 96, 128)
 
 

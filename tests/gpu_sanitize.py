@@ -198,7 +198,8 @@ def sparse(rng, dtype) -> int:
         from vbatch.kernels.frontal_cuda import TREE_SHAPES
 
         other = [tuple(sorted(s.items())) for s in _OTHER_SHAPES]
-        # (frontal_tree_smem's panel widths: a column at a time, and 8 and 4 swapped)
+        # (frontal_tree_smem's panel widths and warps: a column at a time, 8 and 4 swapped,
+        # one warp and panels of 2)
         other += [tuple(sorted({**TREE_SHAPES, **s}.items())) for s in _PANEL_SHAPES]
         for tm, shapes in [(0, None), (32, None), (128, None)] + [(128, s) for s in other]:
             a = vbatch.pack([f.copy() for f in fronts], order=order)

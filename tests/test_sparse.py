@@ -1237,24 +1237,27 @@ def test_tree_shapes_equal_the_reference(order, shapes):
 
 
 # The panel widths of frontal_tree_smem's pivot columns (the fourth entry of an "smem" shape;
-# 1: a column at a time), for the test below.
+# 1: a column at a time) and its warps (one: the look-ahead warp also updates the rest), for
+# the test below.
 _PANEL_SHAPES = [
-    {32: ("smem", 64, 16, 1), 64: ("smem", 128, 6, 1)},
-    {32: ("smem", 64, 16, 4), 64: ("smem", 128, 6, 8)},
-    {32: ("smem", 64, 16, 8), 64: ("smem", 128, 6, 4)},
+    {32: ("smem", 64, 16, 1), 64: ("smem", 128, 6, 1), 96: ("smem", 192, 2, 1)},
+    {32: ("smem", 64, 16, 4), 64: ("smem", 128, 6, 8), 96: ("smem", 192, 2, 4)},
+    {32: ("smem", 64, 16, 8), 64: ("smem", 128, 6, 4), 96: ("smem", 128, 3, 2)},
+    {32: ("smem", 32, 16, 4), 64: ("smem", 64, 6, 2), 96: ("smem", 96, 2, 8)},
 ]
 
 
 @pytest.mark.parametrize("device,shapes", [("cpu", None)] + [
     pytest.param("cuda", s, marks=pytest.mark.gpu) for s in range(len(_PANEL_SHAPES))])
 @pytest.mark.parametrize("order", ["F", "C"])
-def test_tree_fronts_failing_at_every_panel_bound(device, shapes, order):
-    """Fronts of both small classes failing at columns about the panels' bounds (0, 1, 3-5, 7-9,
-    16, 17, the last pivot) and one that does not, under a root of their class, in one batch:
-    each failed front gets info at
-    its column, its columns before it are the reference's L, and the rest of its lower triangle
-    (the failed column, the later pivots, S) is A updated by those columns only, as a
-    column-at-a-time factorization leaves it; the good front equals the reference."""
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_tree_fronts_failing_at_every_panel_bound(device, shapes, order, dtype):
+    """Fronts of the three shared-memory classes failing at columns about the panels' bounds (0,
+    1, 3-5, 7-9, 16, 17, the last pivot) and one that does not, under a root of their class, in
+    one batch, in both dtypes: each failed front gets info at its column, its columns before it
+    are the reference's L, and the rest of its lower triangle (the failed column, the later
+    pivots, S) is A updated by those columns only, as a column-at-a-time factorization leaves
+    it; the good front equals the reference."""
     from vbatch.ops.batch import pack
     from vbatch.sparse.frontal import reference
 
@@ -1262,7 +1265,7 @@ def test_tree_fronts_failing_at_every_panel_bound(device, shapes, order):
     cols = [0, 1, 3, 4, 5, 7, 8, 9, 16, 17, None]
     fronts, npiv, fail, parent, rel = [], [], [], [], []
     # per class: its children (n rows, p pivots), then their root (a front of the class's size)
-    for n, p, root in [(30, 20, 32), (60, 40, 64)]:
+    for n, p, root in [(30, 20, 32), (60, 40, 64), (90, 60, 96)]:
         for c in cols + [p - 1]:
             m = rng.standard_normal((n, n))
             fronts.append(np.tril(m @ m.T / n + 2 * np.eye(n)))
@@ -1281,25 +1284,25 @@ def test_tree_fronts_failing_at_every_panel_bound(device, shapes, order):
     for f, c in enumerate(fail):
         if c is not None:
             bad[f][c, c] = -1000.0
-    a = pack([f.copy() for f in bad], order=order)
-    r = pack([x.reshape(-1, 1).astype(np.float64) for x in rel], order="F")
+    a = pack([f.astype(dtype) for f in bad], order=order)
+    r = pack([x.reshape(-1, 1).astype(dtype) for x in rel], order="F")
     if device == "cuda":
         import cupy
 
         a, r = a.with_data(cupy.asarray(a.data)), r.with_data(cupy.asarray(r.data))
-    rt = Runtime(device, tree_max=64)
+    rt = Runtime(device, tree_max=96)
     if shapes is not None:  # (the CPU has no shapes)
-        rt.plan_options(np.float64, "frontal")["tree_shapes"] = tuple(
-            sorted(_PANEL_SHAPES[shapes].items()))
+        rt.plan_options(dtype, "frontal")["tree_shapes"] = tuple(
+            sorted({128: (16, 16, 8, 8, 1), **_PANEL_SHAPES[shapes]}.items()))
     plan = rt.plan_for("frontal", a=a, rel=r, parent=parent, npiv=np.array(npiv),
                        overwrite=True)
-    assert plan.counts()["frontal.tree"] == 2
+    assert plan.counts()["frontal.tree"] == 3
     res = rt.submit("frontal", a=a, rel=r, parent=parent, npiv=np.array(npiv),
                     overwrite=True).result()
-    eps = np.finfo(np.float64).eps
+    eps = np.finfo(dtype).eps
     for f, c in enumerate(fail):
         n = fronts[f].shape[0]
-        got = np.tril(host(res.fronts.matrix(f)))
+        got = np.tril(host(res.fronts.matrix(f))).astype(np.float64)
         if parent[f] < 0:  # a root: what its children added depends on which failed
             assert res.info[f] == 0
             continue
