@@ -227,3 +227,13 @@ class Backend(ABC):
         self.launch_all(ex, plan.launches)
         self.flush(ex)
         return self.end(ex)
+
+    def replayer(self, plan: Plan, buffers: dict, config: Any,
+                 scalars: dict | None = None) -> Any:
+        """``fire(datas) -> Completion | None``: :meth:`run` on buffers laid out as
+        ``buffers``, given only their data arrays in the order
+        of ``buffers``, with what run() resolves per call resolved once; ``fire`` returns None
+        where it cannot (the caller then uses run()). None here: a backend without one; the
+        runtime's packed replay then calls run() each time. A backend that has one also has
+        ``new_data(like)``: an uninitialized array of the kind, shape and dtype of ``like``."""
+        return None

@@ -442,10 +442,13 @@ class CudaBackend(Backend):
         return batch.with_data(cupy.asarray(batch.data))  # one upload; the copy is ours
 
     def new_output(self, like: PackedBatch) -> PackedBatch:
+        return like.with_data(self.new_data(like.data))
+
+    @staticmethod
+    def new_data(d):
         # (cupy.ndarray: cupy.empty without its argument handling, 1.75 against 2.13 us a
         # call on the H100 host, 2026-11-25)
-        d = like.data
-        return like.with_data(cupy.ndarray(d.shape, d.dtype))
+        return cupy.ndarray(d.shape, d.dtype)
 
     def new_buffer(self, m, n, dtype, order: str, zero: bool = True) -> PackedBatch:
         from vbatch.ops.batch import tight_layout
@@ -684,7 +687,18 @@ class CudaBackend(Backend):
                 main.wait_event(dep.event)
             else:
                 dep.wait()
-        slot = self._slots.take(plan.k, prep.nptr)
+        ptrs = []
+        for _, e in prep.fill[0]:
+            b = buffers.get(e)
+            ptrs.append(0 if b is None else b.data.data.ptr)
+        return self._start(prep, main, ptrs, config, scalars, tuple(buffers.values()))
+
+    def _start(self, prep: _Prepared, main, ptrs: list, config, scalars: dict | None,
+               keep: tuple) -> _Exec:
+        """A call's slot and pointer table (the buffers' addresses ``ptrs``, in the order of
+        ``prep.fill``'s buffer entries) and the graph it runs: what every call does once its
+        plan is prepared (begin, and the replays of :meth:`replayer`)."""
+        slot = self._slots.take(prep.plan.k, prep.nptr)
         slot.info.fill(0)
         table = slot.table
         bufs, infos, scal = prep.fill
@@ -696,9 +710,8 @@ class CudaBackend(Backend):
             for i, e in scal:
                 table[i] = np.float64((scalars or {}).get(e, 0.0)).view(np.uint64)
             slot.owner, slot.scalars = prep.token, scalars
-        for i, e in bufs:
-            b = buffers.get(e)
-            table[i] = 0 if b is None else b.data.data.ptr
+        for (i, _), p in zip(bufs, ptrs):
+            table[i] = p
         graph, fixed = None, False
         if config.cuda_graphs and prep.records:
             if len(prep.records) <= FIXED_MAX_LAUNCHES:
@@ -721,7 +734,38 @@ class CudaBackend(Backend):
                     with prep.lock:
                         prep.graph = self._capture(prep)
                 graph = prep.graph
-        return _Exec(prep, slot, main, tuple(buffers.values()), graph, fixed)
+        return _Exec(prep, slot, main, keep, graph, fixed)
+
+    def replayer(self, plan: Plan, buffers: dict, config, scalars: dict | None = None):
+        """``fire(datas)``: ``plan`` run on buffers of the layouts of ``buffers``, given only
+        their device arrays (``datas``, in the order of ``buffers``; None for an absent one),
+        with nothing to wait for. The plan's device state, the buffers' table slots and the
+        device are resolved here once, so a call is its slot, its table, the graph's launch and
+        the completion: run() without _prepare's memo and the buffers' batches (about 3 us of a
+        36 us call's issue on the H200 host, stamped; docs/notes.md, 2026-11-26 third
+        session). Returns None from a call made with another current device (the caller then
+        takes the general path)."""
+        prep = self._prepare(plan, buffers, config)
+        names = list(buffers)
+        where = [names.index(e) for _, e in prep.fill[0]]
+        dev = cupy.cuda.runtime.getDevice()
+        get_device, stream = cupy.cuda.runtime.getDevice, cupy.cuda.get_current_stream
+        launches = plan.launches
+
+        def fire(datas: tuple):
+            if get_device() != dev:
+                return None
+            main = stream()
+            ptrs = []
+            for j in where:
+                d = datas[j]
+                ptrs.append(0 if d is None else d.data.ptr)
+            ex = self._start(prep, main, ptrs, config, scalars, datas)
+            self.launch_all(ex, launches)
+            self.flush(ex)
+            return self.end(ex)
+
+        return fire
 
     def launch_all(self, ex: _Exec, launches) -> None:
         if ex.graph is None:  # (with a graph, flush launches everything at once)

@@ -549,7 +549,7 @@ class Runtime:
             self._run_async(*job)
             if (fast and op is POTRF and not deps and type(batch) is PackedBatch
                     and batch.kind == self.backend.kind and fut._error is None):
-                batch.cache()[(self._token, overwrite, type(batch.data))] = plan  # next: replay
+                batch.cache()[(self._token, overwrite, type(batch.data))] = _Replay(plan)
         return fut
 
     # ------------------------------------------------------------------ the replay path
@@ -561,26 +561,36 @@ class Runtime:
     # backend: .dbg/stub.py, 2026-11-24); this one ~5 us (6.6 against 11.5 us a call, the
     # stub's own ~2 us in both). Asynchronous backends only: on the CPU a call is a job on the
     # runtime's worker thread, whose cost is the work itself.
-    def _replay(self, plan: Plan, batch: PackedBatch, overwrite: bool) -> Future:
-        # The launch first, then the Python objects of the call (the future, the finisher),
-        # which the GPU's work then hides.
-        b = self.backend
+    def _replay(self, entry: "_Replay", batch: PackedBatch, overwrite: bool) -> Future:
+        # The launch first, then the Python objects of the call (the output's batch, the
+        # future, the finisher), which the GPU's work then hides. From the second replay of an
+        # entry the backend's fire() takes only the buffers' arrays (Backend.replayer).
+        b, plan = self.backend, entry.plan
         try:
-            out = batch if overwrite else b.new_output(batch)
-            completion = b.run(plan, {"a": batch, "l": out}, self.config)
+            data = batch.data
+            fire = entry.fire
+            completion = None
+            if fire:
+                out_data = data if overwrite else b.new_data(data)
+                completion = fire((data, out_data))
+                if completion is not None:
+                    out = batch if overwrite else batch.with_data(out_data)
+            if completion is None:
+                out = batch if overwrite else b.new_output(batch)
+                buffers = {"a": batch, "l": out}
+                if fire is None:  # (before the run: what it raises, the run would)
+                    entry.fire = b.replayer(plan, buffers, self.config) or False
+                completion = b.run(plan, buffers, self.config)
         except BaseException as exc:  # noqa: BLE001 - delivered through the future, as _run_async
             fut = Future(self, threaded=False)
             fut._fail(exc)
             return fut
         fut = Future(self, threaded=False)
-        listed = "_vb_views" in batch.__dict__
-        frontend = batch.frontend
-
-        def finish(info: np.ndarray):
-            f = out if overwrite else out.with_frontend(frontend)
-            return CholeskyResult(Views(f) if listed else f, info, plan)
-
-        fut._completion, fut._finish = completion, finish
+        # The factors in the caller's form, made while the GPU works: only info waits for it.
+        f = out if overwrite else out.with_frontend(batch.frontend)
+        factors = Views(f) if "_vb_views" in batch.__dict__ else f
+        fut._completion = completion
+        fut._finish = lambda info: CholeskyResult(factors, info, plan)
         with self._lock:
             self._tails[completion.queue] = completion
         return fut
@@ -763,6 +773,16 @@ class Runtime:
 
 
 _NO_CACHE: dict = {}
+
+
+class _Replay:
+    """A packed batch's replay entry (Runtime._replay): its plan and, from its first replay,
+    the backend's ``fire`` (Backend.replayer; False where the backend has none)."""
+
+    __slots__ = ("plan", "fire")
+
+    def __init__(self, plan: Plan):
+        self.plan, self.fire = plan, None
 
 
 def _deps(after: Any) -> list:

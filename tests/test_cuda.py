@@ -277,6 +277,17 @@ def test_repeated_packed_calls_replay_the_first(cupy):
     for i, a in enumerate(mats):
         if i != 7:
             check_factor(a, first.factors.matrix(i), np.float64)
+    # From the second replay on, the calls went through the backend's fire (Backend.replayer),
+    # which takes the buffers' addresses from each call: a batch of the same layout over other
+    # data (with_data: the same cache, so the same replay entry) is factored from its own data.
+    assert dev.cache()[(rt._token, False, cupy.ndarray)].fire
+    mats2 = spd_list(ns, np.float64, rng)
+    sib = dev.with_data(cupy.asarray(pack(mats2, order="F").data))
+    for _ in range(3):
+        r2 = rt.cholesky(sib).result()
+        assert not r2.info.any()
+        for i, a in enumerate(mats2):
+            check_factor(a, r2.factors.matrix(i), np.float64)
     work = dev.with_data(dev.data.copy())
     for _ in range(2):  # in place, twice on fresh copies of the input
         work.data[...] = before
