@@ -329,10 +329,12 @@ __device__ __forceinline__ void small_panel(const T* Ab, T* Lb, long long ld, in
   }
 }
 
+// NBMIN: the narrowest of the four register widths compiled (potrf_cuda.SMALL_NBMIN says which
+// and why); a panel narrower than it takes the NBMIN-wide code.
 // Four blocks of four warps an SM at least: 128 registers a thread (142 unbounded, for the NB
-// = 32 branch; at 128 the float64 ones spill a little: ptxas, 16 bytes column-major, 52
-// row-major).
-template <typename T, int WARPS, bool ROW>
+// = 32 branch). At 128 some float64 ones spill a little (ptxas, sm_90, 2026-11-26: column-major
+// with every width 52 bytes of spill stores, the 32-wide code alone none; row-major 0 and 28).
+template <typename T, int WARPS, bool ROW, int NBMIN = 8>
 __global__ void __launch_bounds__(32 * WARPS, 16 / WARPS)
 small_step(const unsigned long long* tbl, const long long* meta, const int* imeta,
            const int* tasks, int K, int lo, int hi, int unused) {
@@ -351,9 +353,11 @@ small_step(const unsigned long long* tbl, const long long* meta, const int* imet
   T* Lb = reinterpret_cast<T*>(tbl[1]) + pr.off;
   T* cb = col[warp];
   T* tw = lt[warp];
-  if (w <= 8) small_panel<T, 8, ROW>(Ab, Lb, pr.ld, j, kb, m, w, info, tk.q, cb, tw);
-  else if (w <= 16) small_panel<T, 16, ROW>(Ab, Lb, pr.ld, j, kb, m, w, info, tk.q, cb, tw);
-  else if (w <= 24) small_panel<T, 24, ROW>(Ab, Lb, pr.ld, j, kb, m, w, info, tk.q, cb, tw);
+  if (NBMIN <= 8 && w <= 8) small_panel<T, 8, ROW>(Ab, Lb, pr.ld, j, kb, m, w, info, tk.q, cb, tw);
+  else if (NBMIN <= 16 && w <= 16)
+    small_panel<T, 16, ROW>(Ab, Lb, pr.ld, j, kb, m, w, info, tk.q, cb, tw);
+  else if (NBMIN <= 24 && w <= 24)
+    small_panel<T, 24, ROW>(Ab, Lb, pr.ld, j, kb, m, w, info, tk.q, cb, tw);
   else small_panel<T, 32, ROW>(Ab, Lb, pr.ld, j, kb, m, w, info, tk.q, cb, tw);
 }
 
