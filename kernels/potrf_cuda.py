@@ -59,17 +59,18 @@ FUSED_ROWS_MAX = 256
 # Fused panels of at most SMALL_ROWS rows run as small_step: a warp each, SMALL_WARPS to a block.
 SMALL_ROWS = 32
 SMALL_WARPS = 4
-# The narrowest register panel small_step compiles, per layout (R: "false" column-major, "true"
-# row-major): a panel of w columns runs the 8-, 16-, 24- or 32-wide unrolled code from this
-# width up. With every width (8), a launch's warps run four copies of the pivot loop (the
-# float64 column-major kernel's code was 2.6x larger, 229 against 88 KB of cubin, and spilled
-# 52 bytes) and the warps of an SM stall on instruction fetch (ncu, H100, 2026-11-25). The
-# 32-wide code alone, which does up to 4x the flops of a narrow panel, took small_step's
-# launches from 22.5 to 16.8 us (f64 uniform Nmax 32), 52.4 to 45.4 (uniform 128), 39.5 to
-# 28.8 (skewed 128), float32 within -2/+2 us, column-major; row-major, where the 32-wide
-# float64 code spills, gained only in the skewed cases and lost up to 3 us in the uniform
-# ones, so it keeps every width (H200, 2026-11-26, docs/notes.md).
-SMALL_NBMIN = {"false": 32, "true": 8}
+# The narrowest register panel small_step compiles, per (type, row-major): a panel of w columns
+# runs the 8-, 16-, 24- or 32-wide unrolled code from this width up. With every width (8), a
+# launch's warps run four copies of the pivot loop (the float64 column-major kernel's code was
+# 2.6x larger, 229 against 88 KB of cubin, and spilled 52 bytes) and the warps of an SM stall on
+# instruction fetch (ncu, H100, 2026-11-25). The 32-wide code alone, which does up to 4x the
+# flops of a narrow panel, took float64 column-major small_step launches from 22.5 to 16.8 us
+# (uniform Nmax 32), 52.4 to 45.4 (uniform 128), 39.5 to 28.8 (skewed 128). float32, whose code
+# is smaller, lost 2 us at uniform 128 with it and nothing anywhere with 16 (the harness: up to
+# 3-5% at Nmax 64-256 with 32); row-major float64, where the 32-wide code spills, lost 1-3 us
+# in the uniform cases, so it keeps every width (H200, 2026-11-26, docs/notes.md).
+SMALL_NBMIN = {("double", "false"): 32, ("float", "false"): 16, ("double", "true"): 8,
+               ("float", "true"): 8}
 # Taller ones as fused_step, in whole warps up to FUSED_ROWS_MAX: a panel of r rows gets the
 # smallest block that holds it.
 FUSED_THREADS = tuple(range(SMALL_ROWS + 32, FUSED_ROWS_MAX + 1, 32))
@@ -183,7 +184,7 @@ def fused_name(T: str, nb: int, nt: int, R: str) -> str:
 
 
 def small_name(T: str, R: str) -> str:
-    return f"vb::small_step<{T},{SMALL_WARPS},{R},{SMALL_NBMIN[R]}>"
+    return f"vb::small_step<{T},{SMALL_WARPS},{R},{SMALL_NBMIN[T, R]}>"
 
 
 def update_name(T: str, nb: int, rc: int, R: str) -> str:
