@@ -35,21 +35,22 @@ SCHUR_THREADS = 256  # schur_step's __launch_bounds__
 MAX_GRID_Y = 65535
 # Problems that factor more than BLOCK_ABOVE columns take them BLOCK at a time, each block
 # column brought up to date by one GEMM of the blas family (DMMA in float64; ops/cholesky.py:
-# blocked). Measured on the H100
-# (2026-11-25, .dbg probe, block 0 / 128 / 256 / 512 in one process, interleaved, ms, float64
-# k = 2000, 500 at 1024): uniform 1024 7.06 / 5.20 / 5.52 / 6.17, gauss 1024 5.44 / 4.34 / 4.60
-# / 4.94, skewed 1024 2.85 / 1.62 / 1.61 / 1.99, skewed 512 1.04 / 0.78 / 0.82 / 1.05; but
-# uniform 512 4.17 / 4.31 / 4.27 / 4.17 and Nmax 256 0.87 / 0.94 / 0.87: problems of at most
-# 512 columns lose more to the longer chains (a launch per block update) and their short K
-# than their updates gain, so they stay unblocked.
-BLOCK = 128
-BLOCK_ABOVE = 512
+# blocked); (BLOCK, BLOCK_ABOVE) per dtype. On the H100 (2026-11-25, block 0 / 128 / 256 / 512,
+# ms, float64 k = 2000, 500 at 1024): uniform 1024 7.06 / 5.20 / 5.52 / 6.17, skewed 512 1.04 /
+# 0.78 / 0.82 / 1.05, but uniform 512 4.17 / 4.31 / 4.27 / 4.17, so (128, 512) then. Narrower
+# blocks, measured on the H200 (2026-11-26, interleaved in one process, two rounds,
+# docs/notes.md), (128, 512) -> float64 (96, 256): skewed 512 0.94 -> 0.65, uniform 512 3.58 ->
+# 3.34, uniform 1024 4.69 -> 4.32, skewed 1024 1.49 -> 1.38, gauss 512 2.82 -> 2.80, Nmax 256
+# unchanged; float32 (64, 512): uniform 1024 3.98 -> 3.69, skewed 1024 1.45 -> 1.27, Nmax 256-512
+# unchanged (blocking float32 problems of 257-512 columns cost uniform 512 7-15%).
+BLOCK = {"float64": 96, "float32": 64}
+BLOCK_ABOVE = {"float64": 256, "float32": 512}
 # What `python -m vbatch tune` measures (vbatch.runtime.tune), from the defaults above: the
 # fused/separated crossover, then the blocking (width, threshold), on the harness's batches.
 TUNE = (
     ("fused_max_rows", (0, 64, 128, 192, 256)),
     (("block", "block_above"), ((0, 0), (128, 512), (256, 512), (128, 256), (256, 256),
-                                (512, 512))),
+                                (512, 512), (64, 256), (64, 512), (96, 256))),
 )
 TUNE_WORKLOADS = (("uniform", 2000, 128), ("uniform", 2000, 512), ("skewed", 2000, 512),
                   ("uniform", 500, 1024), ("skewed", 500, 1024))
@@ -102,8 +103,9 @@ def plan_defaults(dtype) -> dict:
     # nb 32 beat 16 except in a few small gauss cases (within 15%); fused up to the fused
     # kernel's largest block measured at or near the best (crossover sweep, H100, 2026-11-21,
     # docs/notes.md); 4 streams for the chains of partial factorizations.
-    return {"nb": 32, "fused_max_rows": FUSED_ROWS_MAX, "streams": 4, "block": BLOCK,
-            "block_above": BLOCK_ABOVE}
+    name = np.dtype(dtype).name
+    return {"nb": 32, "fused_max_rows": FUSED_ROWS_MAX, "streams": 4, "block": BLOCK[name],
+            "block_above": BLOCK_ABOVE[name]}
 
 
 def check_options(dtype, options: dict) -> None:

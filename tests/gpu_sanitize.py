@@ -40,9 +40,10 @@ def main() -> int:
         npiv = [min(n, int(rng.integers(0, n + 1))) for n in ns]
         npiv[BAD] = ns[BAD]
         for order in ("F", "C"):
-            # block 64: problems over 64 columns factor in block columns (the blas GEMM's
-            # block updates, panels that read L and update from their own block column).
-            for fmr, blk in ((None, 0), (0, 0), (None, 64), (0, 64)):
+            # block 64 and 96: problems over 64 (96) columns factor in block columns (the blas
+            # GEMM's block updates, panels that read L and update from their own block column;
+            # 96 is float64's default width).
+            for fmr, blk in ((None, 0), (0, 0), (None, 64), (0, 64), (None, 96)):
                 opts = {"block": blk, "block_above": 0}
                 if fmr is not None:
                     opts["fused_max_rows"] = fmr

@@ -71,9 +71,10 @@ def test_separated_and_fused_agree(cupy):
     rng = np.random.default_rng(3)
     ns = [5, 40, 100, 130, 200, 257]
     mats = [cupy.asarray(m) for m in spd_list(ns, np.float64, rng)]
-    fused = _rt(nb=32).cholesky(mats).result()
-    sep = _rt(nb=32, fused_max_rows=0).cholesky(mats).result()
-    assert set(sep.plan.counts()) == {"update", "trsm"}  # (257 columns: not blocked)
+    # (unblocked: block 0, so that the separated plan is panels alone)
+    fused = _rt(nb=32, block=0).cholesky(mats).result()
+    sep = _rt(nb=32, fused_max_rows=0, block=0).cholesky(mats).result()
+    assert set(sep.plan.counts()) == {"update", "trsm"}
     for a, b in zip(fused.factors, sep.factors):
         np.testing.assert_allclose(to_host(a), to_host(b), rtol=1e-12, atol=1e-12)
 

@@ -35,8 +35,8 @@ def _plans(seed: int, count: int):
         yield plan_cholesky(n, npiv, nb=int(rng.choice(sel.NB_SUPPORTED)),
                             policy=str(rng.choice(["dsse", "ssde"])),
                             fused_max_rows=int(rng.choice([0, 64, sel.FUSED_ROWS_MAX])),
-                            block=int(rng.choice([0, 128, 256])),
-                            block_above=int(rng.choice([0, sel.BLOCK_ABOVE])))
+                            block=int(rng.choice([0, 64, 96, 128, 256])),
+                            block_above=int(rng.choice([0, 256, 512])))
 
 
 def test_every_selected_kernel_is_in_kernel_names():
