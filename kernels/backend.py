@@ -233,7 +233,8 @@ class Backend(ABC):
         """``fire(datas) -> Completion | None``: :meth:`run` on buffers laid out as
         ``buffers``, given only their data arrays in the order
         of ``buffers``, with what run() resolves per call resolved once; ``fire`` returns None
-        where it cannot (the caller then uses run()). None here: a backend without one; the
-        runtime's packed replay then calls run() each time. A backend that has one also has
+        where it cannot (the caller then uses run()). None where there is none, now or ever
+        (here: a backend without one); the runtime's packed replay then calls run() and asks
+        again at its next replay. A backend that has one also has
         ``new_data(like)``: an uninitialized array of the kind, shape and dtype of ``like``."""
         return None

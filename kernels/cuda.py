@@ -743,12 +743,16 @@ class CudaBackend(Backend):
         device are resolved here once, so a call is its slot, its table, the graph's launch and
         the completion: run() without _prepare's memo and the buffers' batches (about 3 us of a
         36 us call's issue on the H200 host, stamped; docs/notes.md, 2026-11-26 third
-        session). Returns None from a call made with another current device (the caller then
-        takes the general path)."""
+        session). None where a buffer is on another device than the current one; ``fire``
+        returns None from a call made under another current device (the caller then takes the
+        general path, its output allocated again)."""
+        dev = cupy.cuda.runtime.getDevice()
+        if any(b is not None and b.data.device.id != dev for b in buffers.values()):
+            return None  # built on the buffers' own device only (the runtime asks again)
         prep = self._prepare(plan, buffers, config)
         names = list(buffers)
-        where = [names.index(e) for _, e in prep.fill[0]]
-        dev = cupy.cuda.runtime.getDevice()
+        # (a table entry that is none of the buffers gets 0, as begin writes for it)
+        where = [names.index(e) if e in names else None for _, e in prep.fill[0]]
         get_device, stream = cupy.cuda.runtime.getDevice, cupy.cuda.get_current_stream
         launches = plan.launches
 
@@ -758,9 +762,11 @@ class CudaBackend(Backend):
             main = stream()
             ptrs = []
             for j in where:
-                d = datas[j]
+                d = None if j is None else datas[j]
                 ptrs.append(0 if d is None else d.data.ptr)
-            ex = self._start(prep, main, ptrs, config, scalars, datas)
+            # (prep too: its device tables and graphs must outlive the kernels, as the
+            # batches' cache held them for begin's callers)
+            ex = self._start(prep, main, ptrs, config, scalars, (datas, prep))
             self.launch_all(ex, launches)
             self.flush(ex)
             return self.end(ex)

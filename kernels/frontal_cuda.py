@@ -52,9 +52,10 @@ TREE_MAX = 96
 
 def plan_defaults(dtype) -> dict:
     # A front's panels are one problem's chain, latency-bound like a skewed batch's largest
-    # problems, so fronts block from 256 columns in block columns of 256 (the dense default is
-    # 128 from 512). Factor of the 3-D Laplacians on the H100 (2026-11-25, .dbg probe, one
-    # process, interleaved, ms; unblocked / block 128 from 512 / 128 from 128 / 256 from 256):
+    # problems, so fronts block from 256 columns in block columns of 256 (the dense defaults
+    # are 96 from 256 in float64, 64 from 512 in float32: potrf_cuda.BLOCK). Factor of the
+    # 3-D Laplacians on the H100 (2026-11-25, .dbg probe, one process, interleaved, ms;
+    # unblocked / block 128 from 512 / 128 from 128 / 256 from 256):
     # 40^3 19.35 / 12.80 / 13.01 / 12.50, 60^3 99.2 / 53.0 / 52.9 / 48.0.
     # tree_max: fronts in subtrees of fronts of at most this many rows factor in frontal.tree
     # launches (vbatch.sparse.frontal.frontal_graph); 0 turns them off.

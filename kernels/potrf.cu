@@ -297,7 +297,8 @@ fused_step(const unsigned long long* tbl, const long long* meta, const int* imet
 // ================================================================== small panels
 // Panels of at most 32 rows (the last panels of every problem, whole problems of n <= 32): a
 // warp per task, WARPS tasks per block; lane r keeps row r of the panel in registers, a[0..NB)
-// for the panel's w columns, NB chosen per warp from w (8, 16, 24 or 32). As fused_step, but a
+// for the panel's w columns, NB chosen per warp from w (8, 16, 24 or 32, from NBMIN up: see
+// small_step). As fused_step, but a
 // warp instead of a block: the update streams each lane's own row of the factored columns and
 // the panel's top rows (its own lanes) through a per-warp shared tile; then potf2_regs factors
 // the panel right-looking, which also solves the rows below the diagonal block (column k is

@@ -579,7 +579,7 @@ class Runtime:
                 out = batch if overwrite else b.new_output(batch)
                 buffers = {"a": batch, "l": out}
                 if fire is None:  # (before the run: what it raises, the run would)
-                    entry.fire = b.replayer(plan, buffers, self.config) or False
+                    entry.fire = b.replayer(plan, buffers, self.config)
                 completion = b.run(plan, buffers, self.config)
         except BaseException as exc:  # noqa: BLE001 - delivered through the future, as _run_async
             fut = Future(self, threaded=False)
@@ -776,8 +776,8 @@ _NO_CACHE: dict = {}
 
 
 class _Replay:
-    """A packed batch's replay entry (Runtime._replay): its plan and, from its first replay,
-    the backend's ``fire`` (Backend.replayer; False where the backend has none)."""
+    """A packed batch's replay entry (Runtime._replay): its plan and, once the backend has
+    one for it (Backend.replayer), the backend's ``fire``."""
 
     __slots__ = ("plan", "fire")
 

@@ -281,7 +281,16 @@ def test_repeated_packed_calls_replay_the_first(cupy):
     # From the second replay on, the calls went through the backend's fire (Backend.replayer),
     # which takes the buffers' addresses from each call: a batch of the same layout over other
     # data (with_data: the same cache, so the same replay entry) is factored from its own data.
-    assert dev.cache()[(rt._token, False, cupy.ndarray)].fire
+    entry = dev.cache()[(rt._token, False, cupy.ndarray)]
+    fire, fired = entry.fire, []
+    assert fire is not None
+
+    def counted(datas):
+        done = fire(datas)
+        fired.append(done is not None)
+        return done
+
+    entry.fire = counted
     mats2 = spd_list(ns, np.float64, rng)
     sib = dev.with_data(cupy.asarray(pack(mats2, order="F").data))
     for _ in range(3):
@@ -289,6 +298,7 @@ def test_repeated_packed_calls_replay_the_first(cupy):
         assert not r2.info.any()
         for i, a in enumerate(mats2):
             check_factor(a, r2.factors.matrix(i), np.float64)
+    assert fired == [True] * 3  # each call ran through fire, none fell back to run()
     work = dev.with_data(dev.data.copy())
     for _ in range(2):  # in place, twice on fresh copies of the input
         work.data[...] = before
