@@ -365,6 +365,18 @@ def test_slot_pool_keeps_a_running_slot(cupy):
         long long t0 = clock64();
         while (clock64() - t0 < cycles) {}
     }""", "spin")
+    # The running call: a kernel that waits for the host to open a gate (a flag in pinned host
+    # memory), so that it is still running however slowly the host makes the finished calls
+    # below (a fixed spin of ~1 s ended before 200 pinned slots were made on one H200 host,
+    # 2026-11-26); it gives up by itself after ~10 s rather than hang the suite.
+    gate = cupy.RawKernel(r"""
+    extern "C" __global__ void gate(volatile int* open, long long cycles) {
+        long long t0 = clock64();
+        while (*open == 0 && clock64() - t0 < cycles) {}
+    }""", "gate")
+    mem = cupy.cuda.alloc_pinned_memory(4)
+    opened = np.frombuffer(mem, np.int32, 1)
+    opened[0] = 0
     pool = _SlotPool()
     busy = cupy.cuda.Stream(non_blocking=True)
     slow = pool.take(4, 3)
@@ -373,7 +385,7 @@ def test_slot_pool_keeps_a_running_slot(cupy):
     fresh = pool.take(4, 3)  # (taken: not tracked until recorded)
     assert fresh not in pool._inflight
     with busy:
-        spin((1,), (1,), (np.int64(2_000_000_000),))  # ~1 s at 2 GHz
+        gate((1,), (1,), (np.uint64(mem.ptr), np.int64(20_000_000_000)))
         slow.event.record(busy)
     pool.track(slow)
     kept = []
@@ -383,9 +395,10 @@ def test_slot_pool_keeps_a_running_slot(cupy):
         s.event.synchronize()
         pool.track(s)
         kept.append(s)
-    assert not slow.event.done, "the spin ended too early for this test to mean anything"
+    assert not slow.event.done, "the gate closed by itself: this test means nothing"
     assert sum(s is slow for s in pool._inflight) == 1
     assert len(pool._inflight) <= 64 + 1
+    opened[0] = 1
     busy.synchronize()
     # submit-then-wait: the slot is still running when tracked (a short spin before its event)
     loop = _SlotPool()
