@@ -110,11 +110,17 @@ class Backend(ABC):
         except KeyError:
             raise ValueError(f"the {self.name} backend has no kernels for {op!r}") from None
 
-    def plan_defaults(self, op: str, dtype: np.dtype) -> dict:
+    def plan_defaults(self, op: str, dtype: np.dtype, order: str | None = None) -> dict:
         """Planner options this backend prefers for ``op`` on ``dtype`` (``nb``,
         ``fused_max_rows``, ``streams``, ...), where the caller does not say: the op's kernel
-        module's ``plan_defaults(dtype)``."""
-        return self._op(op).plan_defaults(dtype)
+        module's ``plan_defaults(dtype)``, and for a batch of layout ``order`` ("F" or "C";
+        None: unknown) what its optional ``layout_defaults(dtype, order)`` changes."""
+        mod = self._op(op)
+        out = mod.plan_defaults(dtype)
+        layout = getattr(mod, "layout_defaults", None)
+        if order is not None and layout is not None:
+            out = {**out, **layout(dtype, order)}
+        return out
 
     def check_options(self, op: str, dtype: np.dtype, options: dict) -> None:
         """Raise ``InputError`` for planner options this backend cannot run, or cap them in

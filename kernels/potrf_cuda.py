@@ -42,9 +42,11 @@ MAX_GRID_Y = 65535
 # docs/notes.md), (128, 512) -> float64 (96, 256): skewed 512 0.94 -> 0.65, uniform 512 3.58 ->
 # 3.34, uniform 1024 4.69 -> 4.32, skewed 1024 1.49 -> 1.38, gauss 512 2.82 -> 2.80, Nmax 256
 # unchanged; float32 (64, 512): uniform 1024 3.98 -> 3.69, skewed 1024 1.45 -> 1.27, Nmax 256-512
-# unchanged (blocking float32 problems of 257-512 columns cost uniform 512 7-15%).
+# unchanged (blocking float32 problems of 257-512 columns cost uniform 512 7-15%). Measured on
+# column-major batches; row-major ones keep (128, 512) (layout_defaults).
 BLOCK = {"float64": 96, "float32": 64}
 BLOCK_ABOVE = {"float64": 256, "float32": 512}
+ROW_BLOCK, ROW_BLOCK_ABOVE = 128, 512  # row-major batches: layout_defaults
 # What `python -m vbatch tune` measures (vbatch.runtime.tune), from the defaults above: the
 # fused/separated crossover, then the blocking (width, threshold), on the harness's batches.
 TUNE = (
@@ -106,6 +108,13 @@ def plan_defaults(dtype) -> dict:
     name = np.dtype(dtype).name
     return {"nb": 32, "fused_max_rows": FUSED_ROWS_MAX, "streams": 4, "block": BLOCK[name],
             "block_above": BLOCK_ABOVE[name]}
+
+
+def layout_defaults(dtype, order: str) -> dict:
+    """Row-major batches keep the blocking measured before the per-dtype one: on them float64's
+    (96, 256) cost uniform 512 4.5%, gauss 512 10%, uniform and skewed 1024 5% (and saved
+    skewed 512 33%), float32's (64, 512) uniform 1024 2% (H200, 2026-11-26, docs/notes.md)."""
+    return {"block": ROW_BLOCK, "block_above": ROW_BLOCK_ABOVE} if order == "C" else {}
 
 
 def check_options(dtype, options: dict) -> None:

@@ -161,7 +161,8 @@ class Runtime:
         # barrier job on its FIFO worker.
         self._tails: dict = {}
         self._lock = threading.Lock()
-        self._opts: dict = {}  # (op, dtype) -> planner options (one dict each, identity-keyed)
+        self._opts: dict = {}  # (op, dtype, order) -> planner options (identity-keyed)
+        self._built: dict = {}  # (op, dtype) -> the options of order None as first built
         # (family, dtype name) -> what `python -m vbatch tune` measured for this machine
         self._tuned = tuned_options(self.backend, self.config)
         self._plans: OrderedDict = OrderedDict()  # size signature -> plan, last used last
@@ -184,28 +185,43 @@ class Runtime:
         return f"Runtime(device={self.device!r}, {self.config!r})"
 
     # ------------------------------------------------------------------ planning
-    def plan_options(self, dtype: Any, op: str = "potrf") -> dict:
+    def plan_options(self, dtype: Any, op: str = "potrf", order: str | None = None) -> dict:
         """The planner's options for ``op`` on this dtype: the config's, else the backend's
         (those of every kernel family the op uses, merged in the op's order, each family's
-        defaults followed by what ``python -m vbatch tune`` measured for it on this machine)."""
-        dtype = np.dtype(dtype)
-        hit = self._opts.get((op, dtype))
-        if hit is None:
-            from vbatch.ops.op import OPS
+        defaults followed by what ``python -m vbatch tune`` measured for it on this machine).
 
-            families = OPS[op].families if op in OPS else (op,)
-            hit = {}
-            for fam in families:
-                hit.update(self.backend.plan_defaults(fam, dtype))
-                hit.update(self._tuned.get((fam, dtype.name), {}))
-            cfg = self.config
-            for name in Config.PLANNER:
-                if getattr(cfg, name) is not None and name in hit:
-                    hit[name] = getattr(cfg, name)
-            hit["policy"] = cfg.policy
-            for fam in families:
-                self.backend.check_options(fam, dtype, hit)
-            self._opts[(op, dtype)] = hit
+        ``order``: the layout of the batch ("F", "C"; None: not said), where a backend's
+        defaults depend on it. One dict per (op, dtype), the same object for every layout
+        whose options are those of ``order=None`` (so a change made to it holds for them);
+        another only where the layout changes a default."""
+        dtype = np.dtype(dtype)
+        hit = self._opts.get((op, dtype, order))
+        if hit is None:
+            if order is None:
+                hit = self._options(dtype, op, None)
+                self._built[(op, dtype)] = dict(hit)
+            else:
+                plain = self.plan_options(dtype, op)
+                own = self._options(dtype, op, order)
+                hit = plain if own == self._built[(op, dtype)] else own
+            self._opts[(op, dtype, order)] = hit
+        return hit
+
+    def _options(self, dtype: np.dtype, op: str, order: str | None) -> dict:
+        from vbatch.ops.op import OPS
+
+        families = OPS[op].families if op in OPS else (op,)
+        hit = {}
+        for fam in families:
+            hit.update(self.backend.plan_defaults(fam, dtype, order))
+            hit.update(self._tuned.get((fam, dtype.name), {}))
+        cfg = self.config
+        for name in Config.PLANNER:
+            if getattr(cfg, name) is not None and name in hit:
+                hit[name] = getattr(cfg, name)
+        hit["policy"] = cfg.policy
+        for fam in families:
+            self.backend.check_options(fam, dtype, hit)
         return hit
 
     def plan(self, mats: Any, npiv: Any = None) -> Plan:
@@ -229,7 +245,9 @@ class Runtime:
         """The plan for ``req``: reused for every submission with the same size signature.
         A packed batch also keeps its own plan for the common call (``fast``: the op's
         parameters at their defaults), found without computing the signature."""
-        opts = self.plan_options(batch.dtype, op.name)
+        order = batch.order if type(batch) is PackedBatch else getattr(batch, "packed_order",
+                                                                          None)
+        opts = self.plan_options(batch.dtype, op.name, order)
         key = ("plan", op.name, id(opts))
         if fast and isinstance(batch, PackedBatch):
             hit = batch.cache().get(key)

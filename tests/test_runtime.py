@@ -128,6 +128,35 @@ def test_a_packed_batch_is_planned_once():
     assert Runtime("cpu", nb=16).cholesky(packed).result().plan.nb == 16
 
 
+def test_layout_dependent_defaults_get_their_own_options(monkeypatch):
+    """A backend whose defaults depend on the batch's layout (a kernel module's
+    layout_defaults) gets one options dict per layout that changes them; layouts that change
+    nothing share the dict of order None, so a change made to it holds for them; the plans of
+    the two layouts are apart. (The CPU backend has no layout defaults: one dict, one plan.)"""
+    from vbatch.kernels import potrf_cpu
+
+    rt = Runtime("cpu")
+    assert rt.plan_options("float64", "potrf", "C") is rt.plan_options("float64", "potrf")
+    assert rt.plan_options("float64", "potrf", "F") is rt.plan_options("float64", "potrf")
+    monkeypatch.setattr(potrf_cpu, "layout_defaults",
+                        lambda dtype, order: {"nb": 8} if order == "C" else {}, raising=False)
+    rt = Runtime("cpu")
+    plain = rt.plan_options("float64", "potrf")
+    plain["fused_max_rows"] = 7  # a caller's change to the shared dict
+    f = rt.plan_options("float64", "potrf", "F")
+    c = rt.plan_options("float64", "potrf", "C")
+    assert f is plain and f["fused_max_rows"] == 7
+    assert c is not plain and c["nb"] == 8 and plain["nb"] != 8
+    mats = [np.eye(3) * 2.0, np.eye(5) * 3.0]
+    plan_c = rt.plan(vbatch.pack(mats, order="C"))
+    plan_f = rt.plan(vbatch.pack(mats, order="F"))
+    assert plan_c.nb == 8 and plan_f.nb == plain["nb"]
+    # a config's value holds for every layout (the layouts then agree: one dict)
+    rt = Runtime("cpu", nb=16)
+    assert rt.plan_options("float64", "potrf", "C") is rt.plan_options("float64", "potrf")
+    assert rt.plan_options("float64", "potrf", "C")["nb"] == 16
+
+
 def test_result_reports_failures():
     mats = batch()
     mats[2] = -mats[2]
