@@ -129,6 +129,28 @@ def test_every_selected_blas_kernel_is_in_kernel_names():
     assert not any("simt" in x for x in blas.kernel_names(("float64",)))
 
 
+def test_cuda_blocking_defaults_per_dtype_and_layout():
+    """What the CUDA backend's plan_defaults gives POTRF (Backend.plan_defaults with the
+    module's layout_defaults; no GPU needed): column-major float64 (96, 256), float32 (64, 512);
+    row-major (128, 512) in both; an unknown layout the column-major ones."""
+    from vbatch.kernels.backend import Backend
+
+    class Kernels:  # the one thing Backend.plan_defaults asks of its backend
+        def _op(self, op):
+            return sel
+
+    got = {(dt, order): Backend.plan_defaults(Kernels(), "potrf", np.dtype(dt), order)
+           for dt in ("float64", "float32") for order in ("F", "C", None)}
+    pairs = {k: (v["block"], v["block_above"]) for k, v in got.items()}
+    assert pairs == {("float64", "F"): (96, 256), ("float64", "C"): (128, 512),
+                     ("float64", None): (96, 256), ("float32", "F"): (64, 512),
+                     ("float32", "C"): (128, 512), ("float32", None): (64, 512)}
+    for v in got.values():  # the rest is the layout's own business: the same everywhere
+        assert {k: x for k, x in v.items() if k not in ("block", "block_above")} == {
+            k: x for k, x in sel.plan_defaults(np.float64).items()
+            if k not in ("block", "block_above")}
+
+
 def test_fused_thread_counts_between_the_powers_of_two_are_compiled():
     names = build.kernel_names()
     for nt in (96, 160, 192, 224):
