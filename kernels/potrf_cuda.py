@@ -70,8 +70,9 @@ SMALL_WARPS = 4
 # flops of a narrow panel, took float64 column-major small_step launches from 22.5 to 16.8 us
 # (uniform Nmax 32), 52.4 to 45.4 (uniform 128), 39.5 to 28.8 (skewed 128). float32, whose code
 # is smaller, lost 2 us at uniform 128 with it and nothing anywhere with 16 (the harness: up to
-# 3-5% at Nmax 64-256 with 32); row-major float64, where the 32-wide code spills, lost 1-3 us
-# in the uniform cases, so it keeps every width (H200, 2026-11-26, docs/notes.md).
+# 3-5% at Nmax 64-256 with 32); row-major, where the 32-wide float64 code spills, lost 1-3 us
+# in the float64 uniform cases and 3.4 at float32 uniform 128, so it keeps every width (H200,
+# 2026-11-26, docs/notes.md).
 SMALL_NBMIN = {("double", "false"): 32, ("float", "false"): 16, ("double", "true"): 8,
                ("float", "true"): 8}
 # Taller ones as fused_step, in whole warps up to FUSED_ROWS_MAX: a panel of r rows gets the
