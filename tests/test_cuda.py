@@ -406,19 +406,21 @@ def test_slot_pool_keeps_a_running_slot(cupy):
     with busy:
         gate((1,), (1,), (np.uint64(mem.ptr), np.int64(20_000_000_000)))
         slow.event.record(busy)
-    pool.track(slow)
-    kept = []
-    for _ in range(200):  # distinct slots (none given back), each finished when tracked
-        s = pool.take(4, 3)
-        s.event.record()
-        s.event.synchronize()
-        pool.track(s)
-        kept.append(s)
-    assert not slow.event.done, "the gate closed by itself: this test means nothing"
-    assert sum(s is slow for s in pool._inflight) == 1
-    assert len(pool._inflight) <= 64 + 1
-    opened[0] = 1
-    busy.synchronize()
+    try:
+        pool.track(slow)
+        kept = []
+        for _ in range(200):  # distinct slots (none given back), each finished when tracked
+            s = pool.take(4, 3)
+            s.event.record()
+            s.event.synchronize()
+            pool.track(s)
+            kept.append(s)
+        assert not slow.event.done, "the gate closed by itself: this test means nothing"
+        assert sum(s is slow for s in pool._inflight) == 1
+        assert len(pool._inflight) <= 64 + 1
+    finally:  # the gate opened and the kernel done before its flag's memory can go
+        opened[0] = 1
+        busy.synchronize()
     # submit-then-wait: the slot is still running when tracked (a short spin before its event)
     loop = _SlotPool()
     for _ in range(500):
