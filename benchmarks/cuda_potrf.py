@@ -38,6 +38,7 @@ import cupy
 import numpy as np
 
 import vbatch
+from vbatch.runtime.trace import ceilings
 from vbatch.kernels.cuda import spd_fill
 from vbatch.ops.cholesky import cholesky_flops, residual
 from vbatch.ops.generate import sizes
@@ -79,22 +80,6 @@ def timed(fn, reps: int, before=None) -> tuple[float, list]:
         sync()
         ts.append((time.perf_counter() - t0) * 1e3)
     return float(np.median(ts)), out
-
-
-def ceilings() -> dict:
-    """Device copy bandwidth (bytes read + written) and GEMM peaks, measured here."""
-    a = cupy.empty(2 * 1024**3 // 8, dtype=np.float64)
-    a.fill(1.0)
-    b = cupy.empty_like(a)
-    ms, _ = timed(lambda: cupy.copyto(b, a), 5)
-    bw = 2 * a.nbytes / (ms * 1e-3)
-    peaks = {}
-    for dt in (np.float64, np.float32):
-        n = 8192
-        x = cupy.random.standard_normal((n, n)).astype(dt)
-        ms, _ = timed(lambda x=x: x @ x, 5)
-        peaks[np.dtype(dt).name] = 2 * n**3 / (ms * 1e-3)
-    return {"bw": bw, "peak": peaks}
 
 
 def make_batch(n: np.ndarray, dtype, seed: int) -> vbatch.PackedBatch:
@@ -358,7 +343,7 @@ def main() -> None:
     dev = cupy.cuda.Device()
     name = cupy.cuda.runtime.getDeviceProperties(dev.id)["name"]
     name = name.decode() if isinstance(name, bytes) else name
-    ceil = ceilings()
+    ceil = ceilings("cuda")
     print(f"{name}: copy {ceil['bw'] / 1e12:.2f} TB/s, DGEMM {ceil['peak']['float64'] / 1e12:.1f}"
           f" TFLOP/s, SGEMM {ceil['peak']['float32'] / 1e12:.1f} TFLOP/s", flush=True)
     rt = vbatch.Runtime("cuda")

@@ -32,6 +32,7 @@ diagonal); inputs are never written unless ``overwrite=True`` names the output's
 from __future__ import annotations
 
 import functools
+from dataclasses import replace as dc_replace
 from typing import Any
 
 import numpy as np
@@ -74,11 +75,44 @@ def _copy_flops(args, rows, cols, width):
     return np.asarray(rows, np.float64) * width
 
 
+# Elements a task must read and write at least (the trace's floor). A GEMM's operands may alias
+# (a blocked Cholesky's B is rows of its A), so it counts the larger of A and B, and O once.
+def _gemm_traffic(args, rows, cols, width):
+    mm, kk, nn = (np.asarray(x, np.float64) for x in (rows, cols, width))
+    return np.maximum(mm, nn) * kk + mm * nn
+
+
+def _tri_entries(mm, nn):
+    # entries of one triangle of an mm x nn block that starts on the diagonal (SYRK's, or a
+    # blocked Cholesky's block column)
+    return np.where(mm >= nn, mm * nn - nn * (nn - 1) / 2, mm * (mm + 1) / 2)
+
+
+def _tri_gemm_flops(args, rows, cols, width):
+    mm, kk, nn = (np.asarray(x, np.float64) for x in (rows, cols, width))
+    return 2.0 * kk * _tri_entries(mm, nn)
+
+
+def _tri_gemm_traffic(args, rows, cols, width):
+    mm, kk, nn = (np.asarray(x, np.float64) for x in (rows, cols, width))
+    return np.maximum(mm, nn) * kk + _tri_entries(mm, nn)
+
+
+def _diag_traffic(args, rows, cols, width):
+    w, nn = np.asarray(rows, np.float64), np.asarray(width, np.float64)
+    return w * (w + 1) / 2 + 2 * w * nn  # the triangle; the right-hand sides read and written
+
+
+def _copy_traffic(args, rows, cols, width):
+    return 2.0 * np.asarray(rows, np.float64) * width
+
+
 _BASE = {
     COPY: TaskKind(name=COPY, op=FAMILY, args=ARGS, window=by_log2, launches=single(COPY),
-                   flops=_copy_flops, doc="X := alpha B on views (rows = m, width = n)"),
+                   flops=_copy_flops, traffic=_copy_traffic,
+                   doc="X := alpha B on views (rows = m, width = n)"),
     GEMM: TaskKind(name=GEMM, op=FAMILY, args=ARGS, window=by_log2_past_32, launches=single(GEMM),
-                   flops=_gemm_flops,
+                   flops=_gemm_flops, traffic=_gemm_traffic,
                    doc="O := alpha A B + beta C on a row block (rows = mm, cols = kk, "
                        "width = nn)"),
     # Diagonal blocks of at most 32 rows (the recursion's base) share one window: one kernel
@@ -86,11 +120,17 @@ _BASE = {
     # six launches a step of a solve's chain.
     TRSM: TaskKind(name=TRSM, op=FAMILY, args=ARGS, window=by_log2_past_32,
                    launches=single(TRSM),
-                   flops=_diag_flops, doc="a diagonal block's solve (rows = w, width = nn)"),
+                   flops=_diag_flops, traffic=_diag_traffic,
+                   doc="a diagonal block's solve (rows = w, width = nn)"),
     TRMM: TaskKind(name=TRMM, op=FAMILY, args=ARGS, window=by_log2_past_32,
                    launches=single(TRMM),
-                   flops=_diag_flops, doc="a diagonal block's product (rows = w, width = nn)"),
+                   flops=_diag_flops, traffic=_diag_traffic,
+                   doc="a diagonal block's product (rows = w, width = nn)"),
 }
+
+
+# A GEMM on one triangle of its output (``uplo``) counts that triangle's work only.
+_TRI_GEMM = dc_replace(_BASE[GEMM], flops=_tri_gemm_flops, traffic=_tri_gemm_traffic)
 
 
 def copy_kind(src: str, dst: str, t: int, alpha: str) -> TaskKind:
@@ -106,8 +146,9 @@ def gemm_kind(a: str, b: str, c: str, o: str, ta: int, tb: int, tc: int, alpha: 
     ``beta`` in beta/zero/one. ``uplo`` ("lower"/"upper") writes one triangle of ``o``.
     ``skip_failed``: leave problems whose ``info`` is set alone (a solve after a failed
     factorization)."""
-    return kind(_BASE[GEMM], (GEMM,), a=a, b=b, c=c, o=o, ta=int(ta), tb=int(tb), tc=int(tc),
-                alpha=alpha, beta=beta, uplo=uplo, skip_failed=int(skip_failed))
+    return kind(_TRI_GEMM if uplo else _BASE[GEMM], (GEMM,), a=a, b=b, c=c, o=o, ta=int(ta),
+                tb=int(tb), tc=int(tc), alpha=alpha, beta=beta, uplo=uplo,
+                skip_failed=int(skip_failed))
 
 
 def diag_kind(which: str, t: str, x: str, tt: int, tx: int, lower: int, unit: int,

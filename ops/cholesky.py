@@ -74,9 +74,16 @@ def _panel_flops(args, rows, cols, width):
     return 2.0 * m * w * (j - np.asarray(args[:, 2], np.float64)) + w**3 / 3 + w * w * np.maximum(m - w, 0)
 
 
+def _panel_traffic(args, rows, cols, width):
+    # the factored columns [b, j) of its rows read; the panel (its diagonal block's lower
+    # triangle) read and written
+    m, j, w = (np.asarray(x, dtype=np.float64) for x in (rows, cols, width))
+    return m * (j - np.asarray(args[:, 2], np.float64)) + 2 * (m * w - w * (w - 1) / 2)
+
+
 PANEL = register(TaskKind(
     name="potrf.panel", op="potrf", args=("j", "w", "b"), window=by_rows,
-    launches=_panel_launches, flops=_panel_flops,
+    launches=_panel_launches, flops=_panel_flops, traffic=_panel_traffic,
     doc="one panel of a left-looking Cholesky: rows = n - j, cols = j (first column), width = w; "
         "b: its block column (the update reads columns [b, j))",
 ), (FUSED, UPDATE, TRSM))
@@ -90,6 +97,9 @@ BLOCK_UPDATE = gemm_kind("l", "l", "a", "l", 0, 1, 0, "minus", "one", "lower", s
 SCHUR_KIND = register(TaskKind(
     name="potrf.schur", op="potrf", args=("p", "tr"), window=by_rows, launches=single(SCHUR),
     flops=lambda args, rows, cols, width: np.asarray(rows, np.float64) ** 2 * cols,
+    # L21 read; A22's lower triangle read and written
+    traffic=lambda args, rows, cols, width: (np.asarray(rows, np.float64)
+                                             * (np.asarray(cols) + np.asarray(rows) + 1)),
     doc="the trailing A22 - L21 L21^T of a partial Cholesky: rows = width = n - p, cols = p",
 ), (SCHUR,))
 

@@ -10,7 +10,9 @@ An operation (``ops/<op>.py``) turns a submission into tasks; each task has a *k
   sorting: the tasks of a launch group differ in size by less than one window);
 * ``launches``: how a group of its tasks is issued, as one or several *launch kinds* in order
   (POTRF's panel: one fused launch below the crossover, else update, trsm);
-* ``flops``, ``bytes``: per task, for the roofline floor and for balancing work;
+* ``flops``: per task, for balancing work and the roofline floor; ``traffic``: per task, the
+  matrix elements it must read and write at least (times the itemsize: its bytes), for the
+  floor (:mod:`vbatch.runtime.trace`);
 * ``ordered``: the kind's kernel orders the tasks of one launch itself (device counters), so
   its tasks keep the graph's order in a group.
 
@@ -30,7 +32,7 @@ Kinds register here when their op module is imported: ``KINDS[name]``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
@@ -57,7 +59,8 @@ class TaskKind:
     launches: Callable[[Group, dict], list[tuple[str, str]]]
     # (args, rows, cols, width) -> float per task
     flops: Callable[..., np.ndarray]
-    bytes: Callable[..., np.ndarray] = field(default=None)  # type: ignore[assignment]
+    # (args, rows, cols, width) -> elements read and written per task, at least; None: unknown
+    traffic: Callable[..., np.ndarray] | None = None
     doc: str = ""
     params: tuple = ()  # sorted (name, value) pairs the family's kernels read
     # The kind's kernel orders its tasks itself: a launch's blocks take its tasks in table

@@ -379,13 +379,16 @@ def cmd_trace(args, rt) -> int:
     print(f"vbatch trace: {args.op}, {len(ns)} problems, {tr.plan.summary()}")
     print(f"  {len(tr.events)} launches, {total / 1e3:.3f} ms from the first to the last, "
           f"{busy / 1e3:.3f} ms of launches (each timed alone on its stream)")
-    by_kind: dict = {}
-    for e in tr.events:
-        k = by_kind.setdefault(e["kind"], [0, 0.0])
-        k[0] += 1
-        k[1] += e["dur_us"]
-    for kind, (n, us) in sorted(by_kind.items(), key=lambda x: -x[1][1]):
-        print(f"  {kind:<12} {n:5d} launches {us / 1e3:9.3f} ms")
+    floor = sum(e["floor_us"] for e in tr.events)
+    print(f"  floor of the launches' work {floor / 1e3:.3f} ms (bandwidth "
+          f"{tr.ceil['bw'] / 1e12:.2f} TB/s, {dtype.name} GEMM peak "
+          f"{tr.ceil['peak'].get(dtype.name, 0) / 1e12:.1f} TFLOP/s, measured here)")
+    print(f"  {'launch kind':<14}{'launches':>9}{'tasks':>8}{'ms':>10}{'floor ms':>10}"
+          f"{'x floor':>8}")
+    for k in tr.by_kind():
+        x = k["us"] / k["floor_us"] if k["floor_us"] > 0 else float("nan")
+        print(f"  {k['kind']:<14}{k['launches']:9d}{k['tasks']:8d}{k['us'] / 1e3:10.3f}"
+              f"{k['floor_us'] / 1e3:10.3f}{x:8.1f}")
     print("  wrote " + ", ".join(paths))
     return 0
 

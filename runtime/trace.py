@@ -12,6 +12,12 @@ launch is timed on the host, where it runs. Every launch of the plan is one even
 row of the trace (``pid`` 1, ``tid`` the stream), named by its launch kind and carrying its group,
 task kind, task count, rows, flops and kernel; on CUDA the host's issuing of each launch is a
 second row (``pid`` 0). Times count from the call's first event (CUDA) or first launch (CPU).
+
+Every launch also gets its **floor**: the least time its tasks could take on this device,
+``max(elements moved x itemsize / bandwidth, flops / peak)``, from each task kind's ``flops`` and
+``traffic`` (:mod:`vbatch.ops.kinds`) and the device's copy bandwidth and GEMM peak
+(:func:`ceilings`, measured once per process unless given). :meth:`Trace.by_kind` sums time and
+floor per launch kind: which kernel is how far from what its work costs.
 """
 
 from __future__ import annotations
@@ -26,6 +32,50 @@ import numpy as np
 from vbatch.scheduler.plan import Plan
 
 _LOCK = threading.Lock()  # one traced call at a time per process: the backend's hook is shared
+_CEILINGS: dict = {}  # device -> ceilings(device), measured once per process
+
+
+def ceilings(device: str) -> dict:
+    """The device's copy bandwidth (``bw``: bytes read plus written per second, a 1 GiB copy on
+    CUDA, 128 MiB on the CPU) and GEMM peak per dtype (``peak``: {"float64": flop/s,
+    "float32": ...}, an 8192-order product on CUDA (cuBLAS), 2048 on the CPU (numpy's BLAS)),
+    each the best of five, measured on first use and kept for the process."""
+    hit = _CEILINGS.get(device)
+    if hit is not None:
+        return hit
+    import time
+
+    if device == "cuda":
+        import cupy as xp
+
+        sync = xp.cuda.runtime.deviceSynchronize
+        words, order = 1024**3 // 8, 8192
+    else:
+        xp, sync, words, order = np, (lambda: None), 128 * 1024**2 // 8, 2048
+
+    def best(fn) -> float:
+        fn()
+        sync()
+        ts = []
+        for _ in range(5):
+            t0 = time.perf_counter()
+            fn()
+            sync()
+            ts.append(time.perf_counter() - t0)
+        return min(ts)
+
+    def copy_bw() -> float:  # its buffers freed on return
+        a = xp.ones(words, dtype=np.float64)
+        b = xp.empty_like(a)
+        return 2 * a.nbytes / best(lambda: xp.copyto(b, a))
+
+    out = {"bw": copy_bw(), "peak": {}}
+    rng = xp.random.default_rng(0)
+    for dt in ("float64", "float32"):
+        x = rng.standard_normal((order, order)).astype(dt)
+        out["peak"][dt] = 2.0 * order**3 / best(lambda x=x: x @ x)
+    _CEILINGS[device] = out
+    return out
 
 
 @dataclass
@@ -38,6 +88,22 @@ class Trace:
     events: list
     device: str
     result: Any
+    ceil: dict | None = None  # the ceilings the floors were computed with
+
+    def by_kind(self) -> list[dict]:
+        """Per launch kind, most time first: ``kind``, ``launches``, ``tasks``, ``us`` (GPU
+        time of its launches, each timed alone), ``floor_us`` (their floors summed) and
+        ``gflop``."""
+        out: dict = {}
+        for e in self.events:
+            k = out.setdefault(e["kind"], {"kind": e["kind"], "launches": 0, "tasks": 0,
+                                           "us": 0.0, "floor_us": 0.0, "gflop": 0.0})
+            k["launches"] += 1
+            k["tasks"] += e["count"]
+            k["us"] += e["dur_us"]
+            k["floor_us"] += e["floor_us"]
+            k["gflop"] += e["gflop"]
+        return sorted(out.values(), key=lambda k: -k["us"])
 
     def chrome(self, meta: dict | None = None) -> dict:
         """The trace in the Chrome trace-event format (a JSON object)."""
@@ -52,7 +118,8 @@ class Trace:
                         "args": {"name": "host (issuing launches)"}})
         for e in self.events:
             args = {k: e[k] for k in ("launch", "group", "task_kind", "count", "rows_min",
-                                      "rows_max", "gflop", "kernel", "family")}
+                                      "rows_max", "gflop", "mbyte", "floor_us", "kernel",
+                                      "family")}
             out.append({"name": e["kind"], "cat": e["family"], "ph": "X", "pid": 1,
                         "tid": e["stream"], "ts": e["start_us"], "dur": e["dur_us"],
                         "args": args})
@@ -61,7 +128,8 @@ class Trace:
                             "tid": 0, "ts": e["host_start_us"], "dur": e["host_dur_us"],
                             "args": {"launch": e["launch"]}})
         other = {"device": self.device, "launches": len(self.plan.launches),
-                 "plan": self.plan.summary()}
+                 "plan": self.plan.summary(), "ceilings": self.ceil,
+                 "by_kind": self.by_kind()}
         other.update(meta or {})
         return {"traceEvents": out, "displayTimeUnit": "ms", "otherData": other}
 
@@ -101,10 +169,11 @@ class Trace:
         plt.close(fig)
 
 
-def trace(rt, op: str, **fields: Any) -> Trace:
+def trace(rt, op: str, ceil: dict | None = None, **fields: Any) -> Trace:
     """Run ``op`` (a registered operation's name, as :meth:`Runtime.submit` takes it; POTRF is
     ``"potrf"`` with ``batch=``) once to warm up and once traced, on a runtime with ``rt``'s
-    options (CUDA graphs off). Returns the :class:`Trace`."""
+    options (CUDA graphs off). ``ceil``: the ceilings for the floors (as :func:`ceilings`
+    returns; measured when None). Returns the :class:`Trace`."""
     from vbatch.runtime.runtime import Runtime
 
     traced = Runtime(rt.device, config=rt.config.model_copy(update={"cuda_graphs": False}))
@@ -118,10 +187,23 @@ def trace(rt, op: str, **fields: Any) -> Trace:
         finally:
             backend.tracer = None
         plan = traced.plan_for(op, **fields)
-    return Trace(plan, _events(plan, records, traced.device), traced.device, result)
+    ceil = ceil if ceil is not None else ceilings(traced.device)
+    events = _events(plan, records, traced.device, _dtype_of(fields), ceil)
+    return Trace(plan, events, traced.device, result, ceil)
 
 
-def _events(plan: Plan, records: list, device: str) -> list:
+def _dtype_of(fields: dict) -> np.dtype:
+    """The call's data type: its first operand's (a batch, an array or a list of arrays)."""
+    for v in fields.values():
+        if isinstance(v, (list, tuple)) and v:
+            v = v[0]
+        dt = getattr(v, "dtype", None)
+        if dt is not None:
+            return np.dtype(dt)
+    return np.dtype(np.float64)
+
+
+def _events(plan: Plan, records: list, device: str, dtype: np.dtype, ceil: dict) -> list:
     t = plan.tasks
     if not records:
         return []
@@ -132,12 +214,17 @@ def _events(plan: Plan, records: list, device: str) -> list:
         import cupy
 
         records[-1].events[1].synchronize()
+    # float32 batches against the float32 peak; anything else against float64's
+    peak_key = dtype.name if dtype.name in ceil["peak"] else "float64"
     out = []
     for r in records:
         lc = r.launch
         sl = slice(lc.lo, lc.hi)
         kd = plan.kinds[int(t.kind[lc.lo])]
-        flops = float(np.sum(kd.flops(t.args[sl], t.rows[sl], t.cols[sl], t.width[sl])))
+        shape = (t.args[sl], t.rows[sl], t.cols[sl], t.width[sl])
+        flops = float(np.sum(kd.flops(*shape)))
+        moved = float(np.sum(kd.traffic(*shape))) * dtype.itemsize if kd.traffic else 0.0
+        floor = max(moved / ceil["bw"], flops / ceil["peak"][peak_key]) * 1e6
         h0, h1 = r.host
         if gpu:
             start = cupy.cuda.get_elapsed_time(base, r.events[0]) * 1e3
@@ -149,8 +236,8 @@ def _events(plan: Plan, records: list, device: str) -> list:
             "launch": int(lc.index), "group": int(lc.group), "kind": lc.kind,
             "task_kind": lc.task_kind, "family": lc.family, "count": int(lc.count),
             "stream": int(r.stream), "rows_min": int(rows.min()), "rows_max": int(rows.max()),
-            "gflop": flops / 1e9, "kernel": r.kernel, "start_us": float(start),
-            "dur_us": float(dur), "host_start_us": (h0 - h_base) * 1e6,
+            "gflop": flops / 1e9, "mbyte": moved / 1e6, "floor_us": floor, "kernel": r.kernel,
+            "start_us": float(start), "dur_us": float(dur), "host_start_us": (h0 - h_base) * 1e6,
             "host_dur_us": (h1 - h0) * 1e6,
         })
     return out

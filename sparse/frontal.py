@@ -111,14 +111,14 @@ def _extend_flops(args, rows, cols, width):
     return u * (u + 1) / 2  # one add per entry of the update block's lower triangle
 
 
-def _extend_bytes(args, rows, cols, width):
+def _extend_traffic(args, rows, cols, width):
     u = np.asarray(rows, dtype=np.float64)
-    return 3 * 8 * u * (u + 1) / 2  # read S_f, read and write the parent's entries
+    return 3 * u * (u + 1) / 2  # read S_f, read and write the parent's entries
 
 
 EXTEND_KIND = register(TaskKind(
     name="frontal.extend_add", op="frontal", args=("parent", "p", "u"), window=by_rows,
-    launches=single(EXTEND), flops=_extend_flops, bytes=_extend_bytes,
+    launches=single(EXTEND), flops=_extend_flops, traffic=_extend_traffic,
     doc="F_parent[rel, rel] += S (lower triangle): rows = width = u, the update block's order",
 ), (EXTEND,))
 
@@ -131,9 +131,9 @@ def _tree_flops(args, rows, cols, width):
     return p**3 / 3 + p * p * u + p * u * u + u * (u + 1) / 2
 
 
-def _tree_bytes(args, rows, cols, width):
+def _tree_traffic(args, rows, cols, width):
     n = (args[:, 1] + args[:, 2]).astype(np.float64)
-    return 8.0 * n * (n + 1)  # the front's lower triangle read and written (+ the extend-add)
+    return n * (n + 1)  # the front's lower triangle read and written (+ the extend-add)
 
 
 def _tree_window(rows, options):
@@ -147,7 +147,7 @@ def _tree_window(rows, options):
 
 TREE_KIND = register(TaskKind(
     name=TREE, op="frontal", args=("parent", "p", "u", "need"), window=_tree_window,
-    launches=single(TREE), flops=_tree_flops, bytes=_tree_bytes, ordered=True,
+    launches=single(TREE), flops=_tree_flops, traffic=_tree_traffic, ordered=True,
     doc="a small front's partial Cholesky, Schur complement and extend-add in one task: args "
         "(parent, p, u, need: its children that add into it); rows: its subtree's largest "
         "front, cols: p, width: n",
@@ -159,8 +159,8 @@ def _sweep_flops(args, rows, cols, width):
     return 2.0 * np.asarray(rows, np.float64) * np.asarray(cols, np.float64) * width
 
 
-def _sweep_bytes(args, rows, cols, width):
-    return 8.0 * np.asarray(rows, np.float64) * np.asarray(cols, np.float64)
+def _sweep_traffic(args, rows, cols, width):
+    return np.asarray(rows, np.float64) * np.asarray(cols, np.float64)
 
 
 def _one_window(rows, options):
@@ -173,14 +173,14 @@ def _no_flops(args, rows, cols, width):
 
 SWEEP_RESET_KIND = register(TaskKind(
     name=SWEEP_RESET, op="frontal", args=(), window=_one_window,
-    launches=single(SWEEP_RESET), flops=_no_flops, bytes=_no_flops,
+    launches=single(SWEEP_RESET), flops=_no_flops, traffic=_no_flops,
     doc="zero the sweeps' counters (the op's own scratch, one per call): one task",
 ), (SWEEP_RESET,))
 
 def _sweep_kind(name: str, which: str) -> TaskKind:
     return register(TaskKind(
         name=name, op="frontal", args=("parent", "p", "u", "i0", "need"), window=_one_window,
-        launches=single(name), flops=_sweep_flops, bytes=_sweep_bytes, ordered=True,
+        launches=single(name), flops=_sweep_flops, traffic=_sweep_traffic, ordered=True,
         doc=f"an item of the {which} sweep: args (parent, p, u, i0, need); rows, cols: the rows "
             "it computes and the columns of L it reads; width: r",
     ), (name,))

@@ -73,3 +73,49 @@ def test_the_trace_command_writes_json_and_a_chart(device, tmp_path, capsys):
     png = (tmp_path / "t.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 1000
     assert "launches" in capsys.readouterr().out
+
+
+# Ceilings chosen so that one term of the floor decides it: every event's floor is then known.
+SLOW_PEAK = {"bw": 8e9, "peak": {"float64": 1e9, "float32": 2e9}}  # flops decide
+SLOW_BW = {"bw": 8e9, "peak": {"float64": 1e30, "float32": 1e30}}  # traffic decides
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_the_floor_is_the_work_of_each_launch(device, dtype):
+    rng = np.random.default_rng(2)
+    ns = [0, 1, 10, 31, 32, 33, 70]
+    A = [rng.standard_normal((n, n)).astype(dtype) for n in ns]
+    rt = vbatch.Runtime(device)
+    isz = np.dtype(dtype).itemsize
+    # A GEMM of order n: 2 n^3 flops; A (or B) and O: 2 n^2 elements at least.
+    tr = trace(rt, "gemm", ceil=SLOW_PEAK, a=_dev(A, device), b=_dev(A, device))
+    peak = SLOW_PEAK["peak"][np.dtype(dtype).name]
+    want = sum(2.0 * n**3 for n in ns) / peak * 1e6
+    assert sum(e["floor_us"] for e in tr.events) == pytest.approx(want, rel=1e-12)
+    tr = trace(rt, "gemm", ceil=SLOW_BW, a=_dev(A, device), b=_dev(A, device))
+    want = sum(2.0 * n * n for n in ns) * isz / SLOW_BW["bw"] * 1e6
+    assert sum(e["floor_us"] for e in tr.events) == pytest.approx(want, rel=1e-12)
+    rows = tr.by_kind()
+    assert sum(k["launches"] for k in rows) == len(tr.events)
+    assert sum(k["floor_us"] for k in rows) == pytest.approx(want, rel=1e-12)
+    assert tr.chrome()["otherData"]["by_kind"] == rows
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_cholesky_trace_counts_its_work_once(device):
+    # The panels' flops add up to the factorization's (n^3 / 3 and lower-order terms); what
+    # they move is at least the lower triangle read and written once.
+    rng = np.random.default_rng(3)
+    ns = [0, 1, 31, 32, 33, 90, 300]
+    A = spd_list(ns, np.float64, rng)
+    rt = vbatch.Runtime(device, nb=32, block=64, block_above=64)
+    tr = trace(rt, "potrf", ceil=SLOW_BW, batch=_dev(A, device))
+    kinds = {e["kind"] for e in tr.events}
+    assert "blas.gemm" in kinds  # the blocked path's block updates are counted too
+    flops = sum(e["gflop"] for e in tr.events) * 1e9
+    want = float(vbatch.ops.cholesky_flops(np.array(ns)).sum())
+    assert want * 0.99 <= flops <= want * 1.05
+    moved = sum(e["floor_us"] for e in tr.events) * 1e-6 * SLOW_BW["bw"]
+    assert moved == pytest.approx(sum(e["mbyte"] for e in tr.events) * 1e6, rel=1e-12)
+    assert moved >= 8 * sum(n * (n + 1) for n in ns)
