@@ -383,7 +383,7 @@ def cmd_trace(args, rt) -> int:
     print(f"  floor of the launches' work {floor / 1e3:.3f} ms (bandwidth "
           f"{tr.ceil['bw'] / 1e12:.2f} TB/s, {dtype.name} GEMM peak "
           f"{tr.ceil['peak'].get(dtype.name, 0) / 1e12:.1f} TFLOP/s, measured here)")
-    print(f"  {'launch kind':<14}{'launches':>9}{'tasks':>8}{'ms':>10}{'floor ms':>10}"
+    print(f"  {'launches of':<14}{'launches':>9}{'tasks':>8}{'ms':>10}{'floor ms':>10}"
           f"{'x floor':>8}")
     for k in tr.by_kind():
         x = k["us"] / k["floor_us"] if k["floor_us"] > 0 else float("nan")

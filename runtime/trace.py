@@ -16,8 +16,11 @@ second row (``pid`` 0). Times count from the call's first event (CUDA) or first 
 Every launch also gets its **floor**: the least time its tasks could take on this device,
 ``max(elements moved x itemsize / bandwidth, flops / peak)``, from each task kind's ``flops`` and
 ``traffic`` (:mod:`vbatch.ops.kinds`) and the device's copy bandwidth and GEMM peak
-(:func:`ceilings`, measured once per process unless given). :meth:`Trace.by_kind` sums time and
-floor per launch kind: which kernel is how far from what its work costs.
+(:func:`ceilings`, measured once per process unless given). A launch group issued as several
+launches (a separated POTRF panel: update, then trsm) has one floor, for its tasks' whole work,
+shared evenly by its launches; the event's ``path`` names them all (``update+trsm``).
+:meth:`Trace.by_kind` sums time and floor per path: which kernels are how far from what their
+work costs.
 """
 
 from __future__ import annotations
@@ -91,18 +94,20 @@ class Trace:
     ceil: dict | None = None  # the ceilings the floors were computed with
 
     def by_kind(self) -> list[dict]:
-        """Per launch kind, most time first: ``kind``, ``launches``, ``tasks``, ``us`` (GPU
-        time of its launches, each timed alone), ``floor_us`` (their floors summed) and
-        ``gflop``."""
+        """Per path (the launch kinds of a group, ``fused`` or ``update+trsm``), most time
+        first: ``kind`` (the path), ``launches``, ``tasks`` (the groups' tasks, once),
+        ``us`` (GPU time of its launches, each timed alone), ``floor_us`` and ``gflop`` (the
+        groups' work, once)."""
         out: dict = {}
         for e in self.events:
-            k = out.setdefault(e["kind"], {"kind": e["kind"], "launches": 0, "tasks": 0,
+            k = out.setdefault(e["path"], {"kind": e["path"], "launches": 0, "tasks": 0,
                                            "us": 0.0, "floor_us": 0.0, "gflop": 0.0})
             k["launches"] += 1
-            k["tasks"] += e["count"]
             k["us"] += e["dur_us"]
             k["floor_us"] += e["floor_us"]
-            k["gflop"] += e["gflop"]
+            if e["first_of_group"]:
+                k["tasks"] += e["count"]
+                k["gflop"] += e["gflop"]
         return sorted(out.values(), key=lambda k: -k["us"])
 
     def chrome(self, meta: dict | None = None) -> dict:
@@ -118,8 +123,8 @@ class Trace:
                         "args": {"name": "host (issuing launches)"}})
         for e in self.events:
             args = {k: e[k] for k in ("launch", "group", "task_kind", "count", "rows_min",
-                                      "rows_max", "gflop", "mbyte", "floor_us", "kernel",
-                                      "family")}
+                                      "rows_max", "gflop", "mbyte", "floor_us", "path",
+                                      "kernel", "family")}
             out.append({"name": e["kind"], "cat": e["family"], "ph": "X", "pid": 1,
                         "tid": e["stream"], "ts": e["start_us"], "dur": e["dur_us"],
                         "args": args})
@@ -216,6 +221,10 @@ def _events(plan: Plan, records: list, device: str, dtype: np.dtype, ceil: dict)
         records[-1].events[1].synchronize()
     # float32 batches against the float32 peak; anything else against float64's
     peak_key = dtype.name if dtype.name in ceil["peak"] else "float64"
+    siblings: dict = {}  # group -> its launches' kinds, in plan order
+    for lc in plan.launches:
+        siblings.setdefault(lc.group, []).append(lc.kind)
+    seen: set = set()
     out = []
     for r in records:
         lc = r.launch
@@ -224,7 +233,10 @@ def _events(plan: Plan, records: list, device: str, dtype: np.dtype, ceil: dict)
         shape = (t.args[sl], t.rows[sl], t.cols[sl], t.width[sl])
         flops = float(np.sum(kd.flops(*shape)))
         moved = float(np.sum(kd.traffic(*shape))) * dtype.itemsize if kd.traffic else 0.0
-        floor = max(moved / ceil["bw"], flops / ceil["peak"][peak_key]) * 1e6
+        share = len(siblings[lc.group])
+        floor = max(moved / ceil["bw"], flops / ceil["peak"][peak_key]) * 1e6 / share
+        first = lc.group not in seen
+        seen.add(lc.group)
         h0, h1 = r.host
         if gpu:
             start = cupy.cuda.get_elapsed_time(base, r.events[0]) * 1e3
@@ -236,7 +248,8 @@ def _events(plan: Plan, records: list, device: str, dtype: np.dtype, ceil: dict)
             "launch": int(lc.index), "group": int(lc.group), "kind": lc.kind,
             "task_kind": lc.task_kind, "family": lc.family, "count": int(lc.count),
             "stream": int(r.stream), "rows_min": int(rows.min()), "rows_max": int(rows.max()),
-            "gflop": flops / 1e9, "mbyte": moved / 1e6, "floor_us": floor, "kernel": r.kernel,
+            "gflop": flops / 1e9, "mbyte": moved / 1e6, "floor_us": floor,
+            "path": "+".join(siblings[lc.group]), "first_of_group": first, "kernel": r.kernel,
             "start_us": float(start), "dur_us": float(dur), "host_start_us": (h0 - h_base) * 1e6,
             "host_dur_us": (h1 - h0) * 1e6,
         })
