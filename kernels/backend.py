@@ -113,14 +113,23 @@ class Backend(ABC):
     def plan_defaults(self, op: str, dtype: np.dtype, order: str | None = None) -> dict:
         """Planner options this backend prefers for ``op`` on ``dtype`` (``nb``,
         ``fused_max_rows``, ``streams``, ...), where the caller does not say: the op's kernel
-        module's ``plan_defaults(dtype)``, and for a batch of layout ``order`` ("F" or "C";
-        None: unknown) what its optional ``layout_defaults(dtype, order)`` changes."""
+        module's ``plan_defaults(dtype)``, what its optional ``device_defaults(dtype, info)``
+        makes of this device (:meth:`device_info`), and for a batch of layout ``order`` ("F" or
+        "C"; None: unknown) what its optional ``layout_defaults(dtype, order)`` changes."""
         mod = self._op(op)
         out = mod.plan_defaults(dtype)
+        device = getattr(mod, "device_defaults", None)
+        if device is not None:
+            out = {**out, **device(dtype, self.device_info())}
         layout = getattr(mod, "layout_defaults", None)
         if order is not None and layout is not None:
             out = {**out, **layout(dtype, order)}
         return out
+
+    def device_info(self) -> dict:
+        """What kernel modules' ``device_defaults`` read of the current device (CUDA: ``sms``,
+        its multiprocessors); empty where nothing is known."""
+        return {}
 
     def check_options(self, op: str, dtype: np.dtype, options: dict) -> None:
         """Raise ``InputError`` for planner options this backend cannot run, or cap them in

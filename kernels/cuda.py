@@ -402,6 +402,7 @@ class CudaBackend(Backend):
         self._streams: dict[int, list] = {}
         self._slots = _SlotPool()
         self._mem_total: dict[int, int] = {}
+        self._info: dict[int, dict] = {}
         self.kernels = launchers()
 
     def tune_key(self) -> str:
@@ -411,6 +412,14 @@ class CudaBackend(Backend):
         name = p["name"].decode() if isinstance(p["name"], bytes) else str(p["name"])
         return (f"cuda {name} sm_{p['major']}{p['minor']} "
                 f"runtime {cupy.cuda.runtime.runtimeGetVersion()}")
+
+    def device_info(self) -> dict:
+        dev = cupy.cuda.runtime.getDevice()
+        hit = self._info.get(dev)
+        if hit is None:
+            hit = self._info[dev] = {"sms": int(cupy.cuda.Device(dev).attributes[
+                "MultiProcessorCount"])}
+        return hit
 
     def memory_total(self) -> int:
         dev = cupy.cuda.runtime.getDevice()

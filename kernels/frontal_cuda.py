@@ -64,7 +64,11 @@ def plan_defaults(dtype) -> dict:
     # sweep_split: the solve's small subtrees' fronts in launches of their own from this many,
     # and always where every front is in one (vbatch.sparse.frontal.SWEEP_SPLIT, where the
     # measurement is).
-    return {"block": 256, "block_above": 256, "tree_max": TREE_MAX, "tree_split": True,
+    # block_few (the dense batches' few large problems, potrf_cuda.BLOCK_FEW_PER_SM) is off:
+    # not measured on fronts.
+    return {"block": 256, "block_above": 256, "block_few": 0, "block_few_above": 0,
+            "tree_max": TREE_MAX,
+            "tree_split": True,
             "tree_shapes": tuple(sorted(TREE_SHAPES.items())), "sweep_split": SWEEP_SPLIT}
 
 

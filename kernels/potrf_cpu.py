@@ -56,7 +56,7 @@ def plan_defaults(dtype) -> dict:
     # 2026-11-21) put 512 at or near the best everywhere. No shared-memory limit: always fused.
     # Not blocked: a panel of 512 is one LAPACK potrf, which blocks for the caches itself.
     return {"nb": 512, "fused_max_rows": int(np.iinfo(np.int64).max), "streams": 1, "block": 0,
-            "block_above": 0}
+            "block_above": 0, "block_few": 0, "block_few_above": 0}
 
 
 # What `python -m vbatch tune` measures (vbatch.runtime.tune): the panel width, from the sweep's

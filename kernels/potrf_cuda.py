@@ -47,6 +47,19 @@ MAX_GRID_Y = 65535
 BLOCK = {"float64": 96, "float32": 64}
 BLOCK_ABOVE = {"float64": 256, "float32": 512}
 ROW_BLOCK, ROW_BLOCK_ABOVE = 128, 512  # row-major batches: layout_defaults
+# A batch in which at most BLOCK_FEW_PER_SM x (multiprocessors) problems factor more than
+# max(BLOCK, BLOCK_FEW_ABOVE) columns blocks them all (the options block_few, block_few_above):
+# a fused step runs a block per problem, two of 256 threads to a multiprocessor, so fewer
+# problems than that leave multiprocessors idle through their whole chain of panels, where a
+# block update spreads a problem over many tiles. H200, 2026-11-26 (docs/notes.md,
+# .dbg/bf_ab.py, best of two rounds, ms, off -> on): float64 (past 96 columns) 20 problems of
+# 256 among 1,980 of at most 25: column-major 0.270 -> 0.236, row-major 0.342 -> 0.315; 20 of
+# 512 among 1,980 of at most 51, row-major 1.17 -> 0.78; 250 of U[129, 512] among 1,750 of at
+# most 50, 1.06 -> 0.98; no case slower beyond 1%. float32 past 64 columns: 20 of 512 0.66 ->
+# 0.53, but 260 of U[97, 256] 0.23 -> 0.31, 100 of U[1, 256] 0.20 -> 0.23 (its fused steps
+# beat its SIMT GEMM), so float32 counts and blocks only problems past 256 columns.
+BLOCK_FEW_PER_SM = 2
+BLOCK_FEW_ABOVE = {"float64": 0, "float32": 256}
 # What `python -m vbatch tune` measures (vbatch.runtime.tune), from the defaults above: the
 # fused/separated crossover, then the blocking (width, threshold), on the harness's batches.
 TUNE = (
@@ -108,7 +121,13 @@ def plan_defaults(dtype) -> dict:
     # docs/notes.md); 4 streams for the chains of partial factorizations.
     name = np.dtype(dtype).name
     return {"nb": 32, "fused_max_rows": FUSED_ROWS_MAX, "streams": 4, "block": BLOCK[name],
-            "block_above": BLOCK_ABOVE[name]}
+            "block_above": BLOCK_ABOVE[name], "block_few": 0,
+            "block_few_above": BLOCK_FEW_ABOVE[name]}
+
+
+def device_defaults(dtype, info: dict) -> dict:
+    """block_few from the device's multiprocessors (BLOCK_FEW_PER_SM)."""
+    return {"block_few": BLOCK_FEW_PER_SM * int(info["sms"])} if "sms" in info else {}
 
 
 def layout_defaults(dtype, order: str) -> dict:

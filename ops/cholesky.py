@@ -17,8 +17,11 @@ on CUDA it cost every separated panel a launch of one warp a task (~10 us each, 
 path of a sparse factorization's large fronts), so the update's kernels do it.
 
 **Blocked** (``block`` = W > 0, a multiple of ``nb``): a problem with more than
-``block_above`` (at least W) columns to factor takes them W at a time. Before the panels of block column ``[J, J + W)``, one GEMM (the
-``blas`` family's, a SYRK on the diagonal block) brings the whole block column up to date:
+``block_above`` (at least W) columns to factor takes them W at a time (and so does one with
+more than ``block_few_above`` where at most ``block_few`` problems have that many: a few large
+problems' panel steps cannot fill the device). Before the panels of block column
+``[J, J + W)``, one GEMM (the ``blas`` family's, a SYRK on the diagonal block) brings the
+whole block column up to date:
 ``L[J:, J:J+W] = A[J:, J:J+W] - L[J:, :J] L[J:J+W, :J]^T``; its panels then read it from L and
 update only from the columns ``[J, j)`` of their own block column (the panel's third argument
 is J). Left-looking at nb = 32 re-reads every factored column at every panel, ~8 flops a byte,
@@ -71,7 +74,8 @@ def _panel_launches(group: Group, options: dict) -> list[tuple[str, str]]:
 
 def _panel_flops(args, rows, cols, width):
     m, j, w = (np.asarray(x, dtype=np.float64) for x in (rows, cols, width))
-    return 2.0 * m * w * (j - np.asarray(args[:, 2], np.float64)) + w**3 / 3 + w * w * np.maximum(m - w, 0)
+    return (2.0 * m * w * (j - np.asarray(args[:, 2], np.float64)) + w**3 / 3
+            + w * w * np.maximum(m - w, 0))
 
 
 def _panel_traffic(args, rows, cols, width):
@@ -105,10 +109,14 @@ SCHUR_KIND = register(TaskKind(
 
 
 def potrf_graph(n: Any, npiv: Any = None, nb: int = 32, block: int = 0,
-                block_above: int = 0) -> TaskGraph:
+                block_above: int = 0, block_few: int = 0, block_few_above: int = 0) -> TaskGraph:
     """The tasks of a batched (partial) Cholesky, from the sizes alone (module docstring):
     each problem's panels in order, its block updates among them where it factors more than
-    ``max(block, block_above)`` columns (``block`` 0: never), then its schur task."""
+    ``max(block, block_above)`` columns (``block`` 0: never), then its schur task. A batch in
+    which at most ``block_few`` problems (> 0) factor more than ``t = max(block,
+    block_few_above)`` columns blocks all of those, where ``block_above`` is larger than t:
+    their panel steps hold too few problems to fill the device, where a block update spreads
+    each over many tiles."""
     if block % nb:  # the block updates' positions count whole panels (check_block says so)
         raise ValueError(f"block {block} is not a multiple of nb = {nb}")
     n = np.asarray(n, dtype=np.int64)
@@ -116,7 +124,12 @@ def potrf_graph(n: Any, npiv: Any = None, nb: int = 32, block: int = 0,
     k = len(n)
     live = n > 0
     steps = np.where(live, -(-p // nb), 0)
-    blocked = live & (block > 0) & (p > max(block, block_above))
+    above = max(block, block_above)
+    few = max(block, block_few_above)
+    if block > 0 and block_few > 0 and few < above \
+            and int(np.count_nonzero(live & (p > few))) <= block_few:
+        above = few
+    blocked = live & (block > 0) & (p > above)
     gemms = np.where(blocked, -(-p // max(block, 1)) - 1, 0)
     schur = live & (p < n)
     cnt = steps + gemms + schur
@@ -168,21 +181,25 @@ def potrf_graph(n: Any, npiv: Any = None, nb: int = 32, block: int = 0,
 
 def plan_cholesky(n: Any, npiv: Any = None, *, nb: int = 32, policy: str = "dsse",
                   fused_max_rows: int = 512, streams: int = 1, block: int = 0,
-                  block_above: int = 0):
+                  block_above: int = 0, block_few: int = 0, block_few_above: int = 0):
     """The plan of a batched (partial) Cholesky of sizes ``n`` (``npiv`` columns each)."""
     from vbatch.scheduler.plan import make_plan
 
     if not isinstance(nb, (int, np.integer)) or isinstance(nb, bool) or nb < 1:
         raise ValueError(f"nb must be a positive int, got {nb!r}")
     check_block(int(nb), block)
-    return make_plan(potrf_graph(n, npiv, int(nb), int(block), int(block_above)), op="potrf",
+    graph = potrf_graph(n, npiv, int(nb), int(block), int(block_above), int(block_few),
+                        int(block_few_above))
+    return make_plan(graph, op="potrf",
                      policy=policy, streams=streams, buffers=("a", "l"), nb=int(nb),
                      fused_max_rows=fused_max_rows)
 
 
-def graph_options(opts: dict) -> tuple[int, int, int]:
-    """``nb``, ``block`` and ``block_above`` of a plan's options (the last two 0 when unset)."""
-    return int(opts["nb"]), int(opts.get("block", 0)), int(opts.get("block_above", 0))
+def graph_options(opts: dict) -> tuple[int, ...]:
+    """``nb``, ``block``, ``block_above``, ``block_few`` and ``block_few_above`` of a plan's
+    options (all but nb 0 when unset)."""
+    return (int(opts["nb"]), *(int(opts.get(k, 0)) for k in ("block", "block_above",
+                                                               "block_few", "block_few_above")))
 
 
 def check_block(nb: int, block: int) -> None:

@@ -21,6 +21,11 @@ class Config(BaseModel):
     * ``block``, ``block_above``: a Cholesky problem that factors more than ``block_above``
       columns (and more than ``block``) takes them ``block`` at a time, each block column
       brought up to date by one GEMM first (``block`` 0: never; a multiple of ``nb``).
+    * ``block_few``, ``block_few_above``: a batch in which at most ``block_few`` problems
+      factor more than ``max(block, block_few_above)`` columns blocks all of those, whatever
+      ``block_above`` (``block_few`` 0: never): their panel steps would run too few blocks to
+      fill the device. CUDA's defaults: two per multiprocessor, past 0 columns in float64
+      and 256 in float32.
     * ``streams``: CUDA streams that independent chains of launches may use.
     * ``tree_max``: the multifrontal factor (``vbatch.sparse``): a front whose subtree's fronts
       all have at most this many rows (at most 128) is factored, Schur complement and
@@ -50,6 +55,8 @@ class Config(BaseModel):
     fused_max_rows: int | None = Field(default=None, ge=0)
     block: int | None = Field(default=None, ge=0)
     block_above: int | None = Field(default=None, ge=0)
+    block_few: int | None = Field(default=None, ge=0)
+    block_few_above: int | None = Field(default=None, ge=0)
     streams: int | None = Field(default=None, ge=1, le=64)
     tree_max: int | None = Field(default=None, ge=0, le=128)
     cuda_graphs: bool = True
@@ -62,4 +69,5 @@ class Config(BaseModel):
     coalesce_max_k: int = Field(default=16384, ge=1)
 
     PLANNER: ClassVar[tuple[str, ...]] = ("nb", "fused_max_rows", "streams", "block",
-                                             "block_above", "tree_max")
+                                             "block_above", "block_few", "block_few_above",
+                                             "tree_max")

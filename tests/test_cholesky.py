@@ -217,6 +217,24 @@ def test_blocked_factorization(device, fused_max_rows, form, dtype):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_a_batch_with_few_large_problems_blocks_them(device, dtype):
+    """block_few: with at most that many problems past ``block`` columns, they are blocked
+    whatever ``block_above`` says; with more, block_above decides. Both factor correctly."""
+    rng = np.random.default_rng(22)
+    ns = edge_sizes(BLOCK_NB) + [BLOCK + 1, 2 * BLOCK + 5, 3 * BLOCK] + [5, 9, 14] * 6
+    mats = spd_list(ns, dtype, rng)
+    for few, blocked in ((3, True), (2, False)):
+        rt = runtime(device, nb=BLOCK_NB, block=BLOCK, block_above=10**6, block_few=few,
+                     block_few_above=0)
+        res = rt.cholesky(as_device(mats, device)).result()
+        assert bool(res.plan.counts().get("blas.gemm")) == blocked, few
+        assert res.info.tolist() == [0] * len(ns)
+        for i, (a, f) in enumerate(zip(mats, res.factors)):
+            check_factor(a, f, dtype, where=f"block_few {few}, problem {i} (n {ns[i]})")
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_npiv_as_one_int_applies_to_all(device):
     rng = np.random.default_rng(2)
     mats = spd_list([10, 5, 25, 7], np.float64, rng)

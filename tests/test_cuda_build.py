@@ -132,12 +132,16 @@ def test_every_selected_blas_kernel_is_in_kernel_names():
 def test_cuda_blocking_defaults_per_dtype_and_layout():
     """What the CUDA backend's plan_defaults gives POTRF (Backend.plan_defaults with the
     module's layout_defaults; no GPU needed): column-major float64 (96, 256), float32 (64, 512);
-    row-major (128, 512) in both; an unknown layout the column-major ones."""
+    row-major (128, 512) in both; an unknown layout the column-major ones. block_few: two
+    problems per multiprocessor of the device."""
     from vbatch.kernels.backend import Backend
 
-    class Kernels:  # the one thing Backend.plan_defaults asks of its backend
+    class Kernels:  # what Backend.plan_defaults asks of its backend
         def _op(self, op):
             return sel
+
+        def device_info(self):
+            return {"sms": 132}
 
     got = {(dt, order): Backend.plan_defaults(Kernels(), "potrf", np.dtype(dt), order)
            for dt in ("float64", "float32") for order in ("F", "C", None)}
@@ -146,9 +150,16 @@ def test_cuda_blocking_defaults_per_dtype_and_layout():
                      ("float64", None): (96, 256), ("float32", "F"): (64, 512),
                      ("float32", "C"): (128, 512), ("float32", None): (64, 512)}
     for v in got.values():  # the rest is the layout's own business: the same everywhere
-        assert {k: x for k, x in v.items() if k not in ("block", "block_above")} == {
-            k: x for k, x in sel.plan_defaults(np.float64).items()
-            if k not in ("block", "block_above")}
+        assert v["block_few"] == 264
+        own = ("block", "block_above", "block_few", "block_few_above")
+        assert {k: x for k, x in v.items() if k not in own} == {
+            k: x for k, x in sel.plan_defaults(np.float64).items() if k not in own}
+    assert {dt: got[(dt, "F")]["block_few_above"] for dt in ("float64", "float32")} == {
+        "float64": 0, "float32": 256}
+    # A device that says nothing of itself gets no block_few.
+    assert Backend.plan_defaults(type("K", (), {"_op": lambda self, op: sel,
+                                                "device_info": lambda self: {}})(),
+                                 "potrf", np.dtype("float64"), "F")["block_few"] == 0
 
 
 def test_fused_thread_counts_between_the_powers_of_two_are_compiled():
