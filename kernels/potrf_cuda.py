@@ -51,21 +51,26 @@ ROW_BLOCK, ROW_BLOCK_ABOVE = 128, 512  # row-major batches: layout_defaults
 # max(BLOCK, BLOCK_FEW_ABOVE) columns blocks them all (the options block_few, block_few_above):
 # a fused step runs a block per problem, two of 256 threads to a multiprocessor, so fewer
 # problems than that leave multiprocessors idle through their whole chain of panels, where a
-# block update spreads a problem over many tiles. H200, 2026-11-26 (docs/notes.md,
-# .dbg/bf_ab.py, best of two rounds, ms, off -> on): float64 (past 96 columns) 20 problems of
-# 256 among 1,980 of at most 25: column-major 0.270 -> 0.236, row-major 0.342 -> 0.315; 20 of
-# 512 among 1,980 of at most 51, row-major 1.17 -> 0.78; 250 of U[129, 512] among 1,750 of at
-# most 50, 1.06 -> 0.98; no case slower beyond 1%. float32 past 64 columns: 20 of 512 0.66 ->
-# 0.53, but 260 of U[97, 256] 0.23 -> 0.31, 100 of U[1, 256] 0.20 -> 0.23 (its fused steps
-# beat its SIMT GEMM), so float32 counts and blocks only problems past 256 columns.
+# block update spreads a problem over many tiles. But a block update also adds levels to the
+# plan, which costs more than it saves on problems of few block columns: H200, 2026-11-26
+# (.dbg/bf_ab.py, interleaved, docs/notes.md, ms, off -> on). float64 past 96 columns: 20
+# problems of 256 among 1,980 of at most 25 0.270 -> 0.236, but 200 of U[97, 200] among 1,800
+# small 0.245 -> 0.277, gauss Nmax 128 (~140 past 96) 0.194 -> 0.214; past 224: the first two
+# as before, 0.236 and 0.245 (no block update), 40 of U[225, 256] 0.298 -> 0.279, 260 of
+# U[225, 512] 1.160 -> 1.082, row-major 20 of 512 1.186 -> 0.783, but 200 of U[200, 320]
+# 0.530 -> 0.570. float32 (its GEMM on SIMT cores) past 256: 20 of 512 0.668 -> 0.534, but 100
+# of U[225, 300] 0.310 -> 0.373; past 384: 0.534 and 0.310, 200 of 512 1.149 -> 1.050, 260 of
+# U[225, 512] 0.874 -> 0.893.
 BLOCK_FEW_PER_SM = 2
-BLOCK_FEW_ABOVE = {"float64": 0, "float32": 256}
+BLOCK_FEW_ABOVE = {"float64": 224, "float32": 384}
 # What `python -m vbatch tune` measures (vbatch.runtime.tune), from the defaults above: the
-# fused/separated crossover, then the blocking (width, threshold), on the harness's batches.
+# fused/separated crossover, then the blocking (width, threshold), then the threshold of a
+# batch's few large problems, on the harness's batches.
 TUNE = (
     ("fused_max_rows", (0, 64, 128, 192, 256)),
     (("block", "block_above"), ((0, 0), (128, 512), (256, 512), (128, 256), (256, 256),
                                 (512, 512), (64, 256), (64, 512), (96, 256))),
+    ("block_few_above", (0, 128, 224, 384, 512)),
 )
 TUNE_WORKLOADS = (("uniform", 2000, 128), ("uniform", 2000, 512), ("skewed", 2000, 512),
                   ("uniform", 500, 1024), ("skewed", 500, 1024))

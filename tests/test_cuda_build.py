@@ -155,7 +155,7 @@ def test_cuda_blocking_defaults_per_dtype_and_layout():
         assert {k: x for k, x in v.items() if k not in own} == {
             k: x for k, x in sel.plan_defaults(np.float64).items() if k not in own}
     assert {dt: got[(dt, "F")]["block_few_above"] for dt in ("float64", "float32")} == {
-        "float64": 0, "float32": 256}
+        "float64": 224, "float32": 384}
     # A device that says nothing of itself gets no block_few.
     assert Backend.plan_defaults(type("K", (), {"_op": lambda self, op: sel,
                                                 "device_info": lambda self: {}})(),
