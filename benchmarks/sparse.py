@@ -1,7 +1,14 @@
-"""vbatch.sparse against cuDSS and scipy's SuperLU, side by side in one process.
+"""vbatch.sparse against cuDSS, CHOLMOD and scipy's SuperLU, side by side in one process.
 
     python benchmarks/sparse.py [--cases ...] [--reps 5] [--cudss LIB] [--device cuda]
                                       [--matrices DIR] [--out FILE]
+
+CHOLMOD (SuiteSparse's supernodal Cholesky, on the host, through scikit-sparse) is timed where
+``sksparse`` imports: scikit-sparse has no binary wheels; 0.4.16 builds against SuiteSparse 5
+(0.5 needs 7), and ``auditwheel repair`` makes a wheel that carries its libraries (to a machine
+without SuiteSparse, as the GPU machine is). Its BLAS is whatever those libraries were linked
+to (the build machine's reference BLAS, unless one builds against OpenBLAS): a floor on what
+CHOLMOD can do, not its best.
 
 Cases (../shared/anchors/cudss/README.md's): the shared real matrices (``--matrices`` or
 $VBATCH_MATRICES), ``lap2-N`` (the 2-D Laplacian on an N x N grid), ``lap3-N`` (3-D, N^3), and
@@ -200,6 +207,30 @@ def bench_splu(A, reps: int) -> dict:
     return out
 
 
+def bench_cholmod(A, reps: int) -> dict:
+    """CHOLMOD (scikit-sparse) on the host: analysis (its default ordering: AMD, or METIS where
+    built with it) once, factor (numeric, reusing the analysis) and solve, each matrix of a
+    batch in turn; only the lower triangle is passed."""
+    from sksparse.cholmod import analyze
+
+    mats = A if isinstance(A, list) else [A]
+    cs = [sp.csc_matrix(sp.tril(m)) for m in mats]
+    t = time.perf_counter()
+    sym = [analyze(c, mode="supernodal") for c in cs]
+    out = {"analysis": 1e3 * (time.perf_counter() - t)}
+
+    def factor():
+        return [s.cholesky(c) for s, c in zip(sym, cs)]
+
+    fs = factor()
+    out["factor"] = median_ms(factor, reps)
+    bs = [np.ones(m.shape[0]) for m in mats]
+    out["solve"] = median_ms(lambda: [f(b) for f, b in zip(fs, bs)], reps)
+    out["nnz_l"] = int(sum(f.L().nnz for f in fs))
+    out["residual"] = max(float(np.abs(m @ f(b) - 1).max()) for m, f, b in zip(mats, fs, bs))
+    return out
+
+
 def bench_cudss(A, lib: str, reps: int) -> dict:
     sys.path.insert(0, HERE)
     from cudss import ANALYSIS, DATA_FLOPS, DATA_LU_NNZ, FACTORIZATION, SOLVE, CuDSS
@@ -224,6 +255,14 @@ def bench_cudss(A, lib: str, reps: int) -> dict:
     return out
 
 
+def _has_cholmod() -> bool:
+    try:
+        import sksparse.cholmod  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cases", nargs="+", default=[
@@ -236,6 +275,9 @@ def main(argv=None) -> int:
         "VBATCH_MATRICES", os.path.join(HERE, "..", "..", "shared", "data", "matrices")))
     ap.add_argument("--splu-max-n", type=int, default=100_000,
                     help="time scipy's splu on cases up to this order (0: never)")
+    ap.add_argument("--cholmod-max-n", type=int, default=300_000,
+                    help="time CHOLMOD on cases up to this order, where sksparse imports "
+                         "(0: never)")
     ap.add_argument("--relax-width", type=int, default=None,
                     help="vbatch.sparse's amalgamation width (default: its own)")
     ap.add_argument("--out", default=None)
@@ -275,17 +317,20 @@ def main(argv=None) -> int:
         n = sum(m.shape[0] for m in A) if isinstance(A, list) else A.shape[0]
         if n <= args.splu_max_n:
             row["splu"] = bench_splu(A, min(args.reps, 3))
+        if n <= args.cholmod_max_n and _has_cholmod():
+            row["cholmod"] = bench_cholmod(A, min(args.reps, 5))
         rows.append(row)
         v, c = row["vbatch"], row.get("cudss", {})
         ratio = (v.get("factor", np.nan) / c["factor"]) if "factor" in c else np.nan
-        sp_ = row.get("splu", {})
+        sp_, ch = row.get("splu", {}), row.get("cholmod", {})
         print(f"{name:20s} vbatch factor {v.get('factor', np.nan):8.3f} solve "
               f"{v.get('solve', np.nan):8.3f} (list {v.get('solve_list', np.nan):7.3f}) "
               f"analysis {v.get('analysis', np.nan):9.1f} "
               f"levels {v.get('levels_factor', np.nan):8.3f} ({v.get('levels_count', 0)}) | "
               f"cuDSS factor {c.get('factor', np.nan):8.3f} solve {c.get('solve', np.nan):8.3f} "
               f"analysis {c.get('analysis', np.nan):9.1f} | splu factor "
-              f"{sp_.get('factor', np.nan):8.2f} | vbatch/cuDSS factor {ratio:5.2f}  "
+              f"{sp_.get('factor', np.nan):8.2f} | CHOLMOD factor {ch.get('factor', np.nan):8.2f} "
+              f"solve {ch.get('solve', np.nan):7.2f} | vbatch/cuDSS factor {ratio:5.2f}  "
               f"{v.get('error', '')}{c.get('error', '')}", flush=True)
     if args.out:
         with open(args.out, "w") as f:
