@@ -53,7 +53,8 @@ ROW_BLOCK, ROW_BLOCK_ABOVE = 128, 512  # row-major batches: layout_defaults
 # problems than that leave multiprocessors idle through their whole chain of panels, where a
 # block update spreads a problem over many tiles. But a block update also adds levels to the
 # plan, which costs more than it saves on problems of few block columns: H200, 2026-11-26
-# (.dbg/bf_ab.py, interleaved, docs/notes.md, ms, off -> on). float64 past 96 columns: 20
+# (interleaved A/B, docs/notes.md, docs/results/h200-2026-11-26-s4/block-few-ab-*.json, ms,
+# off -> on). float64 past 96 columns: 20
 # problems of 256 among 1,980 of at most 25 0.270 -> 0.236, but 200 of U[97, 200] among 1,800
 # small 0.245 -> 0.277, gauss Nmax 128 (~140 past 96) 0.194 -> 0.214; past 224: the first two
 # as before, 0.236 and 0.245 (no block update), 40 of U[225, 256] 0.298 -> 0.279, 260 of

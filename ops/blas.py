@@ -76,26 +76,33 @@ def _copy_flops(args, rows, cols, width):
 
 
 # Elements a task must read and write at least (the trace's floor). A GEMM's operands may alias
-# (a blocked Cholesky's B is rows of its A), so it counts the larger of A and B, and O once.
+# (a blocked Cholesky's B is rows of its A), so it counts the larger of A and B, and O once:
+# loose where they do not (up to 1.5x for a square GEMM bound by bandwidth).
 def _gemm_traffic(args, rows, cols, width):
     mm, kk, nn = (np.asarray(x, np.float64) for x in (rows, cols, width))
     return np.maximum(mm, nn) * kk + mm * nn
 
 
-def _tri_entries(mm, nn):
-    # entries of one triangle of an mm x nn block that starts on the diagonal (SYRK's, or a
-    # blocked Cholesky's block column)
+def _tri_entries(mm, nn, upper):
+    # entries of one triangle of an mm x nn block that starts on the diagonal (r0 = c0: SYRK's
+    # square blocks, a blocked Cholesky's block column, mm >= nn, lower)
+    if upper:
+        return np.where(nn >= mm, mm * nn - mm * (mm - 1) / 2, nn * (nn + 1) / 2)
     return np.where(mm >= nn, mm * nn - nn * (nn - 1) / 2, mm * (mm + 1) / 2)
 
 
-def _tri_gemm_flops(args, rows, cols, width):
-    mm, kk, nn = (np.asarray(x, np.float64) for x in (rows, cols, width))
-    return 2.0 * kk * _tri_entries(mm, nn)
+def _tri_gemm(upper: bool):
+    # flops and traffic of a GEMM on one triangle: that triangle's entries, and the operand
+    # rows it needs (lower: all mm rows of A; upper: the nn columns of B; A and B may alias)
+    def flops(args, rows, cols, width):
+        mm, kk, nn = (np.asarray(x, np.float64) for x in (rows, cols, width))
+        return 2.0 * kk * _tri_entries(mm, nn, upper)
 
+    def traffic(args, rows, cols, width):
+        mm, kk, nn = (np.asarray(x, np.float64) for x in (rows, cols, width))
+        return (nn if upper else mm) * kk + _tri_entries(mm, nn, upper)
 
-def _tri_gemm_traffic(args, rows, cols, width):
-    mm, kk, nn = (np.asarray(x, np.float64) for x in (rows, cols, width))
-    return np.maximum(mm, nn) * kk + _tri_entries(mm, nn)
+    return flops, traffic
 
 
 def _diag_traffic(args, rows, cols, width):
@@ -130,7 +137,8 @@ _BASE = {
 
 
 # A GEMM on one triangle of its output (``uplo``) counts that triangle's work only.
-_TRI_GEMM = dc_replace(_BASE[GEMM], flops=_tri_gemm_flops, traffic=_tri_gemm_traffic)
+_TRI_GEMM = {u: dc_replace(_BASE[GEMM], flops=_tri_gemm(u == "upper")[0],
+                           traffic=_tri_gemm(u == "upper")[1]) for u in ("lower", "upper")}
 
 
 def copy_kind(src: str, dst: str, t: int, alpha: str) -> TaskKind:
@@ -146,7 +154,7 @@ def gemm_kind(a: str, b: str, c: str, o: str, ta: int, tb: int, tc: int, alpha: 
     ``beta`` in beta/zero/one. ``uplo`` ("lower"/"upper") writes one triangle of ``o``.
     ``skip_failed``: leave problems whose ``info`` is set alone (a solve after a failed
     factorization)."""
-    return kind(_TRI_GEMM if uplo else _BASE[GEMM], (GEMM,), a=a, b=b, c=c, o=o, ta=int(ta),
+    return kind(_TRI_GEMM[uplo] if uplo else _BASE[GEMM], (GEMM,), a=a, b=b, c=c, o=o, ta=int(ta),
                 tb=int(tb), tc=int(tc), alpha=alpha, beta=beta, uplo=uplo,
                 skip_failed=int(skip_failed))
 

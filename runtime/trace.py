@@ -13,12 +13,16 @@ row of the trace (``pid`` 1, ``tid`` the stream), named by its launch kind and c
 task kind, task count, rows, flops and kernel; on CUDA the host's issuing of each launch is a
 second row (``pid`` 0). Times count from the call's first event (CUDA) or first launch (CPU).
 
-Every launch also gets its **floor**: the least time its tasks could take on this device,
-``max(elements moved x itemsize / bandwidth, flops / peak)``, from each task kind's ``flops`` and
+Every launch also gets its **floor**: the least time its tasks could take on this device with
+their operands in device memory (a launch whose operands sit in L2, as a small batch's or a
+trsm's right after its update may, can beat it), ``max(elements moved x itemsize / bandwidth,
+flops / peak)``, from each task kind's ``flops`` and
 ``traffic`` (:mod:`vbatch.ops.kinds`) and the device's copy bandwidth and GEMM peak
 (:func:`ceilings`, measured once per process unless given). A launch group issued as several
 launches (a separated POTRF panel: update, then trsm) has one floor, for its tasks' whole work,
-shared evenly by its launches; the event's ``path`` names them all (``update+trsm``).
+shared evenly by its launches (an event's ``gflop`` and ``mbyte`` are the whole group's, and
+``first_of_group`` marks the one that counts them); the event's ``path`` names them all
+(``update+trsm``).
 :meth:`Trace.by_kind` sums time and floor per path: which kernels are how far from what their
 work costs.
 """
@@ -42,14 +46,19 @@ def ceilings(device: str) -> dict:
     """The device's copy bandwidth (``bw``: bytes read plus written per second, a 1 GiB copy on
     CUDA, 128 MiB on the CPU) and GEMM peak per dtype (``peak``: {"float64": flop/s,
     "float32": ...}, an 8192-order product on CUDA (cuBLAS), 2048 on the CPU (numpy's BLAS)),
-    each the best of five, measured on first use and kept for the process."""
-    hit = _CEILINGS.get(device)
+    each the best of five, measured on first use and kept for the process (per GPU: the
+    current one's)."""
+    key = device
+    if device == "cuda":
+        import cupy as xp
+
+        key = f"cuda:{xp.cuda.runtime.getDevice()}"
+    hit = _CEILINGS.get(key)
     if hit is not None:
         return hit
     import time
 
     if device == "cuda":
-        import cupy as xp
 
         sync = xp.cuda.runtime.deviceSynchronize
         words, order = 1024**3 // 8, 8192
@@ -77,7 +86,7 @@ def ceilings(device: str) -> dict:
     for dt in ("float64", "float32"):
         x = rng.standard_normal((order, order)).astype(dt)
         out["peak"][dt] = 2.0 * order**3 / best(lambda x=x: x @ x)
-    _CEILINGS[device] = out
+    _CEILINGS[key] = out
     return out
 
 
@@ -198,12 +207,13 @@ def trace(rt, op: str, ceil: dict | None = None, **fields: Any) -> Trace:
 
 
 def _dtype_of(fields: dict) -> np.dtype:
-    """The call's data type: its first operand's (a batch, an array or a list of arrays)."""
+    """The call's data type: its first floating operand's (a batch, an array or a list of
+    arrays; integer arguments such as ``npiv`` are not data)."""
     for v in fields.values():
         if isinstance(v, (list, tuple)) and v:
             v = v[0]
         dt = getattr(v, "dtype", None)
-        if dt is not None:
+        if dt is not None and np.issubdtype(np.dtype(dt), np.floating):
             return np.dtype(dt)
     return np.dtype(np.float64)
 

@@ -162,6 +162,29 @@ def test_cuda_blocking_defaults_per_dtype_and_layout():
                                  "potrf", np.dtype("float64"), "F")["block_few"] == 0
 
 
+def test_the_sparse_factor_keeps_block_few_off_on_cuda():
+    """The frontal op's families merge potrf's defaults (with block_few from the device) before
+    frontal's own, which turn it off (not measured on fronts): Runtime._options' order."""
+    from vbatch.kernels.backend import Backend
+    from vbatch.sparse.frontal import FRONTAL_OP
+
+    mods = build.launchers()
+
+    class Kernels:
+        def _op(self, op):
+            return mods[op]
+
+        def device_info(self):
+            return {"sms": 132}
+
+    assert FRONTAL_OP.families[-1] == "frontal"
+    for dt in ("float64", "float32"):
+        hit: dict = {}
+        for fam in FRONTAL_OP.families:
+            hit.update(Backend.plan_defaults(Kernels(), fam, np.dtype(dt), "F"))
+        assert hit["block_few"] == 0 and hit["block"] == hit["block_above"] == 256
+
+
 def test_fused_thread_counts_between_the_powers_of_two_are_compiled():
     names = build.kernel_names()
     for nt in (96, 160, 192, 224):

@@ -123,3 +123,25 @@ def test_a_cholesky_trace_counts_its_work_once(device):
     once = sum(e["mbyte"] for e in tr.events if e["first_of_group"]) * 1e6
     assert moved == pytest.approx(once, rel=1e-12)
     assert moved >= 8 * sum(n * (n + 1) for n in ns)
+
+
+def test_a_triangle_gemm_counts_its_triangle():
+    from vbatch.ops.blas import _tri_entries
+
+    for mm in range(1, 9):
+        for nn in range(1, 9):
+            lo = sum(1 for i in range(mm) for j in range(nn) if i >= j)
+            up = sum(1 for i in range(mm) for j in range(nn) if i <= j)
+            assert _tri_entries(np.float64(mm), np.float64(nn), False) == lo, (mm, nn)
+            assert _tri_entries(np.float64(mm), np.float64(nn), True) == up, (mm, nn)
+
+
+def test_the_floor_takes_the_data_type_not_an_integer_argument():
+    rng = np.random.default_rng(5)
+    A = spd_list([20, 7], np.float32, rng)
+    rt = vbatch.Runtime("cpu")
+    # npiv (integers) comes first: the data are float32 all the same
+    tr = trace(rt, "potrf", ceil=SLOW_BW, npiv=np.array([20, 7]), batch=A)
+    moved = sum(e["mbyte"] for e in tr.events if e["first_of_group"]) * 1e6
+    assert moved == pytest.approx(sum(e["floor_us"] for e in tr.events) * 1e-6 * SLOW_BW["bw"])
+    assert moved >= 4 * (20 * 21 + 7 * 8) and moved < 8 * (20 * 21 + 7 * 8) * 2
