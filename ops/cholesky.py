@@ -18,8 +18,8 @@ path of a sparse factorization's large fronts), so the update's kernels do it.
 
 **Blocked** (``block`` = W > 0, a multiple of ``nb``): a problem with more than
 ``block_above`` (at least W) columns to factor takes them W at a time (and so does one with
-more than ``block_few_above`` where at most ``block_few`` problems have that many: a few large
-problems' panel steps cannot fill the device). Before the panels of block column
+more than ``block_few_above`` where at most ``block_few`` problems have half that many: a few
+large problems' panel steps cannot fill the device). Before the panels of block column
 ``[J, J + W)``, one GEMM (the ``blas`` family's, a SYRK on the diagonal block) brings the
 whole block column up to date:
 ``L[J:, J:J+W] = A[J:, J:J+W] - L[J:, :J] L[J:J+W, :J]^T``; its panels then read it from L and
@@ -113,10 +113,10 @@ def potrf_graph(n: Any, npiv: Any = None, nb: int = 32, block: int = 0,
     """The tasks of a batched (partial) Cholesky, from the sizes alone (module docstring):
     each problem's panels in order, its block updates among them where it factors more than
     ``max(block, block_above)`` columns (``block`` 0: never), then its schur task. A batch in
-    which at most ``block_few`` problems (> 0) factor more than ``t = max(block,
-    block_few_above)`` columns blocks all of those, where ``block_above`` is larger than t:
-    their panel steps hold too few problems to fill the device, where a block update spreads
-    each over many tiles."""
+    which at most ``block_few`` problems (> 0) factor more than half of ``t = max(block,
+    block_few_above)`` columns blocks those that factor more than t, where ``block_above`` is
+    larger than t: their late panel steps run nearly alone, too few blocks to fill the device,
+    where a block update spreads each over many tiles."""
     if block % nb:  # the block updates' positions count whole panels (check_block says so)
         raise ValueError(f"block {block} is not a multiple of nb = {nb}")
     n = np.asarray(n, dtype=np.int64)
@@ -127,7 +127,7 @@ def potrf_graph(n: Any, npiv: Any = None, nb: int = 32, block: int = 0,
     above = max(block, block_above)
     few = max(block, block_few_above)
     if block > 0 and block_few > 0 and few < above \
-            and int(np.count_nonzero(live & (p > few))) <= block_few:
+            and int(np.count_nonzero(live & (p > few // 2))) <= block_few:
         above = few
     blocked = live & (block > 0) & (p > above)
     gemms = np.where(blocked, -(-p // max(block, 1)) - 1, 0)

@@ -22,9 +22,9 @@ class Config(BaseModel):
       columns (and more than ``block``) takes them ``block`` at a time, each block column
       brought up to date by one GEMM first (``block`` 0: never; a multiple of ``nb``).
     * ``block_few``, ``block_few_above``: a batch in which at most ``block_few`` problems
-      factor more than ``max(block, block_few_above)`` columns blocks all of those, whatever
-      ``block_above`` (``block_few`` 0: never): their panel steps would run too few blocks to
-      fill the device. CUDA's defaults: two per multiprocessor, past 224 columns in float64
+      factor more than half of ``t = max(block, block_few_above)`` columns blocks those past
+      t, whatever ``block_above`` (``block_few`` 0: never): their late panel steps would run
+      nearly alone, too few blocks to fill the device. CUDA's defaults: two per multiprocessor, past 224 columns in float64
       and 384 in float32.
     * ``streams``: CUDA streams that independent chains of launches may use.
     * ``tree_max``: the multifrontal factor (``vbatch.sparse``): a front whose subtree's fronts

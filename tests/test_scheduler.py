@@ -268,27 +268,31 @@ def test_blocked_graph_puts_a_block_update_before_each_later_block_column():
 
 
 def test_block_few_blocks_the_few_problems_past_block():
-    n = np.array([300, 20, 20, 300, 0, 40, 32])
+    n = np.array([300, 10, 10, 300, 0, 40, 12])
 
-    def blocked(**kw):
-        g = potrf_graph(n, None, nb=16, block=32, **kw)
+    def blocked(n=n, npiv=None, **kw):
+        g = potrf_graph(n, npiv, nb=16, block=32, **kw)
         return sorted(set(g.problem[g.kind == 2].tolist()))
 
     assert blocked(block_above=512) == []
-    # Three problems factor more than 32 columns (300, 300, 40): at most three, all blocked.
+    # t = 32: three problems factor more than t / 2 = 16 columns (300, 300, 40); at most
+    # three: those past 32 are blocked.
     assert blocked(block_above=512, block_few=3) == [0, 3, 5]
     assert blocked(block_above=512, block_few=2) == []  # too many: block_above decides
     assert blocked(block_above=100, block_few=2) == [0, 3]
     assert blocked(block_above=100, block_few=0) == [0, 3]  # 0: off
     assert potrf_graph(n, None, nb=16, block=0, block_few=9).kind.max() < 2  # no blocking
-    # block_few_above: only problems past it count, and only they are blocked.
+    # block_few_above: t = 100, two problems past 50, both past 100.
     assert blocked(block_above=512, block_few=2, block_few_above=100) == [0, 3]
     assert blocked(block_above=512, block_few=1, block_few_above=100) == []
     assert blocked(block_above=200, block_few=9, block_few_above=250) == [0, 3]
+    # Few past t but many past t / 2: the large ones do not run alone, nothing changes.
+    assert blocked(np.array([300, 60, 60, 60]), block_above=512, block_few=3,
+                   block_few_above=100) == []
     # A partial factorization counts the columns it factors.
-    g = potrf_graph(n, [30, 20, 20, 300, 0, 40, 32], nb=16, block=32, block_above=512,
-                    block_few=2)
-    assert sorted(set(g.problem[g.kind == 2].tolist())) == [3, 5]
+    npiv = [30, 10, 10, 300, 0, 40, 12]
+    assert blocked(npiv=npiv, block_above=512, block_few=2) == []
+    assert blocked(npiv=npiv, block_above=512, block_few=3) == [3, 5]
 
 
 @pytest.mark.parametrize("block", [15, 16, 40])
