@@ -24,8 +24,8 @@ class Config(BaseModel):
     * ``block_few``, ``block_few_above``: a batch in which at most ``block_few`` problems
       factor more than half of ``t = max(block, block_few_above)`` columns blocks those past
       t, whatever ``block_above`` (``block_few`` 0: never): their late panel steps would run
-      nearly alone, too few blocks to fill the device. CUDA's defaults: two per multiprocessor, past 224 columns in float64
-      and 384 in float32.
+      nearly alone, too few blocks to fill the device. CUDA's defaults: two per
+      multiprocessor, t = 224 in float64 and 384 in float32.
     * ``streams``: CUDA streams that independent chains of launches may use.
     * ``tree_max``: the multifrontal factor (``vbatch.sparse``): a front whose subtree's fronts
       all have at most this many rows (at most 128) is factored, Schur complement and
