@@ -39,7 +39,7 @@ import numpy as np
 from vbatch.scheduler.plan import Plan
 
 _LOCK = threading.Lock()  # one traced call at a time per process: the backend's hook is shared
-_CEILINGS: dict = {}  # device -> ceilings(device), measured once per process
+_CEILINGS: dict = {}  # "cpu" or "cuda:<id>" -> ceilings(device), measured once per process
 
 
 def ceilings(device: str) -> dict:
@@ -59,7 +59,6 @@ def ceilings(device: str) -> dict:
     import time
 
     if device == "cuda":
-
         sync = xp.cuda.runtime.deviceSynchronize
         words, order = 1024**3 // 8, 8192
     else:
