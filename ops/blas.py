@@ -137,8 +137,8 @@ _BASE = {
 
 
 # A GEMM on one triangle of its output (``uplo``) counts that triangle's work only.
-_TRI_GEMM = {u: dc_replace(_BASE[GEMM], flops=_tri_gemm(u == "upper")[0],
-                           traffic=_tri_gemm(u == "upper")[1]) for u in ("lower", "upper")}
+_TRI_GEMM = {u: dc_replace(_BASE[GEMM], **dict(zip(("flops", "traffic"), _tri_gemm(u == "upper"))))
+             for u in ("lower", "upper")}
 
 
 def copy_kind(src: str, dst: str, t: int, alpha: str) -> TaskKind:
