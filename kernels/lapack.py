@@ -86,6 +86,8 @@ class Calls:
     def __init__(self, dtype, order: str):
         self.f = routines(dtype)
         self.isz = np.dtype(dtype).itemsize
+        self._dt = np.dtype(dtype)
+        self._ct = _SCALAR[self._dt]
         self.row = order == "C"
         self._i = (ctypes.c_int * 8)()
         self._s = (_SCALAR[np.dtype(dtype)] * 4)()
@@ -104,6 +106,18 @@ class Calls:
     def at(self, base: int, ld: int, r: int, c: int) -> int:
         """Address of X(r, c)."""
         return base + ((c + r * ld) if self.row else (r + c * ld)) * self.isz
+
+    def view(self, a: int, n: int, ld: int) -> np.ndarray:
+        """X[:n, :n] at ``a`` as a writable numpy view (for the few scalar fix-ups BLAS has no
+        call for)."""
+        size = (n - 1) * ld + n if n else 0
+        flat = np.ctypeslib.as_array((self._ct * size).from_address(a)) if size else \
+            np.zeros(0, self._dt)
+        if not n:
+            return flat.reshape(0, 0)
+        x = np.lib.stride_tricks.as_strided(
+            flat, (n, n), (ld * self.isz, self.isz) if self.row else (self.isz, ld * self.isz))
+        return x
 
     # ------------------------------------------------------------------ operations on X
     def potrf_lower(self, a: int, n: int, ld: int) -> int:

@@ -278,7 +278,8 @@ fused_step(const unsigned long long* tbl, const long long* meta, const int* imet
   __syncthreads();
   // A failed pivot at panel column f - 1: its first f - 1 columns are still completed and
   // written, so that the columns before the failing one hold the factor (the partial
-  // factorization of those columns), as the CPU backend leaves them; the rest is not written.
+  // factorization of those columns), and the pivot as tested, as the CPU backend leaves them
+  // (LAPACK's leading f x f block); the rest is not written.
   const int wf = s_fail ? s_fail - 1 : w;
   if (s_fail && r == 0) info[tk.q] = j + s_fail;
 
@@ -286,11 +287,13 @@ fused_step(const unsigned long long* tbl, const long long* meta, const int* imet
   //    final already: POTF2 eliminated their first wf columns).
   if (row && r >= w) trsm_row<T, NB>(x, D, NB, invd, wf);
 
-  // 5. own row back to L (zeros above the diagonal inside the block).
+  // 5. own row back to L (zeros above the diagonal inside the block); after a failure also
+  //    the failed column down to its diagonal, where thread wf holds the pivot as tested.
   if (row) {
 #pragma unroll
     for (int c = 0; c < NB; ++c)
-      if (c < wf) Lb[at<ROW>(j + r, j + c, ld)] = (r < w && c > r) ? T(0) : x[c];
+      if (c < wf || (s_fail && c == wf && r <= wf))
+        Lb[at<ROW>(j + r, j + c, ld)] = (r < w && c > r) ? T(0) : x[c];
   }
 }
 
@@ -319,14 +322,16 @@ __device__ __forceinline__ void small_panel(const T* Ab, T* Lb, long long ld, in
     panel_update<T, NB, ROW, true>(a, Lb, ld, j, kb, lane, w, row,
                                    reinterpret_cast<T (*)[8][NB]>(lt));
   const int fail = potf2_regs<T, NB>(a, w, row, col);
-  // A failed pivot at panel column fail - 1: the columns before it are final in every row
-  // (LAPACK's leading factor) and written; the rest is not.
+  // A failed pivot at panel column wf = fail - 1: the columns before it are final in every row
+  // (LAPACK's leading factor) and written, and so is column wf down to its diagonal (the pivot
+  // as tested, which lane wf holds: LAPACK's leading block); the rest is not.
   const int wf = fail ? fail - 1 : w;
   if (fail && lane == 0) info[q] = j + fail;
   if (row) {
 #pragma unroll
     for (int c = 0; c < NB; ++c)
-      if (c < wf) Lb[at<ROW>(j + lane, j + c, ld)] = c > lane ? T(0) : a[c];
+      if (c < wf || (fail && c == wf && lane <= wf))
+        Lb[at<ROW>(j + lane, j + c, ld)] = c > lane ? T(0) : a[c];
   }
 }
 
@@ -418,8 +423,8 @@ __device__ __forceinline__ bool update_tile(const unsigned long long* tbl, const
 // launches of ~10 us each, 15% of the kernel time, each on the critical path of its front. No
 // other block of the launch reads the diagonal block (they read the factored columns left of
 // it), so factoring it in place here races with no read of it. Writes L11 (zeros above its
-// diagonal) and, on a failed pivot, info and the leading columns before it, as the fused kernels
-// do; trsm_step then solves the rows below. The launch's other blocks of the task must not stop
+// diagonal) and, on a failed pivot, info, the leading columns before it and the pivot as tested,
+// as the fused kernels do; trsm_step then solves the rows below. The launch's other blocks of the task must not stop
 // on that info (update_tile reads it at their start, which may come after this write): they
 // stop only at an earlier step's.
 // `sm`: NB * (NB + 1) + 2 * NB elements of shared memory that no thread reads any more (the
@@ -461,6 +466,10 @@ __device__ __forceinline__ void factor_diag(const UpdateTile<T>& t, int* info, T
     const int r = ROW ? e / wf : e % w, c = ROW ? e % wf : e / w;
     t.L[at<ROW>(t.j + r, t.j + c, t.ld)] = D[r * LDD + c];
   }
+  // after a failure, the failed column down to its diagonal: zeros, then the pivot as tested
+  // (LAPACK's leading block)
+  if (wf < w && (int)threadIdx.x <= wf)
+    t.L[at<ROW>(t.j + threadIdx.x, t.j + wf, t.ld)] = D[threadIdx.x * LDD + wf];
 }
 
 // update: L[j + r, j + c] = A[j + r, j + c] - sum_k L[j + r, k] L[j + c, k] for the tile's rows

@@ -21,8 +21,9 @@ packed input run instead as one compiled loop a chunk (``_potrf_small``, ``SMALL
 ``info`` follows reference LAPACK: the first pivot that is not > 0, NaN included (OpenBLAS's
 ``potrf`` misses NaN; a vectorized scan of the diagonals at the end catches it). A failed
 problem's columns before the failing one hold its factor, as the partial factorization of those
-columns would: on a failed ``potrf`` the diagonal block is restored, its leading columns
-refactored and the rows below solved against them.
+columns would, and the failing pivot holds the value LAPACK tested (a_jj less the squares of
+row j of L before it): on a failed ``potrf`` the diagonal block is restored, its leading
+columns refactored, the rows below solved against them and the pivot reduced by its row.
 """
 
 from __future__ import annotations
@@ -195,8 +196,8 @@ def _potrf_small(rows, info, A, ao, al, acol, L, lo, ll, lcol, inplace):
     ``p < n``, the Schur complement in the trailing block, as the fused task does with LAPACK.
     Left-looking, a column at a time: column ``j`` is the input's minus the earlier columns'
     products, so a pivot that is not > 0 (NaN included; +inf passes, as in reference LAPACK)
-    stops with the columns before it factored and the rest as they were (the input's, copied
-    out of place), and ``info`` at that column. Zeros above the diagonal of the factored
+    stops with the columns before it factored, that pivot (as tested) on the diagonal, the rest
+    as it was (the input's, copied out of place), and ``info`` at that column. Zeros above the diagonal of the factored
     columns, and (on success) above the trailing block and in the block above it. Only the
     input's lower triangle is read."""
     for t in range(rows.shape[0]):
@@ -207,6 +208,7 @@ def _potrf_small(rows, info, A, ao, al, acol, L, lo, ll, lcol, inplace):
         lr, lc = strides(ll, lcol, q, False)
         a0, l0 = ao[q], lo[q]
         done = p  # columns factored
+        d = 0.0
         for j in range(p):
             d = np.float64(A[a0 + j * ar + j * ac])
             for k in range(j):
@@ -231,6 +233,10 @@ def _potrf_small(rows, info, A, ao, al, acol, L, lo, ll, lcol, inplace):
                 for j in range(done, n):
                     for i in range(j, n):
                         L[l0 + i * lr + j * lc] = A[a0 + i * ar + j * ac]
+            # LAPACK's leading block ends with the pivot it tested; zeros above it
+            L[l0 + done * lr + done * lc] = d
+            for i in range(done):
+                L[l0 + i * lr + done * lc] = 0.0
             continue
         for j in range(p, n):  # the Schur complement, lower triangle; zeros above it
             for i in range(n):
@@ -317,7 +323,8 @@ def _schur(c: Calls, src, dst, n, p, ld, lds, out_of_place) -> None:
 
 def _potf2(backend, ex, c: Calls, q, j, w, m, ld, src, lds, diag, out_of_place) -> bool:
     """Factor the diagonal block; zeros above it and above the panel. On a failed pivot, leave
-    the columns before it factored (rows below solved too) and record ``info``."""
+    the columns before it factored (rows below solved too), the tested pivot in its place, and
+    record ``info``."""
     # The block before potrf, to come back to on failure: the input itself when nothing
     # updated it and it is not the output, else a copy.
     if out_of_place and j == 0:
@@ -341,7 +348,11 @@ def _potf2(backend, ex, c: Calls, q, j, w, m, ld, src, lds, diag, out_of_place) 
         f, g = r, r - 1  # a pivot that passed in the first try failed now (rounding)
     if g > 0:
         c.trsm_right_lower_t(c.at(diag, ld, g, 0), diag, m - g, g, ld)
-        c.zero("U", diag, g, g, ld)
+    # LAPACK's leading f x f block ends with the pivot it tested: a_gg less the squares of row
+    # g of L before it (rows below it in that column are unspecified).
+    d, k = c.view(diag, g + 1, ld), c.view(keep, g + 1, keep_ld)
+    d[g, g] = k[g, g] - d[g, :g] @ d[g, :g]
+    c.zero("U", diag, g + 1, g + 1, ld)
     ex.info[q] = j + f
     return False
 

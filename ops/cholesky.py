@@ -344,8 +344,10 @@ def reference(a: np.ndarray, npiv: int | None = None) -> tuple[np.ndarray, int]:
     diagonal; ``info`` is LAPACK's (0, or the order of the first leading minor that is not
     positive definite, NaN included: :func:`potrf_info`). Only the lower triangle of ``a`` is
     read. On failure the factor's first ``info - 1`` columns are those of the partial
-    factorization of that many columns (what vbatch leaves there, every row included) and the
-    rest is zero. Non-finite input is taken as LAPACK takes it (an infinite pivot gives
+    factorization of that many columns (what vbatch leaves there, every row included), the
+    failing pivot ``(info, info)`` (1-based) holds the value LAPACK tested, ``a_jj`` less the
+    squares of row ``j`` of L before it, and the rest is zero: the leading ``info x info``
+    block is LAPACK's. Non-finite input is taken as LAPACK takes it (an infinite pivot gives
     ``L(i, i) = inf`` and zeros below it, ``info`` unchanged).
     """
     from scipy.linalg import lapack, solve_triangular
@@ -358,19 +360,22 @@ def reference(a: np.ndarray, npiv: int | None = None) -> tuple[np.ndarray, int]:
     out = np.zeros_like(sym)
     if n == 0:
         return out, 0
-    if p:
-        c, info = lapack.dpotrf(np.array(sym[:p, :p], order="F"), lower=True, clean=True)
+    def columns(k):  # the first k columns of the partial factorization of k columns
+        c, info = lapack.dpotrf(np.array(sym[:k, :k], order="F"), lower=True, clean=True)
         info = potrf_info(np.diag(c), info)
-        if info:
-            if info > 1:
-                out[:, : info - 1] = reference(a, info - 1)[0][:, : info - 1]
-            return out, info
-        l11 = c
-        l21 = solve_triangular(l11, sym[p:, :p].T, lower=True, check_finite=False).T
-    else:
-        l11, l21 = np.zeros((0, 0)), np.zeros((n, 0))
-    out[:p, :p] = l11
-    out[p:, :p] = l21
+        if not info:
+            out[:k, :k] = c
+            out[k:, :k] = solve_triangular(c, sym[k:, :k].T, lower=True, check_finite=False).T
+        return info
+
+    info = columns(p) if p else 0
+    if info:
+        g = info - 1
+        out[:] = 0.0
+        columns(g)
+        out[g, g] = sym[g, g] - out[g, :g] @ out[g, :g]
+        return out, info
+    l21 = out[p:, :p]
     out[p:, p:] = np.tril(sym[p:, p:] - l21 @ l21.T)
     return out, 0
 
@@ -404,8 +409,8 @@ def residual(a: np.ndarray, factor: np.ndarray, npiv: int | None = None) -> floa
 class CholeskyResult:
     """``factors``: a list (same array kind as the input list) or a :class:`PackedBatch`.
     ``info``: int32 per problem, LAPACK convention (0 = success, j > 0 = leading minor of
-    order j not positive definite: columns before j hold the factor, the rest is unspecified;
-    the others are unaffected)."""
+    order j not positive definite: columns before j hold the factor, L(j, j) the pivot LAPACK
+    tested there, the rest is unspecified; the others are unaffected)."""
 
     factors: Any
     info: np.ndarray

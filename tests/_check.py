@@ -42,6 +42,37 @@ def check_factor(a, f, dtype, npiv=None, where: str = "") -> float:
     return r / (max(n, 1) * np.finfo(dtype).eps)
 
 
+def check_failed(a, f, info: int, dtype, npiv=None, where: str = "", ref=None) -> None:
+    """``f`` is what LAPACK's potrf leaves of a (partial) factorization of ``a`` that failed
+    with ``info`` (1-based), in its leading ``info x info`` block: columns before the failing
+    one are the partial factorization of that many columns, every row (vbatch's promise,
+    checked as a backward error), the failing pivot holds the value LAPACK tested there
+    (``a_jj`` less the squares of row ``j`` of L before it; NaN where LAPACK's is NaN), zeros
+    above the diagonal; all of it within the normwise tolerance of the float64 reference
+    (``ref``: ``reference(a, npiv)``, where the caller has it already)."""
+    a = to_host(a).astype(np.float64)
+    f = to_host(f).astype(np.float64)
+    n = a.shape[0]
+    ref, want = reference(a, npiv) if ref is None else ref
+    assert info == want, f"{where}: info {info}, LAPACK's {want}"
+    g = info - 1
+    sym = np.tril(a) + np.tril(a, -1).T
+    scale = max(np.linalg.norm(sym), 1.0)
+    tol = tolerance(n, dtype)
+    lead, lead_ref = np.tril(f[:info, :info]), ref[:info, :info].copy()
+    assert not np.any(np.triu(f[:info, :info], 1)), f"{where}: non-zero above the diagonal"
+    if np.isnan(lead_ref[g, g]):
+        assert np.isnan(lead[g, g]), f"{where}: pivot {lead[g, g]}, LAPACK's is NaN"
+        lead[g, g] = lead_ref[g, g] = 0.0
+    lk = f[:, :g]
+    assert np.all(np.isfinite(lk)), f"{where}: NaN or inf in the first {g} columns"
+    err = np.linalg.norm(sym[:, :g] - lk @ lk[:g].T) / scale
+    assert err <= tol, f"{where} (n={n}, info={info}): columns before it, error {err:.2e}"
+    err = np.linalg.norm(lead - lead_ref) / scale
+    assert err <= tol, (f"{where} (n={n}, info={info}): leading block error {err:.2e}, "
+                        f"pivot {lead[g, g]!r}, LAPACK's {lead_ref[g, g]!r}")
+
+
 def edge_sizes(nb: int) -> list[int]:
     """The sizes every batch must contain: 0, 1, nb-1, nb, nb+1."""
     return sorted({0, 1, max(nb - 1, 0), nb, nb + 1})

@@ -6,12 +6,14 @@ Tolerance: ||A - L L^T||_F / ||A||_F <= 2 n eps of the dtype (_check.tolerance);
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from _check import check_factor, edge_sizes, to_host, tolerance
+from _check import check_factor, check_failed, edge_sizes, to_host, tolerance
 from conftest import DEVICES
 from vbatch import PackedBatch, Runtime, reference
 from vbatch.ops.generate import make_indefinite, spd, spd_list
@@ -204,14 +206,7 @@ def test_blocked_factorization(device, fused_max_rows, form, dtype):
     assert res.info.tolist() == want and [want[i] for i in fail] == [c + 1 for c in fail.values()]
     for i, (a, f) in enumerate(zip(mats, factors)):
         if i in fail:
-            f = to_host(f).astype(np.float64)
-            k = fail[i]
-            a64 = a.astype(np.float64)
-            sym = np.tril(a64) + np.tril(a64, -1).T
-            lk = f[:, :k]
-            assert np.all(np.isfinite(lk)) and not np.any(np.triu(lk, 1)), f"problem {i}"
-            err = np.linalg.norm(sym[:, :k] - lk @ lk[:k].T) / np.linalg.norm(sym)
-            assert err <= tolerance(ns[i], dtype), f"problem {i}: error {err:.2e}"
+            check_failed(a, f, fail[i] + 1, dtype, p[i], where=f"problem {i}")
         else:
             check_factor(a, f, dtype, p[i], where=f"problem {i} (n {ns[i]}, npiv {p[i]})")
 
@@ -243,47 +238,92 @@ def test_npiv_as_one_int_applies_to_all(device):
         check_factor(a, f, np.float64, 5)
 
 
-FAIL_SIZES = [10, 31, 32, 33, 64, 100, 257, 640]
+# Sizes either side of every tile and crossover of both backends' kernels: CUDA's panel width
+# and small_step's rows (32), its update tiles (64, 128), float64's block (96) and float32's
+# (64), the trsm tile (128), float64's block_few_above (224), the fused kernel's tallest panel
+# and float64's block_above (256), float32's block_few_above (384) and block_above (512); the
+# CPU's compiled loop (n^3 / 3 up to SMALL_FLOPS in place, SMALL_FLOPS_COPY out of place: 58
+# and 46) and its panel (512); and rocSOLVER's singular cases' 10 and 640.
+FAIL_SIZES = [1, 2, 10, 31, 32, 33, 46, 47, 58, 59, 63, 64, 65, 95, 96, 97, 127, 128, 129, 224,
+              225, 255, 256, 257, 384, 385, 511, 512, 513, 640]
+
+
+def fail_columns(n: int) -> list[int]:
+    """Where a pivot fails: the first column, mid-panel, either side of a 32-column panel's and
+    a 96-column block's boundary, the middle, the last column."""
+    return sorted(c for c in {0, 13, 31, 32, 95, 96, n // 2, n - 1} if c < n)
+
+
+FAIL_CASES = {  # form, runtime options, partial
+    "packed": ("F", {}, False),
+    "packed-C": ("C", {}, False),
+    "overwrite": ("overwrite", {}, False),
+    "list": ("list", {}, False),
+    "panels": ("F", {"nb": 32}, False),
+    "separated": ("F", {"nb": 32, "fused_max_rows": 0}, False),
+    "separated-C": ("C", {"nb": 32, "fused_max_rows": 0}, False),
+    "blocked": ("F", {"nb": 32, "block": 64, "block_above": 0}, False),
+    "blocked-C": ("C", {"nb": 32, "block": 64, "block_above": 0}, False),
+    "partial": ("F", {}, True),
+    "partial-overwrite": ("overwrite", {"nb": 32}, True),
+}
+
+
+@functools.cache
+def _failing_batch(dtype) -> tuple[list, list, list]:
+    """The matrices, their failing columns (None: SPD) and their references (the leading
+    block is the same for every npiv past the failing column)."""
+    rng = np.random.default_rng(12)
+    mats, cols = [], []
+    for n in FAIL_SIZES:
+        for col in fail_columns(n):
+            mats.append(make_indefinite(spd(n, np.float64, rng), col).astype(dtype))
+            cols.append(col)
+    for n in (0, 1, 33, 300):  # ones that do not fail
+        mats.append(spd(n, dtype, rng))
+        cols.append(None)
+    refs = [None if c is None else reference(a) for a, c in zip(mats, cols)]
+    return mats, cols, refs
 
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("form", ["packed", "packed-overwrite", "list"])
-@pytest.mark.parametrize("fused_max_rows", [None, 0], ids=["default", "separated"])
-def test_a_failed_factor_holds_the_columns_before_the_failing_one(device, dtype, form,
-                                                                     fused_max_rows):
-    """For info = f, the first f - 1 columns (every row) are the partial factorization of that
-    many columns: A[:, :f-1] = L[:, :f-1] L[:f-1, :f-1]^T to working precision, zeros above the
-    diagonal. So the leading (f-1) x (f-1) block is the Cholesky factor of A's leading block, as
-    LAPACK promises. Out of place (packed), in place (packed-overwrite) and through a list."""
-    rng = np.random.default_rng(12)
-    mats, cols = [], []
-    for n in FAIL_SIZES:
-        for col in sorted({0, n // 3, 31 % n, 32 % n, n - 1}):
-            mats.append(make_indefinite(spd(n, np.float64, rng), col).astype(dtype))
-            cols.append(col)
-    opts = {} if fused_max_rows is None else {"fused_max_rows": fused_max_rows}
+@pytest.mark.parametrize("case", list(FAIL_CASES))
+def test_a_failed_factor_leaves_lapacks_leading_block(device, dtype, case):
+    """For info = j, the leading j x j block is LAPACK's: the first j - 1 columns (every row)
+    the partial factorization of that many columns, L(j, j) the pivot LAPACK tested there (a_jj
+    less the squares of row j of L before it), zeros above the diagonal (_check.check_failed).
+    Failures in the first column, mid-panel, at panel and block boundaries and in the last
+    column, on sizes around every tile and crossover, in one batch with matrices that do not
+    fail (their factors exact); every kernel path: one panel, several, fused, separated,
+    blocked, the small kernels, a partial factorization; out of place, in place, a list."""
+    form, opts, partial = FAIL_CASES[case]
+    mats, cols, refs = _failing_batch(dtype)
+    rng = np.random.default_rng(13)
+    ns = [m.shape[0] for m in mats]
+    # partial: between the failing column and n, or (every fifth) before it: then no failure
+    npiv = ([n if c is None else (int(rng.integers(c + 1, n + 1)) if i % 5 else c)
+             for i, (n, c) in enumerate(zip(ns, cols))] if partial else None)
     rt = runtime(device, **opts)
     if form == "list":
-        res = rt.cholesky(as_device(mats, device)).result()
-        factors = res.factors
+        res = rt.cholesky(as_device(mats, device), npiv).result()
+        factors = list(res.factors)
     else:
-        b = packed_from(mats, "F", device)
-        res = rt.cholesky(b, overwrite=form == "packed-overwrite").result()
-        assert (res.factors is b) == (form == "packed-overwrite")
+        b = packed_from(mats, "C" if form == "C" else "F", device)
+        res = rt.cholesky(b, npiv, overwrite=form == "overwrite").result()
+        assert (res.factors is b) == (form == "overwrite")
         factors = res.factors.unpack()
-    assert res.info.tolist() == [c + 1 for c in cols]
-    for i, (a, f, col) in enumerate(zip(mats, factors, cols)):
-        f = to_host(f).astype(np.float64)
-        a64 = a.astype(np.float64)
-        sym = np.tril(a64) + np.tril(a64, -1).T
-        k = col
-        lk = f[:, :k]
-        assert np.all(np.isfinite(lk)), f"problem {i}: NaN or inf in the first {k} columns"
-        assert not np.any(np.triu(lk, 1)), f"problem {i}: non-zero above the diagonal"
-        err = np.linalg.norm(sym[:, :k] - lk @ lk[:k].T) / max(np.linalg.norm(sym), 1.0)
-        tol = tolerance(a.shape[0], dtype)
-        assert err <= tol, f"problem {i} (n={a.shape[0]}, info={col + 1}): error {err:.2e}"
+    if "block" in opts:
+        assert res.plan.counts().get("blas.gemm"), "no block update was planned"
+    p = ns if npiv is None else npiv
+    want = [0 if c is None or c >= q else c + 1 for c, q in zip(cols, p)]
+    assert res.info.tolist() == want
+    for i, (a, f) in enumerate(zip(mats, factors)):
+        where = f"problem {i} (n {ns[i]}, npiv {p[i]})"
+        if want[i]:
+            check_failed(a, f, want[i], dtype, p[i], where=where, ref=refs[i])
+        else:
+            check_factor(a, f, dtype, p[i], where=where)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -305,15 +345,11 @@ def test_failures_in_a_batch_larger_than_the_gpu_holds_at_once(device, block):
     factors = res.factors.unpack()
     want = [0 if fail_at[i % 6] is None else fail_at[i % 6] + 1 for i in range(count)]
     assert res.info.tolist() == want
-    sym = np.tril(base) + np.tril(base, -1).T
     for i in range(0, count, 7 if device == "cuda" else 1):
-        f = to_host(factors[i])
-        k = want[i] - 1 if want[i] else 640
-        a = sym if not want[i] else np.tril(mats[i]) + np.tril(mats[i], -1).T
-        lk = f[:, :k]
-        assert np.all(np.isfinite(lk)) and not np.any(np.triu(lk, 1)), f"problem {i}"
-        err = np.linalg.norm(a[:, :k] - lk @ lk[:k].T) / np.linalg.norm(a)
-        assert err <= tolerance(640, np.float64), f"problem {i} (info {want[i]}): {err:.2e}"
+        if want[i]:
+            check_failed(mats[i], factors[i], want[i], np.float64, where=f"problem {i}")
+        else:
+            check_factor(mats[i], factors[i], np.float64, where=f"problem {i}")
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -404,11 +440,13 @@ def test_cpu_small_problems_compiled_equal_lapack(monkeypatch, order, dtype, ove
     tol = 1e3 * np.finfo(dtype).eps
     for i, (x, y) in enumerate(zip(got, want)):
         if info[i]:
-            # A failed problem's columns from the failing one on are unspecified (README):
-            # out of place, LAPACK's path leaves them as the input (one whole problem) or as
-            # zeros (a task run "wide", alone on the BLAS's threads: 32 cores, one problem of
-            # a 13-problem batch), the loop as the input.
-            x, y = x[:, :info[i] - 1], y[:, :info[i] - 1]
+            # Past a failed problem's leading block (the columns before the failing one, and
+            # its pivot) it is unspecified (README): out of place, LAPACK's path leaves the
+            # input (one whole problem) or zeros (a task run "wide", alone on the BLAS's
+            # threads: 32 cores, one problem of a 13-problem batch), the loop the input.
+            g = info[i] - 1
+            assert abs(x[g, g] - y[g, g]) <= tol * max(abs(y[g, g]), 1.0), f"problem {i}"
+            x, y = x[:, :g], y[:, :g]
         assert np.array_equal(np.isnan(x), np.isnan(y)), f"problem {i}: NaN where LAPACK has none"
         assert np.array_equal(np.isinf(x), np.isinf(y)), f"problem {i}: infinities differ"
         fin = np.isfinite(y)

@@ -1343,3 +1343,60 @@ def test_tree_fronts_failing_at_every_panel_bound(device, shapes, order, dtype):
             want[:, :c] = L
         err = np.abs(got - want).max() / np.abs(want).max()
         assert err <= 30 * n * eps, f"front {f} (n {n}, fails at {c}): {err:.3g}"
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("order", ["F", "C"])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("tree_max", [0, 128])
+def test_a_failed_front_leaves_lapacks_leading_block(device, order, dtype, tree_max):
+    """A front whose partial factorization fails at pivot j leaves LAPACK's leading j x j
+    block (_check.check_failed: the columns before j factored, the pivot as tested), whether
+    it runs as a chain front (tree_max 0: the panels, block updates and the trsm of the dense
+    Cholesky, from 256 columns blocked) or in a tree launch; failures in the first column,
+    either side of a 32-column panel's boundary, mid-front and at the last pivot, on fronts
+    either side of the tree classes and the blocking; the fronts that do not fail as the
+    reference."""
+    from _check import check_failed
+
+    from vbatch.ops.batch import pack
+    from vbatch.sparse.frontal import reference
+
+    rng = np.random.default_rng(23)
+    fronts, npiv, fail, parent, rel = [], [], [], [], []
+    for n, p in [(20, 12), (33, 30), (64, 40), (100, 97), (129, 64), (300, 280)]:
+        for c in sorted({0, 31, 32, p // 2, p - 1} - {q for q in (31, 32) if q >= p}) + [None]:
+            m = rng.standard_normal((n, n))
+            fronts.append(np.tril(m @ m.T / n + 2 * np.eye(n)))
+            npiv.append(p)
+            fail.append(c)
+            rel.append(np.sort(rng.choice(300, n - p, replace=False)))
+            parent.append(-2)  # the root, below
+    parent = np.where(np.array(parent) == -2, len(fronts), -1)
+    fronts.append(np.tril(np.eye(300) * 1200.0))
+    npiv.append(300)
+    fail.append(None)
+    rel.append(np.zeros(0, np.int64))
+    parent = np.r_[parent, -1]
+    good = reference(fronts, npiv, parent, rel)  # (the root's: as if none failed)
+    for f, c in enumerate(fail):
+        if c is not None:
+            fronts[f][c, c] = -1000.0
+    a = pack([f.astype(dtype) for f in fronts], order=order)
+    r = pack([x.reshape(-1, 1).astype(dtype) for x in rel], order="F")
+    if device == "cuda":
+        import cupy
+
+        a, r = a.with_data(cupy.asarray(a.data)), r.with_data(cupy.asarray(r.data))
+    res = Runtime(device, tree_max=tree_max).submit(
+        "frontal", a=a, rel=r, parent=parent, npiv=np.array(npiv), overwrite=True).result()
+    eps = np.finfo(dtype).eps
+    for f, c in enumerate(fail[:-1]):
+        got = host(res.fronts.matrix(f))
+        where = f"front {f} (n {fronts[f].shape[0]}, npiv {npiv[f]}, fails at {c})"
+        if c is None:
+            assert res.info[f] == 0, where
+            err = np.abs(np.tril(got) - good[f]).max() / np.abs(good[f]).max()
+            assert err <= 30 * fronts[f].shape[0] * eps, f"{where}: {err:.3g}"
+        else:
+            check_failed(fronts[f], got, int(res.info[f]), dtype, npiv[f], where=where)
