@@ -4,6 +4,7 @@ own result, in its own form, with ``after=`` still holding."""
 
 from __future__ import annotations
 
+import concurrent.futures as cf
 import threading
 
 import numpy as np
@@ -32,7 +33,8 @@ def _threads(n, fn):
     for t in ts:
         t.start()
     for t in ts:
-        t.join()
+        t.join(120)
+        assert not t.is_alive(), "liveness guard: a thread never finished"
     return out, errors
 
 
@@ -243,25 +245,64 @@ def test_a_member_that_stops_waiting_leaves_the_bucket_to_the_others(device):
     rt.close()
 
 
-def test_a_builder_that_stops_hands_the_build_on():
+def test_a_builder_that_stops_hands_the_build_on(monkeypatch):
     """A member building everyone's results that stops (its timeout, an interrupt) wakes the
     others at once, one of them builds instead, and the interrupt is its caller's alone: the
     other members get their results, and so does the interrupted one when it asks again. A
     member whose group is done gets its result at once though another member is building."""
+    import threading
     import time
 
     import vbatch.runtime.coalesce as co
 
     rng = np.random.default_rng(11)
     mats = [spd(n, np.float64, rng) for n in (2, NB, NB + 3)]
-    rt = Runtime("cpu", nb=NB, coalesce_us=300_000)
+    # (a window of a minute, the longest: the bucket goes when rt.wait() sends it)
+    rt = Runtime("cpu", nb=NB, coalesce_us=60_000_000)
     futs = [rt.cholesky([m]) for m in mats]
-    t0 = time.monotonic()
-    got, errors = _threads(2, lambda i: futs[1].result(timeout=0.05) if i == 0 else (
-        time.sleep(0.01), futs[2].result())[1])
-    assert len(errors) == 1 and errors[0][0] == 0  # the first builder's own timeout
-    assert time.monotonic() - t0 < 0.8, "the other member waited out a turn"
-    check_factor(mats[2], got[1].factors[0], np.float64, where="member 2")
+    # Member 1 builds and times out; member 2, waiting on the bucket while it builds (its
+    # wait seen through the bucket's condition), is woken and builds instead.
+    box = futs[0]._box
+    waiting, first = threading.Event(), threading.Event()
+
+    class Seen(threading.Condition):
+        def wait(self, timeout=None):
+            waiting.set()
+            return super().wait(timeout)
+
+    box.cv = Seen(threading.Lock())
+    real_build, builders = co._build, []
+
+    def build(b, deadline):
+        builders.append(threading.current_thread().name)
+        if len(builders) == 1:
+            first.set()
+            assert waiting.wait(60), "liveness guard: member 2 never waited"
+        return real_build(b, deadline)
+
+    monkeypatch.setattr(co, "_build", build)
+    out: dict = {}
+
+    def member(i, name, timeout):
+        try:
+            if i == 2:
+                assert first.wait(60), "liveness guard: member 1 never built"
+            out[name] = futs[i].result(timeout=timeout)
+        except BaseException as exc:  # noqa: BLE001 - asserted below
+            out[name] = exc
+
+    ts = [threading.Thread(target=member, args=(1, "one", 0.05), name="one"),
+          threading.Thread(target=member, args=(2, "two", None), name="two")]
+    for t in ts:
+        t.start()
+    ts[0].join(60)
+    assert not ts[0].is_alive() and isinstance(out["one"], cf.TimeoutError), out
+    rt.wait()  # sends the bucket: member 2, the builder now, finishes
+    ts[1].join(60)
+    assert not ts[1].is_alive(), "liveness guard: member 2 was not woken"
+    assert builders == ["one", "two"]
+    check_factor(mats[2], out["two"].factors[0], np.float64, where="member 2")
+    monkeypatch.setattr(co, "_build", real_build)
 
     real, calls = co._slice, []
 
@@ -288,7 +329,9 @@ def test_a_builder_that_stops_hands_the_build_on():
     box = futs[0]._box
     with box.cv:
         box.building = True  # another member's pass under way
+    t0 = time.monotonic()
     while not futs[0].done():
+        assert time.monotonic() - t0 < 60, "liveness guard"
         time.sleep(0.001)
     check_factor(mats[0], futs[0].result(timeout=0).factors[0], np.float64, where="done")
     with box.cv:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 
 import numpy as np
 import pytest
@@ -23,44 +22,74 @@ def batch(seed=0, ns=(5, 40, 17, 64)):
 
 @pytest.fixture
 def journal(monkeypatch):
-    """Records when each submission's execution begins and ends (per plan object)."""
+    """Records, in the order they happen, when each submission's execution begins and ends (per
+    plan object): a counter under a lock, never a clock. ``hold`` (plan id -> Event) keeps a
+    submission in its begin until the event is set."""
     events = []
+    hold: dict = {}
     lock = threading.Lock()
     begin, end = CpuBackend.begin, CpuBackend.end
 
     def spy_begin(self, plan, buffers, after, config, scalars=None):
         with lock:
-            events.append(("begin", id(plan), time.perf_counter()))
-        time.sleep(0.05)  # long enough that a missing dependency would overlap
+            events.append(("begin", id(plan)))
+            gate = hold.get(id(plan))
+        if gate is not None:
+            assert gate.wait(60), "liveness guard: the gate was never opened"
         return begin(self, plan, buffers, after, config, scalars)
 
     def spy_end(self, ex):
         with lock:
-            events.append(("end", id(ex.plan), time.perf_counter()))
+            events.append(("end", id(ex.plan)))
         return end(self, ex)
 
     monkeypatch.setattr(CpuBackend, "begin", spy_begin)
     monkeypatch.setattr(CpuBackend, "end", spy_end)
-    return events
+    return events, hold
 
 
 def test_after_holds_a_submission_until_its_dependencies_finish(journal):
-    # Two runtimes have two workers, so only the dependency can order them.
+    """Two runtimes have two workers, so only the dependency can order them. The first is held
+    in its begin until the second has been submitted, so the second exists while the first
+    still runs; then it must begin only after the first ended."""
+    events, hold = journal
     rt1, rt2 = Runtime("cpu", nb=8), Runtime("cpu", nb=8)
-    f1 = rt1.cholesky(batch(1))
-    f2 = rt2.cholesky(batch(2), after=[f1])
+    b1, b2 = batch(1), batch(2)
+    p1 = rt1.plan_for("potrf", batch=b1)
+    hold[id(p1)] = submitted = threading.Event()
+    f1 = rt1.cholesky(b1)
+    f2 = rt2.cholesky(b2, after=[f1])
+    submitted.set()
     r2, r1 = f2.result(), f1.result()
-    t = {(kind, pid): ts for kind, pid, ts in journal}
-    assert t[("begin", id(r2.plan))] >= t[("end", id(r1.plan))]
+    assert r1.plan is p1
+    order = [(kind, pid) for kind, pid in events]
+    assert order.index(("begin", id(r2.plan))) > order.index(("end", id(r1.plan)))
     assert r1.ok and r2.ok
 
 
 def test_independent_submissions_are_not_serialized_across_runtimes(journal):
+    """The first is held in its begin until the second has begun: only if the two run side by
+    side does the first ever finish (a serialized pair trips the liveness guard)."""
+    events, hold = journal
     rt1, rt2 = Runtime("cpu", nb=8), Runtime("cpu", nb=8)
-    f1, f2 = rt1.cholesky(batch(1)), rt2.cholesky(batch(2))
-    r1, r2 = f1.result(), f2.result()
-    t = {(kind, pid): ts for kind, pid, ts in journal}
-    assert t[("begin", id(r2.plan))] < t[("end", id(r1.plan))]  # they overlapped
+    b1, b2 = batch(1), batch(2)
+    p1, p2 = rt1.plan_for("potrf", batch=b1), rt2.plan_for("potrf", batch=b2)
+    assert p1 is not p2
+    second = threading.Event()
+    hold[id(p1)] = second
+    real = CpuBackend.begin
+
+    def begun(self, plan, *a, **kw):
+        if plan is p2:
+            second.set()
+        return real(self, plan, *a, **kw)
+
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(CpuBackend, "begin", begun)
+        f1, f2 = rt1.cholesky(b1), rt2.cholesky(b2)
+        r1, r2 = f1.result(), f2.result()
+    assert (r1.plan, r2.plan) == (p1, p2)
+    assert events.index(("begin", id(p2))) < events.index(("end", id(p1)))  # they overlapped
 
 
 def test_a_failed_dependency_fails_its_dependents(monkeypatch):
@@ -99,8 +128,10 @@ def test_runtime_as_context_manager_drains_on_exit():
 
 
 def test_module_level_cholesky_uses_the_default_runtime():
+    """The default runtime is the auto device's: CUDA where a GPU is usable, else the CPU."""
     res = vbatch.cholesky(batch()).result()
-    assert res.ok and vbatch.default_runtime().device in ("cpu", "cuda")
+    assert res.ok and res.plan is vbatch.default_runtime().plan_for("potrf", batch=batch())
+    assert vbatch.default_runtime().device == ("cuda" if cuda_status()[0] else "cpu")
 
 
 def test_auto_device_follows_gpu_availability():
