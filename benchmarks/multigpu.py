@@ -82,7 +82,7 @@ def main(argv=None):
                     if case.startswith("posv"):
                         raise SystemExit("--overwrite runs the POTRF cases only")
 
-                    def setup():
+                    def setup(drt=drt, hold=hold, ns=ns):
                         if hold.pop("batch", None) is not None:
                             drt.wait()  # (the runtime forgets the last call's future)
                             time.sleep(0.5)  # (Dask releases them; the memory goes back)
@@ -90,7 +90,7 @@ def main(argv=None):
                         hold["batch"] = drt.spd(ns, seed=1)
                         done(hold["batch"].shards)
 
-                    def run():
+                    def run(drt=drt, hold=hold):
                         f = drt.cholesky(hold["batch"], overwrite=True)
                         done(f.shards)
 
@@ -106,12 +106,12 @@ def main(argv=None):
                         rhs = drt.random(ns, np.ones_like(ns), like=batch, seed=2)
                         done(rhs.shards)
 
-                        def run():
+                        def run(drt=drt, batch=batch, rhs=rhs):
                             f = drt.cholesky(batch)
                             x = drt.potrs(f, rhs, after=[f])
                             done(x.shards)
                     else:
-                        def run():
+                        def run(drt=drt, batch=batch):
                             f = drt.cholesky(batch)
                             done(f.shards)
                     med, all_ = timed(run, a.reps)

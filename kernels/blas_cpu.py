@@ -344,13 +344,14 @@ _COMPILED = {GEMM: _run_gemm, TRSM: _run_diag, TRMM: _run_diag, COPY: _run_copy}
 
 
 @njit(cache=True, nogil=True)
-def _gemm_small(rows, info, skip, A, ao, al, ac, ta, B, bo, bl, bc, tb, C, co, cl, cc, O, oo,
+def _gemm_small(rows, info, skip, A, ao, al, ac, ta, B, bo, bl, bc, tb, C, co, cl, cc, D, oo,
                 ol, oc, tc, has_c, alpha, beta, uplo):
-    """``O := alpha op(A) op(B) + beta C`` on every task row ``(q, r0, mm, k0, kk, nn, c0)``:
-    rows ``[r0, r0 + mm)`` and columns ``[c0, c0 + nn)`` of ``O``, inner range ``[k0, k0 + kk)``;
-    ``uplo`` 1/2 writes only the lower/upper triangle of the ``mm x nn`` block, the other one taking C's entries as they are
-    (the views' path copies C into O first). As BLAS: A and B are not read when alpha is 0,
-    nor C when beta is 0."""
+    """``D := alpha op(A) op(B) + beta C`` on every task row ``(q, r0, mm, k0, kk, nn, c0)``:
+    rows ``[r0, r0 + mm)`` and columns ``[c0, c0 + nn)`` of ``D`` (the output), inner range
+    ``[k0, k0 + kk)``;
+    ``uplo`` 1/2 writes only the lower/upper triangle of the ``mm x nn`` block, the other one
+    taking C's entries as they are (the views' path copies C into D first). As BLAS: A and B
+    are not read when alpha is 0, nor C when beta is 0."""
     acc = np.zeros(max(rows[:, 2].max(), 1) if rows.shape[0] else 1, np.float64)
     for t in range(rows.shape[0]):
         q, r0, mm, k0, kk, nn, cs = rows[t, 0], rows[t, 1], rows[t, 2], rows[t, 3], \
@@ -371,11 +372,11 @@ def _gemm_small(rows, info, skip, A, ao, al, ac, ta, B, bo, bl, bc, tb, C, co, c
             if has_c and uplo != 0:
                 for i in range(mm):
                     if i < lo or i >= hi:
-                        O[o0 + i * orr + j * oj] = C[c0 + i * cr + j * cj]
+                        D[o0 + i * orr + j * oj] = C[c0 + i * cr + j * cj]
             for i in range(lo, hi):
                 acc[i] = 0.0
             if alpha != 0.0:
-                # a column of O as a sum of A's columns: the inner loop runs down a column of
+                # a column of D as a sum of A's columns: the inner loop runs down a column of
                 # A, contiguous in the usual column-major layout (a dot product per entry ran
                 # along A's rows: 0.5 GFLOP/s at 16^3)
                 for k in range(kk):
@@ -387,7 +388,7 @@ def _gemm_small(rows, info, skip, A, ao, al, ac, ta, B, bo, bl, bc, tb, C, co, c
                 v = alpha * acc[i]
                 if has_c and beta != 0.0:
                     v += beta * C[c0 + i * cr + j * cj]
-                O[o0 + i * orr + j * oj] = v
+                D[o0 + i * orr + j * oj] = v
 
 
 @njit(cache=True, nogil=True)

@@ -208,7 +208,7 @@ def _item(rows, t, lld, lcol, xld, xcol):
 
 
 @njit(cache=True, nogil=True)
-def _forward(l, loff, lld, lcol, x, xoff, xld, xcol, rdata, roff, rld, rcol, rows, r, ch, ur):
+def _forward(fl, loff, lld, lcol, x, xoff, xld, xcol, rdata, roff, rld, rcol, rows, r, ch, ur):
     """The forward sweep's items ``(front, parent, p, u, i0, need)`` in order: the pivot
     chunk at ``i0`` solved with L (row by row, the solved rows in place), then its update rows
     (the last chunk's first ``ur``, or an update item's) added into the parent as
@@ -223,8 +223,8 @@ def _forward(l, loff, lld, lcol, x, xoff, xld, xcol, rdata, roff, rld, rcol, row
                 for i in range(i0, i0 + h):
                     s = x[xb + i * xi + c * xj]
                     for j in range(i):
-                        s -= l[lb + i * li + j * lj] * x[xb + j * xi + c * xj]
-                    x[xb + i * xi + c * xj] = s / l[lb + i * li + i * lj]
+                        s -= fl[lb + i * li + j * lj] * x[xb + j * xi + c * xj]
+                    x[xb + i * xi + c * xj] = s / fl[lb + i * li + i * lj]
             ua, ub = (p, n) if whole else (p, min(n, p + ur)) if i0 + ch >= p else (p, p)
         else:
             ua, ub = i0, min(n, i0 + ur)
@@ -235,13 +235,13 @@ def _forward(l, loff, lld, lcol, x, xoff, xld, xcol, rdata, roff, rld, rcol, row
                 for i in range(ua, ub):
                     s = x[xb + i * xi + c * xj]
                     for j in range(p):
-                        s -= l[lb + i * li + j * lj] * x[xb + j * xi + c * xj]
+                        s -= fl[lb + i * li + j * lj] * x[xb + j * xi + c * xj]
                     ri = np.int64(rdata[roff[q] + (i - p) * rs])
                     x[xoff[par] + ri * pi + c * pj] += s
 
 
 @njit(cache=True, nogil=True)
-def _backward(l, loff, lld, lcol, x, xoff, xld, xcol, rdata, roff, rld, rcol, rows, r, ch, ur):
+def _backward(fl, loff, lld, lcol, x, xoff, xld, xcol, rdata, roff, rld, rcol, rows, r, ch, ur):
     """The backward sweep's items in order: a front's first (its last chunk) copies its update
     rows' solution from the parent; each solves its chunk with ``L^T``, last row first."""
     for t in range(rows.shape[0]):
@@ -260,8 +260,8 @@ def _backward(l, loff, lld, lcol, x, xoff, xld, xcol, rdata, roff, rld, rcol, ro
             for j in range(i0 + h - 1, i0 - 1, -1):
                 s = x[xb + j * xi + c * xj]
                 for i in range(j + 1, n):
-                    s -= l[lb + i * li + j * lj] * x[xb + i * xi + c * xj]
-                x[xb + j * xi + c * xj] = s / l[lb + j * li + j * lj]
+                    s -= fl[lb + i * li + j * lj] * x[xb + i * xi + c * xj]
+                x[xb + j * xi + c * xj] = s / fl[lb + j * li + j * lj]
 
 
 def finish(backend, ex) -> np.ndarray:

@@ -197,9 +197,9 @@ def _potrf_small(rows, info, A, ao, al, acol, L, lo, ll, lcol, inplace):
     Left-looking, a column at a time: column ``j`` is the input's minus the earlier columns'
     products, so a pivot that is not > 0 (NaN included; +inf passes, as in reference LAPACK)
     stops with the columns before it factored, that pivot (as tested) on the diagonal, the rest
-    as it was (the input's, copied out of place), and ``info`` at that column. Zeros above the diagonal of the factored
-    columns, and (on success) above the trailing block and in the block above it. Only the
-    input's lower triangle is read."""
+    as it was (the input's, copied out of place), and ``info`` at that column. Zeros above the
+    diagonal of the factored columns, and (on success) above the trailing block and in the
+    block above it. Only the input's lower triangle is read."""
     for t in range(rows.shape[0]):
         q, n, p = rows[t, 0], rows[t, 1], rows[t, 2]
         if info[q] != 0:

@@ -4,14 +4,13 @@
     compute-sanitizer --tool racecheck --error-exitcode 9 python tests/gpu_sanitize.py
 
 Covers fused (several block shapes), small_step, update (with its diagonal block), trsm, schur,
-gather and scatter, in both layouts and dtypes, full and partial, unblocked and blocked, with a non-SPD matrix (its failed
-panel completes its leading columns in the fused kernel, and in update + trsm_step when
-separated) and an infinite
-pivot; then the blas family (GEMM, SYRK, TRSM, TRMM, POSV with a failing problem), then the
-frontal family (vbatch.sparse, with a failing matrix; the extend-add and the solve's sweeps
-in both layouts, on fronts that split into several items). Exits 1 if
-any result is wrong. Not collected by pytest (no test_ prefix): the sanitizer
-runs it as its own process.
+gather and scatter, in both layouts and dtypes, full and partial, unblocked and blocked, with a
+non-SPD matrix (its failed panel completes its leading columns and the failed pivot in the fused
+kernel, and in update + trsm_step when separated) and an infinite pivot; then the blas family
+(GEMM, SYRK, TRSM, TRMM, POSV with a failing problem), then the frontal family (vbatch.sparse,
+with a failing matrix; the extend-add and the solve's sweeps in both layouts, on fronts that
+split into several items). Exits 1 if any result is wrong. Not collected by pytest (no test_
+prefix): the sanitizer runs it as its own process.
 """
 
 import sys
@@ -69,11 +68,14 @@ def main() -> int:
                                 bad += 1
                             continue
                         if res.info[i]:
-                            # The columns before the failing one hold the partial factor.
+                            # The columns before the failing one hold the partial factor,
+                            # and the failing pivot LAPACK's tested value.
                             k = int(res.info[i]) - 1
                             a64 = a.astype(np.float64)
                             sym = np.tril(a64) + np.tril(a64, -1).T
                             err = np.linalg.norm(sym[:, :k] - f[:, :k] @ f[:k, :k].T)
+                            ref = vbatch.reference(a, None if p is None else p[i])[0]
+                            err += abs(f[k, k] - ref[k, k])
                             r = err / np.linalg.norm(sym)
                         else:
                             r = vbatch.residual(a, f, None if p is None else p[i])
@@ -276,8 +278,8 @@ def blas(rng, dtype) -> int:
             x64 = x.astype(np.float64)
             full = x64 @ x64.T
             ref = np.tril(full - full) + np.triu(full, 1)  # 0.5 (A A^T + A A^T) - C, C = A A^T
-            if not np.allclose(s2.matrix(i).get(), ref, rtol=100 * eps,
-                               atol=100 * eps * (1 + x.shape[1]) * (1 + np.abs(full).max(initial=0.0))):
+            atol = 100 * eps * (1 + x.shape[1]) * (1 + np.abs(full).max(initial=0.0))
+            if not np.allclose(s2.matrix(i).get(), ref, rtol=100 * eps, atol=atol):
                 print(f"syr2k {order} problem {i}")
                 bad += 1
         sy = rt.syrk(a, alpha=1.0).result()

@@ -445,8 +445,9 @@ def test_potrs_each_problem_its_own_right_hand_sides(device, dtype, form):
 def test_whole_triangle_solves_on_cuda(dtype, form, monkeypatch):
     """Every problem with few right-hand sides solved whole (blas_trsv): one and four columns a
     block, more columns than a block takes (several blocks a problem), X in shared memory
-    (float64) and in global memory (the shared-memory budget set to zero); both triangles (POTRS's forward and
-    backward phases, an upper triangle read as is and transposed), both layouts."""
+    (float64) and in global memory (the shared-memory budget set to zero); both triangles
+    (POTRS's forward and backward phases, an upper triangle read as is and transposed), both
+    layouts."""
     from vbatch.kernels import blas_cuda
 
     monkeypatch.setattr(blas_cuda, "WHOLE_RHS", 40)

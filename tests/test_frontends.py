@@ -120,13 +120,13 @@ def test_every_op_takes_and_gives_the_callers_arrays(device, fe):
     res = rt.cholesky(a).result()
     assert res.ok and len(res.factors) == len(ns)
     L = [_back(fe, f) for f in res.factors]
-    for x, l in zip(A, L):
-        assert np.all(np.isfinite(l))
-        assert np.linalg.norm(l @ l.T - x) <= 4 * max(len(x), 1) * 2e-16 * np.linalg.norm(x)
+    for x, fac in zip(A, L):
+        assert np.all(np.isfinite(fac))
+        assert np.linalg.norm(fac @ fac.T - x) <= 4 * max(len(x), 1) * 2e-16 * np.linalg.norm(x)
 
     X = [_back(fe, x) for x in rt.potrs(res.factors, b).result()]
-    for l, bb, x in zip(L, B, X):
-        assert np.allclose(x, potrs_reference(l, bb), rtol=1e-10, atol=1e-10)
+    for fac, bb, x in zip(L, B, X):
+        assert np.allclose(x, potrs_reference(fac, bb), rtol=1e-10, atol=1e-10)
 
     sol = rt.posv(a, b).result()
     assert sol.ok
@@ -176,9 +176,9 @@ def test_a_packed_buffer_of_the_callers_kind(device, fe, order):
     assert isinstance(out, vbatch.PackedBatch) and out.frontend == pb.frontend
     whole = _back(fe, out.buffer)
     for i, x in enumerate(A):
-        l = _back(fe, out.matrix(i))
-        assert np.allclose(l @ l.T, x, rtol=1e-12, atol=1e-12)
-        assert l.shape == x.shape
+        fac = _back(fe, out.matrix(i))
+        assert np.allclose(fac @ fac.T, x, rtol=1e-12, atol=1e-12)
+        assert fac.shape == x.shape
     assert whole.shape == data.shape
 
 
@@ -211,8 +211,8 @@ def test_overwrite_writes_the_callers_tensors(device):
     res = vbatch.Runtime(device).cholesky(a, overwrite=True).result()
     assert all(f is t for f, t in zip(res.factors, a))
     for x, t in zip(A, a):
-        l = np.tril(_back("torch", t))
-        assert np.allclose(l @ l.T, x, rtol=1e-12, atol=1e-12)
+        fac = np.tril(_back("torch", t))
+        assert np.allclose(fac @ fac.T, x, rtol=1e-12, atol=1e-12)
 
 
 @pytest.mark.parametrize("device", DEVICES)
