@@ -42,7 +42,6 @@ from cupy_backends.cuda.api import driver
 from vbatch.kernels.backend import Backend, Completion, TraceRecord
 from vbatch.kernels.cuda_build import (
     copy_name,
-    kernel_names,  # noqa: F401 - callers import it from here
     launchers,
     source_of,
     source_text,

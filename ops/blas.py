@@ -636,10 +636,6 @@ def potrs_reference(l, b):  # noqa: E741 - LAPACK's name
     return solve_triangular(t, y, lower=True, trans=1, check_finite=False)
 
 
-def _nb(opts) -> int:
-    return int(opts["blas_nb"])
-
-
 def _sig(*fields):
     def sig(req) -> tuple:
         out = []

@@ -235,11 +235,6 @@ def read_only(batch: Any) -> list[tuple[int | None, str]]:
     return writable(batch)
 
 
-def npiv_steps(npiv: np.ndarray, nb: int) -> np.ndarray:
-    """Number of panel steps of each problem: ``ceil(p / nb)``."""
-    return -(-np.asarray(npiv, dtype=np.int64) // nb)
-
-
 class CholeskyRequest(BaseModel):
     """One submission: the batch, the columns to factor per problem, whether to overwrite.
 

@@ -177,10 +177,6 @@ class Runtime:
             c = self.config
             self._coalescer = Coalescer(self, c.coalesce_us, c.coalesce_max_n, c.coalesce_max_k)
 
-    @property
-    def options(self) -> Config:
-        return self.config
-
     def __repr__(self) -> str:
         return f"Runtime(device={self.device!r}, {self.config!r})"
 

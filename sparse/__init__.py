@@ -244,7 +244,6 @@ class Factor:
         self._rt.backend.assemble(self._work.data, self._amap,
                                   xp.asarray(values).astype(self.dtype, copy=False))
         res = self._submit(FRONTAL_OP, None).result()
-        self.front_info = res.info
         self.info = self._matrix_info(res.info)
         self.stats.factor_s = time.perf_counter() - t0
 
