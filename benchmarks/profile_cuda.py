@@ -82,7 +82,7 @@ def cmd_host(args):
     src, dst = g, be.new_output(g)
 
     def stages():
-        ex = be.begin(plan, {"a": src, "l": dst}, [], rt.config)
+        ex = be.begin(plan, {"a": src, "l": dst}, rt.config)
         for lc in plan.launches:
             be.launch(ex, lc)
         be.flush(ex)
@@ -136,7 +136,7 @@ def cmd_launches(args):
     dst = b.with_data(cupy.empty_like(b.data))
     # One call issues the pointer table and every launch; then each launch is run again alone,
     # between its own events, on the same table (the plan's order keeps the data valid).
-    ex = be.begin(plan, {"a": b, "l": dst}, [], rt.config)
+    ex = be.begin(plan, {"a": b, "l": dst}, rt.config)
     for lc in plan.launches:
         be.launch(ex, lc)
     be.flush(ex)

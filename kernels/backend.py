@@ -4,9 +4,10 @@ A backend owns memory of one array kind (numpy for the CPU, cupy for CUDA) and e
 :class:`~vbatch.scheduler.Plan` one launch at a time. The runtime drives it, for an op whose
 buffers are, say, an input ``a`` and an output ``l`` laid out like it::
 
+    backend.order_after([...])                           # what it must wait for, first
     a = backend.stage_input(batch, writable=overwrite)   # where kernels read the input
     l = a if overwrite else backend.new_output(a)        # where they write the output
-    ex = backend.begin(plan, {"a": a, "l": l}, after=[...], config=config)
+    ex = backend.begin(plan, {"a": a, "l": l}, config=config)
     for launch in plan.launches:
         backend.launch(ex, launch)                       # one vbatched launch per group
     backend.flush(ex, then=writeback)                    # all issued (a CUDA graph runs here)
@@ -209,11 +210,18 @@ class Backend(ABC):
         """``work`` with its buffer as an array of ``kind`` (no copy when already that kind)."""
 
     # ------------------------------------------------------------ execution
+    def order_after(self, after: list[Completion]) -> None:
+        """Whatever this caller issues from here on (staging included: a gather reads what a
+        dependency writes) runs after ``after``. By default: wait for each."""
+        for dep in after:
+            dep.wait()
+
     @abstractmethod
-    def begin(self, plan: Plan, buffers: dict, after: list[Completion], config: Any,
+    def begin(self, plan: Plan, buffers: dict, config: Any,
               scalars: dict | None = None) -> Any:
         """Start a call: ``buffers`` maps the op's buffer names to staged inputs and outputs
-        (``None``: an absent input); ``scalars`` the call's ``alpha`` and ``beta``."""
+        (``None``: an absent input); ``scalars`` the call's ``alpha`` and ``beta``. What it
+        must wait for was ordered before staging (:meth:`order_after`)."""
 
     @abstractmethod
     def launch(self, ex: Any, launch: Launch) -> None: ...
@@ -238,7 +246,7 @@ class Backend(ABC):
         """A whole call with nothing to wait for and nothing to write back (the runtime's
         replay paths): ``begin``, every launch, ``flush``, ``end``. A backend may do it in
         fewer steps."""
-        ex = self.begin(plan, buffers, (), config, scalars)
+        ex = self.begin(plan, buffers, config, scalars)
         self.launch_all(ex, plan.launches)
         self.flush(ex)
         return self.end(ex)

@@ -261,10 +261,8 @@ class CpuBackend(Backend):
         return work.with_data(array_module(kind).asarray(work.data))
 
     # ------------------------------------------------------------ execution
-    def begin(self, plan: Plan, buffers: dict, after: list[Completion], config,
+    def begin(self, plan: Plan, buffers: dict, config,
               scalars: dict | None = None) -> Execution:
-        for dep in after:
-            dep.wait()
         key = ("cpu", self.threads.size)
         states = plan.cache.get(key)
         if states is None:

@@ -686,15 +686,19 @@ class CudaBackend(Backend):
                 hit = prep.fixed[key] = (table, graph, ready, main.ptr)
         return hit
 
-    def begin(self, plan: Plan, buffers: dict, after: list, config,
-              scalars: dict | None = None) -> _Exec:
-        prep = self._prepare(plan, buffers, config)
+    def order_after(self, after: list) -> None:
+        # on the device: the caller's stream waits for each dependency's event
         main = cupy.cuda.get_current_stream()
         for dep in after:
             if isinstance(dep, _Done):
                 main.wait_event(dep.event)
             else:
                 dep.wait()
+
+    def begin(self, plan: Plan, buffers: dict, config,
+              scalars: dict | None = None) -> _Exec:
+        prep = self._prepare(plan, buffers, config)
+        main = cupy.cuda.get_current_stream()
         ptrs = []
         for _, e in prep.fill[0]:
             b = buffers.get(e)

@@ -674,6 +674,8 @@ class Runtime:
         """Stage the op's buffers, run every launch of the plan; return the completion and a
         finisher that builds the result, each output in the caller's form."""
         b = self.backend
+        if after:
+            b.order_after(after)  # before staging: a list's gather reads what they write
         staged: dict = {}
         for name, operand, written in op._ins:
             given = getattr(req, operand)
@@ -692,7 +694,7 @@ class Runtime:
                     lists = lists or {}
                     lists[name] = given
         scalars = op.scalars(req) if op.scalars is not None else None
-        ex = b.begin(plan, staged, after, self.config, scalars)
+        ex = b.begin(plan, staged, self.config, scalars)
         b.launch_all(ex, plan.launches)
         # Writing back into the caller's device arrays is enqueued right after the plan's
         # launches (flush runs it), before the completion, so that work ordered after this

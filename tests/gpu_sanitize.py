@@ -89,13 +89,22 @@ def main() -> int:
                     if res.info[SMALL_BAD] != want:
                         print(f"{tag} problem {SMALL_BAD}: info {res.info[SMALL_BAD]}, not {want}")
                         bad += 1
-        work = [cupy.asarray(m) for m in mats]
-        vbatch.Runtime("cuda").cholesky(work, overwrite=True).result()  # gather + scatter
-        # column-major arrays: gathered into a column-major buffer (several blocks a matrix
-        # past 4,096 elements), then scattered back
-        work = [cupy.asfortranarray(cupy.asarray(m)) for m in mats]
-        vbatch.Runtime("cuda").cholesky(work).result()
-        vbatch.Runtime("cuda").cholesky(work, overwrite=True).result()
+        want = vbatch.Runtime("cuda").cholesky([cupy.asarray(m) for m in mats]).result()
+        # gather + scatter; column-major arrays: gathered into a column-major buffer (several
+        # blocks a matrix past 4,096 elements), then scattered back
+        for layout in (cupy.ascontiguousarray, cupy.asfortranarray):
+            work = [layout(cupy.asarray(m)) for m in mats]
+            got = vbatch.Runtime("cuda").cholesky(work).result()
+            vbatch.Runtime("cuda").cholesky(work, overwrite=True).result()
+            for i in range(len(mats)):
+                w = want.factors[i].get()
+                tol = 1e3 * eps * (1.0 + np.abs(w[np.isfinite(w)]).max(initial=0.0))
+                if not want.info[i] and not all(
+                        np.array_equal(np.isinf(x), np.isinf(w))
+                        and np.abs(np.where(np.isinf(w), 0, x - w)).max(initial=0.0) <= tol
+                        for x in (got.factors[i].get(), np.tril(work[i].get()))):
+                    print(f"{dtype.__name__} {layout.__name__} list problem {i}: not the factor")
+                    bad += 1
         bad += blas(rng, dtype)
         bad += sparse(rng, dtype)
     print("sanitize batch:", "ok" if not bad else f"{bad} failures")

@@ -17,6 +17,9 @@ from _check import check_factor, edge_sizes, to_host
 from conftest import DEVICES
 
 NB = 16  # the planner's panel width here: sizes below take in 0, 1, NB-1, NB, NB+1
+# The longest window (a minute): a bucket then goes when the test sends it (rt.wait()), never
+# because a slow machine let its window end early.
+WINDOW = 60_000_000
 
 
 def _threads(n, fn):
@@ -29,7 +32,7 @@ def _threads(n, fn):
         except BaseException as exc:  # noqa: BLE001 - reported below
             errors.append((i, exc))
 
-    ts = [threading.Thread(target=run, args=(i,)) for i in range(n)]
+    ts = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(n)]
     for t in ts:
         t.start()
     for t in ts:
@@ -51,14 +54,16 @@ def test_64_threads_one_problem_each_make_few_launch_groups(device):
     rng = np.random.default_rng(1)
     sizes = edge_sizes(NB) + [int(n) for n in rng.integers(0, 3 * NB, 64 - len(edge_sizes(NB)))]
     mats = [spd(n, np.float64, rng) for n in sizes]
-    rt = Runtime(device, nb=NB, coalesce_us=50_000)
-    futs, errors = _threads(64, lambda i: rt.cholesky([mats[i]]))
+    # A window of a minute (the longest): every submission joins the one bucket, however
+    # slowly the threads start; rt.wait() sends it.
+    rt = Runtime(device, nb=NB, coalesce_us=WINDOW)
+    start = threading.Barrier(64, timeout=60)
+    futs, errors = _threads(64, lambda i: (start.wait(), rt.cholesky([mats[i]]))[1])
     assert not errors, errors
+    rt.wait()
     res = [f.result() for f in futs]
-    # One window of 50 ms takes every submission of 64 threads started together; allow a few
-    # buckets for a slow thread start.
     groups = rt._coalescer.groups
-    assert 1 <= groups <= 4, f"{groups} launch groups for 64 submissions"
+    assert groups == 1, f"{groups} launch groups for 64 submissions"
     assert rt._coalescer.members == 64
     for i, r in enumerate(res):
         assert isinstance(futs[i], Part)
@@ -74,11 +79,12 @@ def test_members_keep_their_own_info_forms_and_overwrites(device):
     good = [xp.asarray(spd(n, np.float32, rng)) for n in (3, NB, NB + 1)]
     bad = xp.asarray(-np.eye(4, dtype=np.float32))  # fails at column 1
     mine = [xp.asarray(spd(5, np.float32, rng))]
-    rt = Runtime(device, nb=NB, coalesce_us=200_000)
+    rt = Runtime(device, nb=NB, coalesce_us=WINDOW)
     f1 = rt.cholesky(good[:2])
     f2 = rt.cholesky([good[2], bad])
     f3 = rt.cholesky(mine, overwrite=True)  # another bucket: overwrite differs
     f4 = rt.cholesky(good[:1])
+    rt.wait()  # (sends both buckets)
     r1, r2, r3, r4 = (f.result() for f in (f1, f2, f3, f4))
     assert rt._coalescer.groups == 2
     assert r1.info.tolist() == [0, 0] and r2.info.tolist() == [0, 1] and r4.info.tolist() == [0]
@@ -98,9 +104,10 @@ def test_blas_members_coalesce_by_parameters(device):
     shapes = [(0, 3, 2), (1, 1, 1), (NB, NB + 1, NB - 1), (5, 0, 7), (9, 4, 0)]
     a = [rng.standard_normal((m, k)) for m, _, k in shapes]
     b = [rng.standard_normal((k, n)) for _, n, k in shapes]
-    rt = Runtime(device, nb=NB, coalesce_us=200_000)
+    rt = Runtime(device, nb=NB, coalesce_us=WINDOW)
     futs = [rt.gemm([xp.asarray(a[i])], [xp.asarray(b[i])], alpha=2.0) for i in range(5)]
     other = rt.gemm([xp.asarray(a[2])], [xp.asarray(b[2])], alpha=3.0)  # another alpha
+    rt.wait()
     got = [f.result() for f in futs]
     c3 = to_host(other.result()[0])
     assert rt._coalescer.groups == 2
@@ -120,8 +127,9 @@ def test_posv_member_failure_stays_its_own(device):
     a = [spd(n, np.float64, rng) for n in (NB, 1, NB + 1)]
     a[1] = -a[1]
     bs = [rng.standard_normal((x.shape[0], r)) for x, r in zip(a, (3, 2, 0))]
-    rt = Runtime(device, nb=NB, coalesce_us=200_000)
+    rt = Runtime(device, nb=NB, coalesce_us=WINDOW)
     futs = [rt.posv([a[i]], [bs[i]]) for i in range(3)]
+    rt.wait()
     res = [f.result() for f in futs]
     assert rt._coalescer.groups == 1
     assert [int(r.info[0]) for r in res] == [0, 1, 0]
@@ -137,7 +145,7 @@ def test_after_orders_members_of_one_kind_of_bucket(device):
     a, b, d = (rng.standard_normal((6, 6)) for _ in range(3))
     c = np.zeros((6, 6))
     e = np.zeros((6, 6))
-    rt = Runtime(device, nb=NB, coalesce_us=10_000_000)  # only ordering may send the bucket
+    rt = Runtime(device, nb=NB, coalesce_us=WINDOW)  # only ordering may send the bucket
     f1 = rt.gemm([a], [b], [c], overwrite=True)
     # Same parameters, so the same kind of bucket: f2 reads c, which f1 writes.
     f2 = rt.gemm([c], [d], [e], overwrite=True, after=[f1])
@@ -158,7 +166,7 @@ def test_after_orders_members_of_one_kind_of_bucket(device):
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_bad_input_large_and_packed_submissions(device):
-    rt = Runtime(device, nb=NB, coalesce_us=10_000_000, coalesce_max_n=8)
+    rt = Runtime(device, nb=NB, coalesce_us=WINDOW, coalesce_max_n=8)
     ok = rt.cholesky([np.eye(3) * 4.0])
     with pytest.raises(InputError, match=r"problem 1: not square"):
         rt.cholesky([np.eye(2), np.ones((2, 3))])  # named in the caller's own numbering
@@ -178,7 +186,7 @@ def test_bad_input_large_and_packed_submissions(device):
 
 
 def test_a_failed_bucket_fails_each_member_and_their_dependents(monkeypatch):
-    rt = Runtime("cpu", nb=NB, coalesce_us=10_000_000)
+    rt = Runtime("cpu", nb=NB, coalesce_us=WINDOW)
     boom = RuntimeError("backend failed")
 
     def fail(*args, **kw):
@@ -231,11 +239,25 @@ def test_a_member_that_stops_waiting_leaves_the_bucket_to_the_others(device):
     xp = _xp(device)
     rng = np.random.default_rng(9)
     mats = [xp.asarray(spd(n, np.float64, rng)) for n in (1, NB - 1, NB + 1)]
-    rt = Runtime(device, nb=NB, coalesce_us=300_000)  # the bucket waits 0.3 s to be sent
+    rt = Runtime(device, nb=NB, coalesce_us=WINDOW)  # the bucket goes when rt.wait() sends it
     futs = [rt.cholesky([m]) for m in mats]
     with pytest.raises(cf.TimeoutError):
         futs[0].result(timeout=0.01)
-    got, errors = _threads(2, lambda i: futs[i + 1].result())
+    got, errors = [None, None], []
+
+    def member(i):
+        try:
+            got[i] = futs[i + 1].result()
+        except BaseException as exc:  # noqa: BLE001 - asserted below
+            errors.append(exc)
+
+    ts = [threading.Thread(target=member, args=(i,), daemon=True) for i in range(2)]
+    for t in ts:
+        t.start()
+    rt.wait()
+    for t in ts:
+        t.join(60)
+        assert not t.is_alive(), "liveness guard: a member never got its result"
     assert not errors, errors
     assert rt._coalescer.groups == 1
     for i, r in enumerate([futs[0].result()] + got):
@@ -250,15 +272,13 @@ def test_a_builder_that_stops_hands_the_build_on(monkeypatch):
     others at once, one of them builds instead, and the interrupt is its caller's alone: the
     other members get their results, and so does the interrupted one when it asks again. A
     member whose group is done gets its result at once though another member is building."""
-    import threading
     import time
 
     import vbatch.runtime.coalesce as co
 
     rng = np.random.default_rng(11)
     mats = [spd(n, np.float64, rng) for n in (2, NB, NB + 3)]
-    # (a window of a minute, the longest: the bucket goes when rt.wait() sends it)
-    rt = Runtime("cpu", nb=NB, coalesce_us=60_000_000)
+    rt = Runtime("cpu", nb=NB, coalesce_us=WINDOW)  # (the bucket goes when rt.wait() sends it)
     futs = [rt.cholesky([m]) for m in mats]
     # Member 1 builds and times out; member 2, waiting on the bucket while it builds (its
     # wait seen through the bucket's condition), is woken and builds instead.
@@ -291,8 +311,8 @@ def test_a_builder_that_stops_hands_the_build_on(monkeypatch):
         except BaseException as exc:  # noqa: BLE001 - asserted below
             out[name] = exc
 
-    ts = [threading.Thread(target=member, args=(1, "one", 0.05), name="one"),
-          threading.Thread(target=member, args=(2, "two", None), name="two")]
+    ts = [threading.Thread(target=member, args=(1, "one", 0.05), name="one", daemon=True),
+          threading.Thread(target=member, args=(2, "two", None), name="two", daemon=True)]
     for t in ts:
         t.start()
     ts[0].join(60)

@@ -28,6 +28,46 @@ def _rt(**opts):
     return Runtime("cuda", **opts)
 
 
+class Gate:
+    """A kernel that holds a stream until the test opens it (a flag in pinned host memory), so
+    that work queued behind it is still pending however fast or slow the machine is. It gives
+    up by itself after ``limit`` seconds of wall time (the GPU's global timer): a liveness
+    guard, so that a test that never opens it fails instead of hanging the suite."""
+
+    SOURCE = r"""
+    extern "C" __global__ void gate(volatile int* open, unsigned long long limit_ns) {
+        unsigned long long t0, t;
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+        do {
+            if (*open) return;
+            asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+        } while (t - t0 < limit_ns);
+    }"""
+
+    def __init__(self, cupy, limit: float = 120.0):
+        self._kernel = cupy.RawKernel(self.SOURCE, "gate")
+        self._mem = cupy.cuda.alloc_pinned_memory(4)
+        self._flag = np.frombuffer(self._mem, np.int32, 1)
+        self._flag[0] = 1
+        self._limit = np.uint64(limit * 1e9)
+        self._streams = []
+
+    def close(self, stream) -> None:
+        """Hold ``stream`` from here on (until :meth:`open`)."""
+        self._flag[0] = 0
+        with stream:
+            self._kernel((1,), (1,), (np.uint64(self._mem.ptr), self._limit))
+        self._streams.append(stream)
+
+    def open(self) -> None:
+        """Let the held streams go, and wait for the gates (the flag's memory must outlive
+        them)."""
+        self._flag[0] = 1
+        for s in self._streams:
+            s.synchronize()
+        self._streams.clear()
+
+
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 @pytest.mark.parametrize("kind", ["numpy", "cupy"])
 def test_edge_sizes_including_2048(cupy, dtype, kind):
@@ -226,10 +266,21 @@ def test_streams_and_dependencies(cupy):
         check_factor(a, f, np.float64, npiv[i])
 
     # f3 factors what f2 wrote in place. Had it run early it would see the SPD inputs and
-    # produce their factors; run after f2 it sees lower-triangular factors instead.
+    # produce their factors; run after f2 it sees lower-triangular factors instead. f2 is held
+    # behind a gate on its stream and f3 is issued from another stream, so only the device
+    # wait on f2 can order them, whatever the machine's speed.
     work = [cupy.asarray(m) for m in mats]
-    f2 = rt.cholesky(work, overwrite=True)
-    f3 = rt.cholesky(work, after=[f2])
+    gate = Gate(cupy)
+    first, other = cupy.cuda.Stream(non_blocking=True), cupy.cuda.Stream(non_blocking=True)
+    try:
+        gate.close(first)
+        with first:
+            f2 = rt.cholesky(work, overwrite=True)
+        with other:
+            f3 = rt.cholesky(work, after=[f2])
+        assert not f2.done(), "the gate gave up (its 120 s liveness bound)"
+    finally:
+        gate.open()
     rt.wait()
     assert f2.done() and f3.done()
     r3 = f3.result()
@@ -280,7 +331,14 @@ def test_repeated_packed_calls_replay_the_first(cupy):
     first = rt.cholesky(dev).result()
     assert first.info[7] == 41 and not np.delete(first.info, 7).any()
     kept = [rt.cholesky(dev).result() for _ in range(4)]
-    futs = [rt.cholesky(dev) for _ in range(3)]  # in flight together
+    gate = Gate(cupy)
+    try:  # three in flight together, behind a gate: three info slots
+        gate.close(cupy.cuda.get_current_stream())
+        futs = [rt.cholesky(dev) for _ in range(3)]
+        assert not any(f.done() for f in futs), "the gate gave up (its 120 s bound)"
+        assert len({id(f._completion._slot) for f in futs}) == 3
+    finally:
+        gate.open()
     kept += [f.result() for f in futs]
     kept.append(rt.cholesky(host).result())  # numpy data: uploaded, host result
     def same(r):  # the factor where it is specified: problem 7's columns before its failure
@@ -293,7 +351,8 @@ def test_repeated_packed_calls_replay_the_first(cupy):
     for r in kept:
         same(r)
     assert type(kept[-1].factors.data) is np.ndarray
-    assert len({r.factors.data.data.ptr for r in kept[:-1]}) > 1  # outputs are new buffers
+    # outputs are new buffers (each call's own while the results are kept)
+    assert len({r.factors.data.data.ptr for r in kept[:-1]}) == len(kept) - 1
     assert cupy.array_equal(dev.data, before)  # the input is never written
     for i, a in enumerate(mats):
         if i != 7:
@@ -340,7 +399,7 @@ def test_slot_pool_under_many_threads(cupy):
     pool = _SlotPool()
     errors, held = [], set()
     lock = threading.Lock()
-    start = threading.Barrier(16)
+    start = threading.Barrier(16, timeout=60)
 
     def worker():
         try:
@@ -361,11 +420,12 @@ def test_slot_pool_under_many_threads(cupy):
     old = sys.getswitchinterval()
     sys.setswitchinterval(1e-6)
     try:
-        threads = [threading.Thread(target=worker) for _ in range(16)]
+        threads = [threading.Thread(target=worker, daemon=True) for _ in range(16)]
         for t in threads:
             t.start()
         for t in threads:
-            t.join()
+            t.join(120)
+            assert not t.is_alive(), "liveness guard: a thread never finished"
     finally:
         sys.setswitchinterval(old)
     assert not errors, errors[0]
@@ -380,23 +440,8 @@ def test_slot_pool_keeps_a_running_slot(cupy):
     once (review of e2eaec9: it was appended every call, without end)."""
     from vbatch.kernels.cuda import _SlotPool
 
-    # A running call: a kernel that waits for the host to open a gate (a flag in pinned host
-    # memory), so that it is still running however slowly the host goes (a fixed spin, and
-    # later one that gave up after ~10 s, ended too early on loaded hosts). It has no bound of
-    # its own: every path below opens the gate before it waits for the kernel.
-    gate = cupy.RawKernel(r"""
-    extern "C" __global__ void gate(volatile int* open) {
-        while (*open == 0) {}
-    }""", "gate")
-    mem = cupy.cuda.alloc_pinned_memory(4)
-    opened = np.frombuffer(mem, np.int32, 1)
+    gate = Gate(cupy)
     busy = cupy.cuda.Stream(non_blocking=True)
-
-    def closed_gate():
-        opened[0] = 0
-        with busy:
-            gate((1,), (1,), (np.uint64(mem.ptr),))
-
     pool = _SlotPool()
     slow = pool.take(4, 3)
     slow.event.record()  # an old call's event, done
@@ -404,7 +449,7 @@ def test_slot_pool_keeps_a_running_slot(cupy):
     fresh = pool.take(4, 3)  # (taken: not tracked until recorded)
     assert fresh not in pool._inflight
     try:
-        closed_gate()
+        gate.close(busy)  # the running call: its event is recorded behind the gate
         slow.event.record(busy)
         pool.track(slow)
         kept = []
@@ -414,23 +459,21 @@ def test_slot_pool_keeps_a_running_slot(cupy):
             s.event.synchronize()
             pool.track(s)
             kept.append(s)
-        assert not slow.event.done  # (the gate is closed)
+        assert not slow.event.done, "the gate gave up (its 120 s liveness bound)"
         assert sum(s is slow for s in pool._inflight) == 1
         assert len(pool._inflight) <= 64 + 1
-    finally:  # the gate opened and the kernel done before its flag's memory can go
-        opened[0] = 1
-        busy.synchronize()
+    finally:
+        gate.open()
     # submit-then-wait: the slot is still running (behind a closed gate) when tracked
     loop = _SlotPool()
     for _ in range(300):
         s = loop.take(4, 3)
         try:
-            closed_gate()
+            gate.close(busy)
             s.event.record(busy)
             loop.track(s)
             assert not s.event.done
         finally:
-            opened[0] = 1
-            busy.synchronize()
+            gate.open()
         loop.give(s)
     assert len(loop._inflight) == 1

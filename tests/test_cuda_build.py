@@ -281,7 +281,7 @@ def test_nvcc_compiles_every_kernel_for_sm_90(tmp_path):
     assert p.returncode == 0, p.stdout + p.stderr
     assert p.stdout.startswith(f"compiled {len(build.kernel_names())} kernels for sm_90"), p.stdout
     if shutil.which("readelf") is None or shutil.which("c++filt") is None:
-        return  # compiled is all that can be checked without binutils
+        pytest.skip("compiled; binutils (readelf, c++filt) missing: the kernel set unchecked")
     for dt in sel.DTYPES:
         assert _cubin_kernels(tmp_path / f"vbatch_{dt}.sm_90.cubin") == set(
             build.kernel_names([dt]))

@@ -112,6 +112,7 @@ def test_results_equal_a_single_runtime_in_order_and_form(client):
     res = drt.cholesky(packed).result()
     assert isinstance(res.factors, vbatch.PackedBatch) and res.factors.order == "F"
     assert res.factors.k == 8
+    assert res.info.tolist() == want.info[:8].tolist()
     for i in range(8):
         if res.info[i] == 0:
             check_factor(mats[i], res.factors.matrix(i), np.float64, where=f"packed {i}")
@@ -170,20 +171,58 @@ def _kill(client, worker):
     os.kill(pid, signal.SIGKILL)
 
 
-def test_a_worker_killed_mid_batch_loses_nothing(client):
+def _hold_shards(folder: str) -> None:
+    """On a worker: each shard it runs says so (a file named by the worker's pid) and then
+    waits until ``folder/go`` exists (120 s at most: a liveness guard)."""
+    import os
+    import pathlib
+    import time
+
+    import vbatch.distributed as m
+
+    real = m.__dict__.setdefault("_unheld", m._run_shard)
+
+    def held(*a, **kw):
+        pathlib.Path(folder, f"run-{os.getpid()}").touch()
+        t0 = time.monotonic()
+        while not os.path.exists(os.path.join(folder, "go")):
+            if time.monotonic() - t0 > 120:
+                raise TimeoutError("liveness guard: the shard was never let go")
+            time.sleep(0.01)
+        return real(*a, **kw)
+
+    m._run_shard = held
+
+
+def _let_shards_run() -> None:
+    import vbatch.distributed as m
+
+    m._run_shard = m.__dict__.pop("_unheld", m._run_shard)
+
+
+def test_a_worker_killed_mid_batch_loses_nothing(client, tmp_path):
+    """The shard of one worker is held running on it (a gate the test opens) when the worker
+    is killed: the batch's result is whole all the same (Dask reruns the shard on the new
+    worker, which the nanny brings up unheld)."""
     rng = np.random.default_rng(5)
     ns = [int(n) for n in rng.integers(150, 260, 300)]
     mats = [spd(n, np.float64, rng) for n in ns]
     clean = vbatch.Runtime("cpu", nb=NB).cholesky(mats).result()
     drt = vd.Runtime(client, device="cpu", nb=NB)
-    fut = drt.cholesky(mats)
-    victim = fut.shards[0].worker
-    t0 = time.monotonic()
-    while not client.processing().get(victim) and not fut.shards[0].future.done():
-        assert time.monotonic() - t0 < 30, "the shard never reached its worker"
-        time.sleep(0.005)
-    _kill(client, victim)  # while its shard runs (or, if it just finished, holding its result)
-    res = fut.result()
+    client.run(_hold_shards, str(tmp_path))
+    try:
+        fut = drt.cholesky(mats)
+        victim = fut.shards[0].worker
+        pid = client.run(os.getpid, workers=[victim])[victim]
+        t0 = time.monotonic()
+        while not (tmp_path / f"run-{pid}").exists():
+            assert time.monotonic() - t0 < 60, "liveness guard: the shard never started"
+            time.sleep(0.01)
+        os.kill(pid, signal.SIGKILL)  # while its shard runs
+    finally:
+        (tmp_path / "go").touch()
+    res = fut.result(timeout=120)
+    client.run(_let_shards_run)
     assert np.array_equal(res.info, clean.info)
     for i, (a, f, w) in enumerate(zip(mats, res.factors, clean.factors)):
         check_factor(a, f, np.float64, where=f"problem {i}")

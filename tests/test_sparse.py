@@ -419,15 +419,25 @@ def test_a_batchs_metis_orders_in_workers_equal_one_process(monkeypatch):
     want = [dissect.node_nd(*g) for g in graphs]
     monkeypatch.setattr(dissect, "MANY_MIN_VERTICES", 10)
     monkeypatch.setattr(dissect, "_cores", lambda: 4)
+    here, real = [], dissect.node_nd  # the orders made in this process
+
+    def counted(*a, **kw):
+        here.append(1)
+        return real(*a, **kw)
+
+    monkeypatch.setattr(dissect, "node_nd", counted)
     for case in ("workers", "a worker fails", "no workers"):
         if case == "a worker fails":
             bad = "import sys; sys.stdout.buffer.write(b'x' * 12)"
             monkeypatch.setattr(dissect, "_WORKER", bad)
         if case == "no workers":
             monkeypatch.setattr(dissect, "_workers_possible", lambda: False)
+        here.clear()
         got = [f.result(timeout=120) for f in dissect.orders_of(graphs)]
         for i, (g, w) in enumerate(zip(got, want)):
             assert np.array_equal(g, w), f"{case}: graph {i}"
+        # the workers made every order, or (failing, absent) this process made some
+        assert (len(here) == 0) == (case == "workers"), f"{case}: {len(here)} made here"
     monkeypatch.undo()
     mats = [lap(s, 2) for s in (4, 5, 6, 7, 8, 9, 10, 11, 12, 13)]
     lowers = S._read(mats, np.dtype(np.float64))
@@ -525,7 +535,17 @@ def test_split_dissection_orders_each_half_in_a_worker(side, dim, monkeypatch):
     A = lap(side, dim)
     lw, (gptr, gadj) = _graph(A)
     n = A.shape[0]
+    monkeypatch.setattr(dissect, "_cores", lambda: 4)  # (workers may start on a 2-core VM)
+    here, real = [], dissect.node_nd
+
+    def counted(*a, **kw):
+        here.append(1)
+        return real(*a, **kw)
+
+    monkeypatch.setattr(dissect, "node_nd", counted)
     perm = dissect.nested_dissection(gptr, gadj, parallel_min=16)
+    assert not here, f"{len(here)} halves ordered in this process, not in the workers"
+    monkeypatch.setattr(dissect, "node_nd", real)
     assert np.array_equal(np.sort(perm), np.arange(n))
     assert np.array_equal(perm, dissect.nested_dissection(gptr, gadj, parallel_min=16))
     got = dissect._split(gptr, gadj)
