@@ -37,7 +37,7 @@ san() {  # tool
 san memcheck & m=$!
 san racecheck & r=$!
 args=(-q -ra -p no:cacheprovider)
-python3 -c 'import xdist' 2>/dev/null && args+=(-n 8)
+python3 -c "import xdist" 2>/dev/null && args+=(-n "${WORKERS:-8}")
 [ "${GPU_ONLY:-0}" = 1 ] && args+=(-m gpu)
 rc=0
 for pass in $(seq "${PASSES:-2}"); do
