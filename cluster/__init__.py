@@ -208,7 +208,7 @@ def _host_value(v: Any) -> Any:
         b = v.batch
         if b.kind != "numpy":
             b = b.with_data(b.data.get())
-        return b.with_frontend(None).unpack()
+        return v.flat(b.with_frontend(None).unpack())
     if isinstance(v, PackedBatch):
         return _host_value(Views(v))
     if isinstance(v, list):

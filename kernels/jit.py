@@ -19,15 +19,25 @@ AVAILABLE = _numba_njit is not None
 
 
 def missing(package: str, what: str) -> ImportError:
-    """The error for ``what`` needing an optional ``package`` (both are the sparse extra's)."""
-    return ImportError(f"{package} is needed here ({what}): pip install 'vbatch[sparse]'")
+    """The error for ``what`` (a feature, as a user knows it) needing an optional ``package``
+    (both are the sparse extra's)."""
+    return ImportError(f"{what} needs {package}, which is not installed: "
+                       "pip install 'vbatch[sparse]'")
+
+
+def _feature(module: str) -> str:
+    """What a user called, from a compiled function's module: ``vbatch.sparse`` for its
+    analysis, the CPU backend for a kernel module."""
+    if module.startswith("vbatch.sparse"):
+        return "vbatch.sparse"
+    return "this part of the CPU backend"
 
 
 def needs(package: str):
     """A decorator making a stand-in for a function that needs ``package``."""
     def decorate(fn):
         def stand_in(*args, **kwargs):
-            raise missing(package, fn.__name__)
+            raise missing(package, _feature(getattr(fn, "__module__", "") or ""))
 
         stand_in.__name__ = stand_in.__qualname__ = fn.__name__
         stand_in.py_func = fn

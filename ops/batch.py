@@ -439,26 +439,43 @@ class Views(ListLike):
     ``views.batch`` is the packed batch behind them. The views are of the caller's kind of
     array (numpy, cupy, torch, JAX)."""
 
-    __slots__ = ("batch", "_all")
+    __slots__ = ("batch", "_all", "vector")
     _items = "matrices"
 
-    def __init__(self, batch: PackedBatch):
+    def __init__(self, batch: PackedBatch, vector: np.ndarray | None = None):
         # The batch is this sequence's own (an output buffer): marked as a list's, so that a
         # call given these views returns its outputs as a list too.
         batch.__dict__["_vb_views"] = True
         self.batch = batch
         self._all: list | None = None
+        # Problems given as 1-D arrays (a right-hand side as SciPy takes it): their views
+        # are 1-D too (MatrixList.vector).
+        self.vector = vector
 
     def __len__(self) -> int:
         return self.batch.k
 
     def _one(self, j: int):
-        return self.batch.matrix(j) if self._all is None else self._all[j]
+        if self._all is not None:
+            return self._all[j]
+        m = self.batch.matrix(j)
+        return m.reshape(-1) if self.vector is not None and self.vector[j] else m
 
     def __iter__(self):
         if self._all is None:
-            self._all = self.batch.unpack()
+            self._all = self.flat(self.batch.unpack())
         return iter(self._all)
+
+    def flat(self, mats: list) -> list:
+        """``mats`` (this batch's matrices, in any array kind) with the 1-D ones made 1-D."""
+        if self.vector is None:
+            return mats
+        return [m.reshape(-1) if v else m for m, v in zip(mats, self.vector.tolist())]
+
+    def part(self, start: int, stop: int) -> "Views":
+        """Problems ``start:stop``, as views of the same memory."""
+        vec = None if self.vector is None else self.vector[start:stop]
+        return Views(self.batch.part(start, stop), vec)
 
     def __repr__(self) -> str:
         return f"Views({len(self)} matrices of {self.batch!r})"
@@ -585,6 +602,9 @@ class MatrixList(BaseModel):
     # Each array's address and strides in elements (int64, 3 x k), read in the validating pass
     # when every array is of one numpy or cupy type (None otherwise: read when needed).
     addr: Any = None
+    # Which problems the caller gave as 1-D arrays (right-hand sides as SciPy takes them, read
+    # as one column or one row: operands.operand); None when none was. Their outputs are 1-D.
+    vector: Any = None
 
     @model_validator(mode="before")
     @classmethod

@@ -454,9 +454,9 @@ class TriangularRequest(_Request):
         v["side"] = choice(v.get("side", "left"), "side", ("left", "right"))
         v = _parsed(cls, v, (), ("lower", "trans_a", "unit_diagonal", "overwrite"))
         a = operand(v.get("a"), "a", square=True)
-        b = operand(v.get("b"), "b")
-        together(a=a, b=b)
         left = v["side"] == "left"
+        b = operand(v.get("b"), "b", vectors="column" if left else "row")
+        together(a=a, b=b)
         need = b.m if left else b.n
         shape_rule([(a.n != need, lambda i: f"a is {a.n[i]} x {a.n[i]} but b is {b.m[i]} x "
                                             f"{b.n[i]} (side={v['side']!r} needs a of order "
@@ -490,7 +490,7 @@ class PotrsRequest(_Request):
     def _check(cls, v: dict) -> dict:
         v = _parsed(cls, v, (), ("overwrite",))
         ll = operand(v.get("l"), "l", square=True)
-        b = operand(v.get("b"), "b")
+        b = operand(v.get("b"), "b", vectors="column")
         together(l=ll, b=b)
         shape_rule([(ll.n != b.m, lambda i: f"l is {ll.n[i]} x {ll.n[i]} but b has {b.m[i]} "
                                             "rows")])

@@ -10,6 +10,7 @@ operand. The op then states its shape rule (:func:`shape_rule`).
 from __future__ import annotations
 
 import math
+from operator import attrgetter
 from typing import Any
 
 import numpy as np
@@ -19,10 +20,13 @@ from vbatch.ops.errors import InputError, validated
 from vbatch.ops.frontends import IMMUTABLE
 
 
-def operand(v: Any, name: str, square: bool = False) -> PackedBatch | MatrixList:
+def operand(v: Any, name: str, square: bool = False,
+            vectors: str | None = None) -> PackedBatch | MatrixList:
     """``v`` as a validated batch; errors name ``name``. The views an earlier call gave back
     for a list (:class:`~vbatch.ops.batch.Views`) are read as the packed batch behind them:
-    no validation per matrix, and no copy."""
+    no validation per matrix, and no copy. ``vectors`` ("column" or "row"): a list's 1-D
+    arrays are taken as one column (or row), as SciPy's solvers take a 1-D right-hand side,
+    and their outputs come back 1-D (``MatrixList.vector``)."""
     if isinstance(v, Views):
         v = v.batch
     if isinstance(v, PackedBatch):
@@ -34,12 +38,35 @@ def operand(v: Any, name: str, square: bool = False) -> PackedBatch | MatrixList
     if isinstance(v, MatrixList):
         return v
     if isinstance(v, (list, tuple)):
+        mats, vec = (v, None) if vectors is None else _vectors(v, vectors)
         try:
-            return validated(MatrixList, mats=v, square=square)
+            ml = validated(MatrixList, mats=mats, square=square)
         except InputError as exc:
             raise InputError([(i, f"{name}: {r}") for i, r in exc.problems]) from None
+        if vec is not None:
+            vec.flags.writeable = False
+            ml = MatrixList.model_construct(**{**ml.__dict__, "source": list(v), "vector": vec})
+        return ml
     raise InputError([(None, f"{name}: expected a list of 2-D arrays or a vbatch.PackedBatch, "
                              f"got {type(v).__name__}")])
+
+
+_NDIM = attrgetter("ndim")
+
+
+def _vectors(mats: Any, how: str) -> tuple[Any, np.ndarray | None]:
+    """``mats`` with each 1-D array as a 2-D view of one column (``how="column"``) or one row,
+    and which ones were 1-D (None: none was, or something has no ``ndim``, which the list's
+    own validation names)."""
+    try:
+        nd = np.fromiter(map(_NDIM, mats), dtype=np.int64, count=len(mats))
+    except (AttributeError, TypeError):
+        return mats, None
+    vec = nd == 1
+    if not vec.any():
+        return mats, None
+    shape = (-1, 1) if how == "column" else (1, -1)
+    return [a.reshape(shape) if f else a for a, f in zip(mats, vec.tolist())], vec
 
 
 def together(**batches: Any) -> None:

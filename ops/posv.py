@@ -48,7 +48,7 @@ class PosvRequest(_Request):
     def _check(cls, v: dict) -> dict:
         v = _parsed(cls, v, (), ("overwrite",))
         a = operand(v.get("a"), "a", square=True)
-        b = operand(v.get("b"), "b")
+        b = operand(v.get("b"), "b", vectors="column")
         together(a=a, b=b)
         shape_rule([(a.n != b.m, lambda i: f"a is {a.n[i]} x {a.n[i]} but b has {b.m[i]} "
                                            "rows")])

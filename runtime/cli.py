@@ -72,12 +72,13 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     ap = _Parser(
         prog=prog,
         description="Variable-size batched Cholesky: factor a generated batch and check it "
-                    "(demo), print its launch plan (plan), or compile the CUDA kernels ahead of "
-                    "use (compile).",
+                    "(demo), print its launch plan (plan), time every launch of one call "
+                    "(trace), compile the CUDA kernels ahead of use (compile), or measure this "
+                    "machine's crossovers (tune).",
         epilog="Exit status: 0 ok; 1 a factor failed (demo) or nvcc failed (compile); 2 bad "
                "arguments, or the device or compiler a command needs is missing.",
     )
-    sub = ap.add_subparsers(dest="cmd", required=True, metavar="{demo,plan,trace,compile}")
+    sub = ap.add_subparsers(dest="cmd", required=True)
 
     def common(p: argparse.ArgumentParser) -> None:
         p.add_argument("--count", type=_int_at_least(0), default=2000,
@@ -173,6 +174,7 @@ def _parser(prog: str) -> argparse.ArgumentParser:
                           "machine")
     for p in (demo, plan, trc, comp, tun):
         p.set_defaults(parser=p)  # errors found after parsing name the subcommand too
+    sub.metavar = "{" + ",".join(sub.choices) + "}"  # (every command, in the usage line)
     return ap
 
 

@@ -87,9 +87,14 @@ def _joined(reqs: list) -> Any:
             if all(p.addr is not None for p in parts):
                 addr = np.concatenate([p.addr for p in parts], axis=1)
                 addr.flags.writeable = False
+            vector = None  # (the problems given 1-D, where any was)
+            if any(p.vector is not None for p in parts):
+                vector = np.concatenate([np.zeros(p.k, bool) if p.vector is None else p.vector
+                                         for p in parts])
             values[name] = MatrixList.model_construct(
                 mats=[a for p in parts for a in p.mats], kind=v.kind, dtype=v.dtype, m=m, n=n,
-                frontend=v.frontend, source=[a for p in parts for a in p.source], addr=addr)
+                frontend=v.frontend, source=[a for p in parts for a in p.source], addr=addr,
+                vector=vector)
         elif type(v) is np.ndarray:
             values[name] = np.concatenate([r.__dict__[name] for r in reqs])
     return _rebuild(type(first), (values, first.__pydantic_fields_set__), {})
@@ -109,7 +114,7 @@ def _slice(value: Any, start: int, stop: int, whole_req, own_req) -> Any:
 def _share(value: Any, start: int, stop: int, whole_req, own_req) -> Any:
     t = type(value)
     if t is Views:
-        return Views(value.batch.part(start, stop))
+        return value.part(start, stop)
     if t is list:
         for name, v in whole_req.__dict__.items():
             if type(v) is MatrixList and value is v.source:

@@ -731,7 +731,7 @@ class Runtime:
                         out[name] = given.source
                     else:
                         out[name] = Views(b.export(work, given.kind).with_frontend(
-                            given.frontend))
+                            given.frontend), given.vector)
                 elif not overwrite:
                     exported = b.export(work, given.kind).with_frontend(given.frontend)
                     out[name] = Views(exported) if _listed(given) else exported

@@ -61,7 +61,7 @@ def _library() -> str:
     try:
         import pymetis._internal as ext
     except ImportError:
-        raise missing("pymetis", "the nested-dissection ordering") from None
+        raise missing("pymetis", "vbatch.sparse's nested-dissection ordering") from None
     return ext.__file__
 
 

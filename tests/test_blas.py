@@ -815,3 +815,69 @@ def test_cpu_small_tasks_compiled_equal_blas(monkeypatch, form, dtype):
             assert np.all(np.isfinite(x)), f"{name} problem {i}"
             assert np.abs(x - y).max(initial=0.0) <= tol * scale, f"{name} problem {i}"
     assert {"blas.gemm", "blas.trsm", "blas.trmm", "blas.copy"} <= set(calls), set(calls)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("coalesce", [False, True], ids=["direct", "coalesced"])
+def test_one_dimensional_right_hand_sides_as_scipy_takes_them(device, coalesce):
+    """potrs, posv, trsm and trmm take a 1-D right-hand side as SciPy's cho_solve and
+    solve_triangular do (a column; with side="right", a row) and give 1-D solutions back,
+    mixed with 2-D ones in one list; in place, the caller's own 1-D arrays hold them."""
+    from scipy.linalg import cho_solve, solve_triangular
+
+    xp = _xp(device)
+    rng = np.random.default_rng(31)
+    ns = [0, 1, 5, 33, 40]
+    A = [rng.standard_normal((n, n)) for n in ns]
+    A = [a @ a.T / max(n, 1) + 2 * np.eye(n) for a, n in zip(A, ns)]
+    L = [np.linalg.cholesky(a) for a in A]
+    B = [rng.standard_normal(n) for n in ns]
+    B[3] = rng.standard_normal((ns[3], 2))  # a 2-D one among them
+    opts = {"coalesce_us": 60_000_000} if coalesce else {}
+    rt = vbatch.Runtime(device, **opts)
+
+    def call(fn):
+        if not coalesce:
+            return fn(list(range(len(ns)))).result()
+        futs = [fn([i]) for i in range(len(ns))]
+        rt.wait()
+        return [f.result() for f in futs]
+
+    def outputs(res, pick=lambda r: r):
+        return [_to_host(x) for x in pick(res)] if not coalesce else \
+            [_to_host(pick(r)[0]) for r in res]
+
+    dev = {k: [xp.asarray(x) for x in v] for k, v in (("a", A), ("l", L), ("b", B))}
+    tol = 1e-10
+    got = outputs(call(lambda ix: rt.potrs([dev["l"][i] for i in ix], [dev["b"][i] for i in ix])))
+    got_posv = outputs(call(lambda ix: rt.posv([dev["a"][i] for i in ix],
+                                               [dev["b"][i] for i in ix])),
+                       lambda r: r.solutions)
+    got_trsm = outputs(call(lambda ix: rt.trsm([dev["l"][i] for i in ix],
+                                               [dev["b"][i] for i in ix])))
+    got_trmm = outputs(call(lambda ix: rt.trmm([dev["l"][i] for i in ix],
+                                               [dev["b"][i] for i in ix])))
+    for i, b in enumerate(B):
+        want = cho_solve((L[i], True), b) if ns[i] else b.copy()
+        for what, g in (("potrs", got[i]), ("posv", got_posv[i])):
+            assert g.shape == b.shape, f"{what} problem {i}: shape {g.shape}, b's {b.shape}"
+            assert np.allclose(g, want, rtol=tol, atol=tol), f"{what} problem {i}"
+        assert got_trsm[i].shape == b.shape and np.allclose(
+            got_trsm[i], solve_triangular(L[i], b, lower=True) if ns[i] else b,
+            rtol=tol, atol=tol), f"trsm problem {i}"
+        assert got_trmm[i].shape == b.shape and np.allclose(got_trmm[i], L[i] @ b,
+                                                            rtol=tol, atol=tol), f"trmm {i}"
+    # side="right": a 1-D b is one row, x L = b
+    rows = [rng.standard_normal(n) for n in ns]
+    xr = outputs(call(lambda ix: rt.trsm([dev["l"][i] for i in ix],
+                                         [xp.asarray(rows[i]) for i in ix], side="right")))
+    for i, (x, r) in enumerate(zip(xr, rows)):
+        assert x.shape == r.shape and np.allclose(x @ L[i], r, rtol=tol, atol=tol), f"row {i}"
+    # in place: the caller's own 1-D arrays hold the solutions
+    mine = [xp.asarray(b.copy()) for b in B]
+    res = call(lambda ix: rt.potrs([dev["l"][i] for i in ix], [mine[i] for i in ix],
+                                   overwrite=True))
+    back = list(res) if not coalesce else [r[0] for r in res]
+    assert all(x is m for x, m in zip(back, mine))
+    for i, m in enumerate(mine):
+        assert m.shape == B[i].shape and np.allclose(_to_host(m), got[i], rtol=tol, atol=tol)

@@ -165,3 +165,28 @@ def test_plan_prints_a_table():
     lines = p.stdout.splitlines()
     assert lines[0].startswith("dsse plan, nb=16: 30 of 30 problems")
     assert lines[1].split()[:4] == ["#", "grp", "step", "strm"]
+
+
+def test_the_usage_line_names_every_command(capsys):
+    """Run bare, the CLI's usage line and error list every command, tune included."""
+    with pytest.raises(SystemExit) as exc:
+        main([])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "{demo,plan,trace,compile,tune}" in err, err
+
+
+def test_a_missing_optional_package_names_the_feature_and_the_extra():
+    """Without numba (or pymetis), what needs it says which vbatch feature that is and which
+    extra to install, not the name of an internal function."""
+    from vbatch.kernels import jit
+
+    def _canon_lower():
+        pass
+
+    _canon_lower.__module__ = "vbatch.sparse.analysis"
+    with pytest.raises(ImportError) as exc:
+        jit.needs("numba")(_canon_lower)()
+    msg = str(exc.value)
+    assert msg == "vbatch.sparse needs numba, which is not installed: pip install " \
+                  "'vbatch[sparse]'", msg
