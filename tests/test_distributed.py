@@ -178,7 +178,7 @@ def _hold_shards(folder: str) -> None:
     import pathlib
     import time
 
-    import vbatch.distributed as m
+    import vbatch.distributed.worker as m
 
     real = m.__dict__.setdefault("_unheld", m._run_shard)
 
@@ -195,7 +195,7 @@ def _hold_shards(folder: str) -> None:
 
 
 def _let_shards_run() -> None:
-    import vbatch.distributed as m
+    import vbatch.distributed.worker as m
 
     m._run_shard = m.__dict__.pop("_unheld", m._run_shard)
 

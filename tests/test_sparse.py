@@ -301,7 +301,7 @@ def test_a_large_batch_is_read_in_threads_in_order():
     the first bad matrix of the list is the one named."""
     rng = np.random.default_rng(2)
     mats = [sp.csr_matrix(lap(int(rng.integers(1, 5)), 2) * float(i + 1)) for i in range(300)]
-    got = sparse._read(mats, np.dtype(np.float64))
+    got = sparse.factor._read(mats, np.dtype(np.float64))
     for i, (A, lw) in enumerate(zip(mats, got)):
         ref = _tril_reference(A)
         assert np.array_equal(lw.indptr, ref.indptr) and np.array_equal(lw.data, ref.data), i
@@ -310,7 +310,7 @@ def test_a_large_batch_is_read_in_threads_in_order():
     bad[150] = sp.csr_matrix(2 * np.triu(np.ones((3, 3)), 1) + 5 * np.eye(3)
                              + np.tril(np.ones((3, 3)), -1))
     with pytest.raises(InputError, match="matrix 150: not symmetric"):
-        sparse._read(bad, np.dtype(np.float64))
+        sparse.factor._read(bad, np.dtype(np.float64))
 
 
 def test_a_batch_shares_the_analysis_of_one_pattern():
@@ -440,14 +440,15 @@ def test_a_batchs_metis_orders_in_workers_equal_one_process(monkeypatch):
         assert (len(here) == 0) == (case == "workers"), f"{case}: {len(here)} made here"
     monkeypatch.undo()
     mats = [lap(s, 2) for s in (4, 5, 6, 7, 8, 9, 10, 11, 12, 13)]
-    lowers = S._read(mats, np.dtype(np.float64))
+    lowers = S.factor._read(mats, np.dtype(np.float64))
     monkeypatch.setattr(dissect, "MANY_MIN_VERTICES", 10)
     monkeypatch.setattr(dissect, "_cores", lambda: 4)
     from vbatch.kernels.frontal_cuda import ORDER_COST
     from vbatch.sparse.analysis import analyze
 
     for cost in (None, ORDER_COST):  # (least fill, the CPU's; least modelled time, CUDA's)
-        many = S._analyses(lowers, "auto", S.RELAX_WIDTH, S.RELAX_ZEROS, cost)
+        many = S.factor._analyses(lowers, "auto", S.factor.RELAX_WIDTH,
+                                  S.factor.RELAX_ZEROS, cost)
         for lw, an in zip(lowers, many):
             one = analyze(lw, "auto", cost=cost)
             assert np.array_equal(an.perm, one.perm) and an.nnz_l == one.nnz_l

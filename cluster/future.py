@@ -1,0 +1,143 @@
+"""The client's view of a distributed submission: its shards, its :class:`Future`, and an
+output left on the workers (:class:`DistributedBatch`)."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from vbatch.ops.batch import PackedBatch, pack
+from vbatch.distributed.worker import _gather_shard
+
+if TYPE_CHECKING:
+    from vbatch.distributed.runtime import Runtime
+
+
+@dataclasses.dataclass(frozen=True)
+class _Shard:
+    worker: str
+    future: Any  # a dask Future of the worker's result
+    index: np.ndarray  # the caller's problem indices, ascending
+
+
+@dataclasses.dataclass(frozen=True)
+class DistributedBatch:
+    """An output that stays on the workers: per shard, the Dask future of the result that
+    holds it and which of the caller's problems it has. ``gather()`` brings it back, in order."""
+
+    runtime: "Runtime"
+    shards: tuple
+    name: str | None
+    m: np.ndarray
+    n: np.ndarray
+    dtype: np.dtype
+
+    @property
+    def k(self) -> int:
+        return len(self.n)
+
+    def placeholder(self) -> PackedBatch:
+        """Shapes and dtype only, for validating a request that reads this batch."""
+        k = self.k
+        return PackedBatch.model_construct(
+            data=np.empty(0, self.dtype), n=self.n, m=self.m, offset=np.zeros(k, np.int64),
+            ld=np.maximum(self.m, 1), order="F", frontend=None)
+
+    def gather(self) -> list:
+        return Future(self.runtime, None, self.shards, self.k, None, self.name).result()
+
+
+class Future:
+    """The pending result of one distributed submission (``result``, ``done``, ``exception``,
+    ``output``), usable in ``after=`` and as an operand of a later submission."""
+
+    def __init__(self, runtime, op, shards, k: int, form, name=None, shapes=None, dtype=None):
+        self._rt, self._op, self.shards, self.k = runtime, op, tuple(shards), k
+        self._form, self._name, self._shapes, self._dtype = form, name, shapes, dtype
+        self._value = None
+        self._done = False
+        self._lock = threading.Lock()
+
+    def done(self) -> bool:
+        return all(s.future.done() for s in self.shards)
+
+    def result(self, timeout: float | None = None) -> Any:
+        with self._lock:
+            if not self._done:
+                client = self._rt.client
+                gathers = [client.submit(_gather_shard, s.future, self._name, pure=False,
+                                         workers=[s.worker], allow_other_workers=True)
+                           for s in self.shards]
+                parts = client.gather(gathers) if timeout is None else [
+                    g.result(timeout) for g in gathers]
+                self._value = self._assemble(parts)
+                self._done = True
+        return self._value
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        try:
+            self.result(timeout)
+        except BaseException as exc:  # noqa: BLE001 - this method reports any failure
+            return exc
+        return None
+
+    def output(self, name: str | None = None) -> DistributedBatch:
+        """One output of this submission, left on the workers (``None``: the op's main
+        output: the factors of ``cholesky``, the solutions of ``posv``, the one of a BLAS op)."""
+        name = name or _MAIN.get(self._op.name if self._op else None)
+        m, n = self._shapes(name)
+        return DistributedBatch(self._rt, self.shards, name, m, n, self._dtype)
+
+    # the caller's order and form
+    def _assemble(self, parts: list) -> Any:
+        first = parts[0] if parts else None
+        if dataclasses.is_dataclass(first):
+            return dataclasses.replace(first, **{
+                f.name: self._place([getattr(p, f.name) for p in parts], f.name)
+                for f in dataclasses.fields(first) if f.init and f.name != "plan"})
+        return self._place(parts, self._name)
+
+    def _place(self, values: list, field: str | None) -> Any:
+        first = values[0] if values else None
+        if isinstance(first, np.ndarray) and first.ndim == 1 and field == "info":
+            out = np.zeros(self.k, dtype=first.dtype)
+            for s, v in zip(self.shards, values):
+                out[s.index] = v
+            return out
+        if isinstance(first, list) or first is None:
+            out = np.empty(self.k, dtype=object)
+            for s, v in zip(self.shards, values):
+                out[s.index] = np.fromiter(v, dtype=object, count=len(v))
+            mats = out.tolist()
+            return _in_form(mats, self._form)
+        return first
+
+
+_MAIN = {"potrf": "factors", "posv": "solutions"}
+
+
+def _in_form(mats: list, form) -> Any:
+    """The gathered host matrices in the caller's form: ``form`` is (kind, packed order or
+    None, frontend)."""
+    if form is None:
+        return mats
+    kind, order, frontend = form
+    if kind == "cupy":
+        import cupy
+
+        mats = [cupy.asarray(a) for a in mats]
+    if order is not None:
+        backend = None
+        if kind == "cupy":
+            from vbatch.kernels import get_backend
+
+            backend = get_backend("cuda")
+        return pack(mats, order=order, backend=backend).with_frontend(frontend)
+    if frontend is not None:
+        from vbatch.ops.frontends import give_all
+
+        return give_all(mats, frontend)
+    return mats

@@ -1,0 +1,272 @@
+"""The distributed :class:`Runtime`: validates a submission whole, shards it, and submits
+one task per worker."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import numpy as np
+
+from vbatch.ops.batch import MatrixList, PackedBatch
+from vbatch.ops.errors import InputError, validated
+from vbatch.distributed.future import DistributedBatch, Future, _Shard
+from vbatch.distributed.sharding import problem_cost, shard_by_cost
+from vbatch.distributed.worker import _OUT, _make_random, _make_spd, _run_shard, _token
+
+
+class Runtime:
+    """:class:`vbatch.Runtime`'s methods over the workers of a ``dask.distributed.Client``.
+
+    ``device``: what each worker's runtime uses (``"auto"``: its GPU if it has one).
+    ``workers``: the worker addresses to use (default: all of the client's, when the runtime
+    is made). ``chunk_bytes``: a shard whose host inputs exceed this streams through its device
+    in chunks (default: half the device's free memory on a GPU, no chunks on the CPU).
+    ``retries``: Dask's retries of a shard that raised (a worker that dies is handled by the
+    scheduler either way). Other keywords are :class:`vbatch.Config` options for the workers'
+    runtimes."""
+
+    def __init__(self, client, device: str = "auto", *, workers: list | None = None,
+                 chunk_bytes: int | None = None, retries: int = 0, **options: Any):
+        from vbatch.runtime.config import Config
+
+        self.client = client
+        _quicken(client)
+        self.device = device
+        validated(Config, what="runtime options", **options)  # named here, not on a worker
+        self._options = tuple(sorted(options.items()))
+        self._chunk = chunk_bytes
+        self._retries = retries
+        if workers is None:
+            workers = sorted(client.scheduler_info()["workers"])
+        if not workers:
+            raise InputError([(None, "the Dask client has no workers")], what="runtime options")
+        self.workers = list(workers)
+        self._local = None
+        self._pending: list = []
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"vbatch.distributed.Runtime({len(self.workers)} workers, device={self.device!r})"
+
+    # ------------------------------------------------------------ the ops
+    def cholesky(self, mats: Any, npiv: Any = None, *, after: Any = (),
+                 overwrite: bool = False) -> Future:
+        return self.submit("potrf", after=after, batch=mats, npiv=npiv, overwrite=overwrite)
+
+    def gemm(self, a, b, c=None, **kw) -> Future:
+        return self.submit("gemm", a=a, b=b, c=c, **kw)
+
+    def syrk(self, a, c=None, **kw) -> Future:
+        return self.submit("syrk", a=a, c=c, **kw)
+
+    def syr2k(self, a, b, c=None, **kw) -> Future:
+        return self.submit("syr2k", a=a, b=b, c=c, **kw)
+
+    def trsm(self, a, b, **kw) -> Future:
+        return self.submit("trsm", a=a, b=b, **kw)
+
+    def trmm(self, a, b, **kw) -> Future:
+        return self.submit("trmm", a=a, b=b, **kw)
+
+    def potrs(self, l, b, **kw) -> Future:  # noqa: E741 - LAPACK's name
+        return self.submit("potrs", l=l, b=b, **kw)
+
+    def posv(self, a, b, **kw) -> Future:
+        return self.submit("posv", a=a, b=b, **kw)
+
+    def submit(self, op: str, *, after: Any = (), **fields: Any) -> Future:
+        """Validate the whole request here, shard it by flops (or as the distributed operands
+        it reads are sharded), and run one task per shard on its worker."""
+        from vbatch.ops.op import OPS
+
+        if op not in OPS:
+            raise InputError([(None, f"unknown operation {op!r} (known: {', '.join(OPS)})")],
+                             what="submission")
+        o = OPS[op]
+        deps = list(after) if isinstance(after, (list, tuple)) else [after]
+        bad = [(None, f"after[{i}] is a {type(d).__name__}, not a vbatch.distributed.Future")
+               for i, d in enumerate(deps) if not isinstance(d, Future)]
+        if bad:
+            raise InputError(bad, what="submission")
+        dist = {}
+        given = dict(fields)
+        for name, v in fields.items():
+            if isinstance(v, Future):
+                v = v.output()
+            if isinstance(v, DistributedBatch):
+                if v.runtime is not self:
+                    raise InputError([(None, f"{name}: a distributed batch of another runtime")])
+                dist[name] = v
+                given[name] = v.placeholder()
+        req = validated(o.request, **given)  # the whole batch, named in the caller's numbering
+        first = getattr(req, o._ins[0][1])
+        k = first.k
+        if dist:
+            shards = next(iter(dist.values())).shards
+            for name, v in dist.items():
+                if v.shards is not shards and not _same_sharding(v.shards, shards):
+                    raise InputError([(None, f"{name} is sharded unlike the other distributed "
+                                             "operands")])
+            plan = [(s.worker, s.index) for s in shards]
+        else:
+            cost = problem_cost(o, req, self._plan_options(o, first.dtype))
+            idx = shard_by_cost(cost, len(self.workers))
+            plan = [(w, i) for w, i in zip(self.workers, idx) if len(i)]
+        tokens = self._tokens(deps)
+        client = self.client
+        out = []
+        for worker, index in plan:
+            shard_fields = {}
+            for name, v in fields.items():
+                if name in dist:
+                    s = next(s for s in dist[name].shards if s.worker == worker
+                             and np.array_equal(s.index, index))
+                    shard_fields[name] = (_OUT, s.future, dist[name].name)
+                else:
+                    shard_fields[name] = _take(getattr(req, name, v), v, index, k)
+            fut = client.submit(_run_shard, op, self.device, self._options, self._chunk,
+                                shard_fields, tokens.get(worker, []), pure=False,
+                                workers=[worker], allow_other_workers=True,
+                                retries=self._retries)
+            out.append(_Shard(worker, fut, index))
+        form = _form_of(req, o, dist)
+        res = Future(self, o, out, k, form, None, _shapes_of(req, o), first.dtype)
+        with self._lock:
+            self._pending = [f for f in self._pending if not f.done()] + [res]
+        return res
+
+    def spd(self, sizes: Any, seed: int = 0, dtype: Any = np.float64) -> DistributedBatch:
+        """A batch of SPD matrices of these sizes made on the workers (on their devices),
+        sharded by Cholesky flops: for benchmarks and tests at sizes no client should ship
+        (lower triangles read; see ``_make_spd``)."""
+        ns = np.asarray(sizes, dtype=np.int64)
+        if ns.ndim != 1 or (ns < 0).any():
+            raise InputError([(None, "sizes must be a 1-D array of non-negative ints")])
+        from vbatch.ops.cholesky import cholesky_flops
+
+        idx = shard_by_cost(cholesky_flops(ns) + 1.0, len(self.workers))
+        shards = []
+        for w, (worker, index) in enumerate(zip(self.workers, idx)):
+            if len(index):
+                fut = self.client.submit(_make_spd, ns[index], seed * 1009 + w,
+                                         np.dtype(dtype).str, self.device, self._options,
+                                         pure=False, workers=[worker], allow_other_workers=True)
+                shards.append(_Shard(worker, fut, index))
+        return DistributedBatch(self, tuple(shards), None, ns, ns, np.dtype(dtype))
+
+    def random(self, m: Any, n: Any, like: DistributedBatch, seed: int = 0,
+               dtype: Any = np.float64) -> DistributedBatch:
+        """Matrices ``m[i] x n[i]`` of uniform entries made on the workers, sharded as
+        ``like`` (right-hand sides for a batch made with :meth:`spd`)."""
+        ms, ns = np.asarray(m, np.int64), np.asarray(n, np.int64)
+        if ms.shape != (like.k,) or ns.shape != (like.k,):
+            raise InputError([(None, f"m and n need {like.k} entries, as like has")])
+        shards = tuple(_Shard(s.worker, self.client.submit(
+            _make_random, ms[s.index], ns[s.index], seed * 1009 + w, np.dtype(dtype).str,
+            self.device, self._options, pure=False, workers=[s.worker],
+            allow_other_workers=True), s.index) for w, s in enumerate(like.shards))
+        return DistributedBatch(self, shards, None, ms, ns, np.dtype(dtype))
+
+    def _plan_options(self, op, dtype) -> dict:
+        if self._local is None:
+            import vbatch
+
+            self._local = vbatch.Runtime("cpu", **dict(self._options))
+        return self._local.plan_options(dtype, op.name)
+
+    def _tokens(self, deps: list) -> dict:
+        """Per worker, tiny tasks that finish when every shard of ``deps`` has (run where
+        each shard lies: ordering moves no data)."""
+        out: dict = {}
+        for d in deps:
+            for s in d.shards:
+                t = self.client.submit(_token, s.future, pure=False, workers=[s.worker],
+                                       allow_other_workers=True)
+                for w in self.workers:
+                    out.setdefault(w, []).append(t)
+        return out
+
+    def wait(self) -> None:
+        """Wait for everything submitted so far (errors stay with their futures)."""
+        from distributed import wait
+
+        with self._lock:
+            pending = list(self._pending)
+        wait([s.future for f in pending for s in f.shards])
+        # Forget them: a finished future held here kept its shards' results (a batch factored
+        # in place is the batch itself) on the workers after the caller dropped it.
+        gone = set(map(id, pending))
+        with self._lock:
+            self._pending = [f for f in self._pending if id(f) not in gone]
+
+    def close(self) -> None:
+        self.wait()
+        if self._local is not None:
+            self._local.close()
+
+    def __enter__(self) -> "Runtime":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _quicken(client) -> None:
+    """Dask's client batches its messages to the scheduler every 10 ms (a constant in
+    distributed/client.py), so back-to-back submissions each waited up to 10 ms: an empty task's
+    round trip took 10.7 ms on the H200 machine (docs/notes.md). vbatch submits a few large
+    tasks, not many small ones, so it sends them at once (1 ms)."""
+    comm = getattr(client, "scheduler_comm", None)
+    if comm is not None and getattr(comm, "interval", 0) > 0.001:
+        comm.interval = 0.001
+
+
+def _same_sharding(a, b) -> bool:
+    return len(a) == len(b) and all(x.worker == y.worker and np.array_equal(x.index, y.index)
+                                    for x, y in zip(a, b))
+
+
+def _take(validated_value: Any, raw: Any, index: np.ndarray, k: int) -> Any:
+    """The shard's part of one field: the listed or packed matrices it holds (the caller's
+    arrays, or views of its buffer), its entries of a per-problem array, or the field as is."""
+    v = validated_value
+    if type(v) is MatrixList:
+        return [v.mats[i] for i in index.tolist()]
+    if type(v) is PackedBatch:
+        views = v._views()
+        return [views[i] for i in index.tolist()]
+    if type(v) is np.ndarray and v.ndim == 1 and len(v) == k:
+        return v[index]
+    return raw
+
+
+def _form_of(req, op, dist: dict) -> tuple | None:
+    """How the outputs go back: the kind, packing and framework of the first input (an
+    output takes that operand's form); None (a list of numpy arrays) when that input is
+    itself a distributed batch."""
+    name = op._ins[0][1]
+    v = getattr(req, name)
+    if name in dist:
+        return None
+    if type(v) is PackedBatch:
+        return (v.kind, v.order, v.frontend)
+    return (v.kind, None, v.frontend)
+
+
+def _shapes_of(req, op):
+    """``name -> (m, n)`` of an output field (``factors`` / ``solutions`` / the only one),
+    for :meth:`Future.output`."""
+    want = {"factors": "l", "solutions": "x"}
+
+    def pick(name):
+        for bname, operand, _, buf in op._outs:
+            if want.get(name) in (None, bname):
+                given = getattr(req, operand)
+                if given is not None:
+                    return given.m, given.n
+                m, n = buf.shape(req)
+                return np.asarray(m), np.asarray(n)
+        raise InputError([(None, f"{op.name} has no output {name!r}")])
+
+    return pick

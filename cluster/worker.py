@@ -1,0 +1,213 @@
+"""What runs on the workers: each worker process's own runtime, a shard's submission (in
+chunks where it is larger than its device), its result made host-side, and batches made on
+the workers."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from typing import Any
+
+import numpy as np
+
+from vbatch.ops.batch import PackedBatch, Views, array_kind
+
+
+_RUNTIMES: dict = {}
+_RUNTIMES_LOCK = threading.Lock()
+
+
+def _worker_runtime(device: str, options: tuple):
+    """This worker process's vbatch runtime (one per device and options)."""
+    import vbatch
+
+    key = (device, options)
+    with _RUNTIMES_LOCK:
+        rt = _RUNTIMES.get(key)
+        if rt is None:
+            rt = _RUNTIMES[key] = vbatch.Runtime(device, **dict(options))
+        return rt
+
+
+_OUT = "__vbatch_output__"  # (_OUT, shard future, field): an operand computed before
+
+
+def _pick(result: Any, name: str | None) -> Any:
+    if name is None:
+        return result
+    return getattr(result, name) if not isinstance(result, dict) else result[name]
+
+
+def _run_shard(op: str, device: str, options: tuple, chunk_bytes: int | None, fields: dict,
+               tokens: list) -> Any:
+    """One shard: one submission of this worker's runtime (or several, in chunks, when its
+    inputs are larger than ``chunk_bytes``). The result stays here; its plan is dropped."""
+    rt = _worker_runtime(device, options)
+    # Dask resolves the futures inside tuples (not inside objects of ours) to their values.
+    fields = {k: _pick(v[1], v[2]) if type(v) is tuple and len(v) == 3 and v[0] == _OUT else v
+              for k, v in fields.items()}
+    limit = chunk_bytes
+    if limit is None and rt.backend.name != "cpu":
+        # A host shard larger than half the device's free memory (inputs, outputs and the
+        # plan's workspace must fit beside it) streams through in chunks.
+        limit = rt.backend.memory_free() // 2
+    if limit and _host_bytes(fields) > limit:
+        return _chunked(rt, op, fields, limit)
+    return _strip(rt.submit(op, **fields).result())
+
+
+def _host_bytes(fields: dict) -> int:
+    total = 0
+    for v in fields.values():
+        if isinstance(v, list) and v and array_kind(v[0]) == "numpy":
+            total += sum(a.nbytes for a in v)
+    return total
+
+
+def _chunked(rt, op: str, fields: dict, limit: int) -> Any:
+    """Stream a shard through the device: consecutive chunks of at most ``limit`` input
+    bytes, two in flight (one computing while the next is copied in), each brought back to the
+    host as it finishes; the outputs are joined in order."""
+    lists = [k for k, v in fields.items() if isinstance(v, list)]
+    k = len(fields[lists[0]])
+    nbytes = np.zeros(k)
+    for name in lists:
+        nbytes += np.array([a.nbytes for a in fields[name]], dtype=np.float64)
+    bounds = [0]
+    acc = 0.0
+    for i, b in enumerate(nbytes.tolist()):
+        if acc + b > limit and i > bounds[-1]:
+            bounds.append(i)
+            acc = 0.0
+        acc += b
+    bounds.append(k)
+    pending = []
+    parts = []
+    for a, b in zip(bounds[:-1], bounds[1:]):
+        chunk = {n: (v[a:b] if n in lists else
+                     v[a:b] if isinstance(v, np.ndarray) and v.ndim == 1 and len(v) == k else v)
+                 for n, v in fields.items()}
+        pending.append(rt.submit(op, **chunk))
+        if len(pending) == 2:
+            parts.append(_host(_strip(pending.pop(0).result())))
+    parts += [_host(_strip(f.result())) for f in pending]
+    return _join(parts)
+
+
+def _strip(result: Any) -> Any:
+    if dataclasses.is_dataclass(result) and hasattr(result, "plan"):
+        return dataclasses.replace(result, plan=None)
+    return result
+
+
+def _host_value(v: Any) -> Any:
+    """Matrices as a list of numpy arrays; per-problem arrays as numpy."""
+    if isinstance(v, Views):
+        b = v.batch
+        if b.kind != "numpy":
+            b = b.with_data(b.data.get())
+        return v.flat(b.with_frontend(None).unpack())
+    if isinstance(v, PackedBatch):
+        return _host_value(Views(v))
+    if isinstance(v, list):
+        return [a.get() if hasattr(a, "get") and not isinstance(a, np.ndarray) else
+                np.asarray(a) for a in v]
+    if hasattr(v, "get") and not isinstance(v, np.ndarray):
+        return v.get()
+    return v
+
+
+def _host(result: Any) -> Any:
+    if dataclasses.is_dataclass(result):
+        return dataclasses.replace(result, **{
+            f.name: _host_value(getattr(result, f.name)) for f in dataclasses.fields(result)
+            if f.init and f.name != "plan"})
+    return _host_value(result)
+
+
+def _join(parts: list) -> Any:
+    first = parts[0]
+    if dataclasses.is_dataclass(first):
+        return dataclasses.replace(first, **{
+            f.name: _join([getattr(p, f.name) for p in parts])
+            for f in dataclasses.fields(first) if f.init and f.name != "plan"})
+    if isinstance(first, list):
+        return [a for p in parts for a in p]
+    if isinstance(first, np.ndarray):
+        return np.concatenate(parts)
+    return first
+
+
+def _gather_shard(result: Any, name: str | None) -> Any:
+    return _host(_pick(result, name))
+
+
+def _make_spd(ns: np.ndarray, seed: int, dtype: str, device: str, options: tuple) -> Views:
+    """SPD matrices made where they will be factored (on the worker's device), in one packed
+    buffer: entries uniform on [-1, 1] and ``n`` on the diagonal. Only the lower triangle is
+    read (by every SPD op here), and that triangle's symmetric matrix is diagonally dominant,
+    so SPD, with no transpose to fill the other triangle."""
+    from vbatch.ops.batch import tight_offsets
+
+    rt = _worker_runtime(device, options)
+    ns = np.asarray(ns, dtype=np.int64)
+    ld = np.maximum(ns, 1)
+    off = tight_offsets(ns, ld)
+    total = int((ld * ns).sum())
+    dt = np.dtype(dtype)
+    cols = np.repeat(np.arange(len(ns)), ns)
+    j = np.arange(len(cols)) - np.repeat(np.cumsum(ns) - ns, ns)
+    diag = off[cols] + j * (ld[cols] + 1)
+    if rt.backend.kind == "cupy":
+        import cupy
+
+        data = _uniform_device(total, dt, seed)
+        data[cupy.asarray(diag)] = cupy.asarray(ns[cols].astype(dt))
+    else:
+        data = np.random.default_rng(seed).uniform(-1.0, 1.0, total).astype(dt, copy=False)
+        data[diag] = ns[cols]
+    for a in (ns, off, ld):
+        a.flags.writeable = False
+    return Views(PackedBatch.model_construct(data=data, n=ns, m=ns, offset=off, ld=ld,
+                                             order="F", frontend=None))
+
+
+def _uniform_device(total: int, dt: np.dtype, seed: int):
+    """``total`` entries uniform on [-1, 1] on the device, drawn in pieces of 2^27 into the
+    array itself: one draw of the whole made two or three temporaries of its size (cupy's
+    uniform scales a [0, 1) draw, then the cast), so a batch of most of the device's memory
+    could not be made (k = 6 x 10^5 of U[1, 256] on one H200, 2026-11-25)."""
+    import cupy
+
+    data = cupy.empty(total, dtype=dt)
+    rs = cupy.random.RandomState(seed)
+    piece = 1 << 27
+    for a in range(0, total, piece):
+        b = min(total, a + piece)
+        data[a:b] = rs.uniform(-1.0, 1.0, b - a)
+    return data
+
+
+def _make_random(ms: np.ndarray, ns: np.ndarray, seed: int, dtype: str, device: str,
+                 options: tuple) -> Views:
+    """Matrices ``m_i x n_i`` of entries uniform on [-1, 1], made on the worker's device."""
+    from vbatch.ops.batch import tight_offsets
+
+    rt = _worker_runtime(device, options)
+    ms, ns = np.asarray(ms, np.int64), np.asarray(ns, np.int64)
+    ld = np.maximum(ms, 1)
+    off = tight_offsets(ns, ld)
+    total = int((ld * ns).sum())
+    if rt.backend.kind == "cupy":
+        data = _uniform_device(total, np.dtype(dtype), seed)
+    else:
+        data = np.random.default_rng(seed).uniform(-1.0, 1.0, total).astype(dtype)
+    for a in (ms, ns, off, ld):
+        a.flags.writeable = False
+    return Views(PackedBatch.model_construct(data=data, n=ns, m=ms, offset=off, ld=ld,
+                                             order="F", frontend=None))
+
+
+def _token(*_: Any) -> None:
+    """Done when its arguments are: how ``after=`` orders shards without moving their data."""
+    return None

@@ -1,0 +1,509 @@
+"""The numeric factorization of a batch of sparse matrices and its solves: :func:`cholesky`
+gives a :class:`Factor` (fronts on the runtime's device, the analyses kept for ``refactor``),
+whose ``solve`` gives :class:`Solutions`."""
+
+from __future__ import annotations
+
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from operator import attrgetter, itemgetter
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from vbatch.ops.batch import ListLike, PackedBatch, array_kind
+from vbatch.ops.errors import InputError, validated
+from vbatch.sparse.analysis import (
+    RELAX_WIDTH,
+    RELAX_ZEROS,
+    Lower,
+    _shift_segments,
+    _sym_graph,
+    _tree_height,
+    analyze,
+    lower_triangle,
+)
+from vbatch.sparse.frontal import FRONTAL_OP, FRONTAL_SOLVE_OP
+
+
+def _lower(A: Any, i: int, dtype) -> Lower:
+    """Matrix ``i``'s lower triangle (canonical CSC), or an ``InputError`` naming it."""
+    def bad(why: str) -> InputError:
+        return InputError([(None, f"matrix {i}: {why}")], what="sparse matrices")
+
+    if not sp.issparse(A):
+        raise bad(f"expected a scipy sparse matrix, got {type(A).__name__}")
+    if A.ndim != 2 or A.shape[0] != A.shape[1]:
+        raise bad(f"not square: shape {A.shape}")
+    if A.shape[0] == 0:
+        raise bad("empty (0 x 0)")
+    if not (np.issubdtype(A.dtype, np.floating) or np.issubdtype(A.dtype, np.integer)):
+        raise bad(f"unsupported dtype {A.dtype} (real matrices only)")
+    try:
+        return lower_triangle(A, dtype)
+    except ValueError as exc:
+        raise bad(str(exc)) from None
+
+
+@dataclass
+class Stats:
+    """What the factorization holds and what it took (seconds)."""
+
+    matrices: int
+    n: list
+    fronts: int
+    nnz_l: int
+    flops: float
+    largest_front: int
+    analysis_s: float = 0.0
+    factor_s: float = 0.0
+    solve_s: float = 0.0
+    levels: int = 0  # the height of the tallest assembly tree (fronts on its longest path)
+    per_matrix: list = field(default_factory=list)
+
+
+_SHAPE = attrgetter("shape")
+_STRIDES = attrgetter("strides")
+_DTYPE = attrgetter("dtype")
+_PTR = attrgetter("data.ptr")
+
+
+class Solutions(ListLike):
+    """A batch's solutions (:meth:`Factor.solve` given a list) as a read-only sequence: each
+    is a view of one stacked array, made when first touched, in its right-hand side's shape
+    and kind; so a solve of 1,000 matrices makes no Python object per matrix until one is
+    read. Indexing, slicing, ``len``, iteration and ``list(...)`` work as on a list."""
+
+    __slots__ = ("_sol", "_row0", "_shapes", "_kinds", "_xp")
+    _items = "solutions"
+
+    def __init__(self, sol, row0: np.ndarray, shapes: list, kinds: list | None, xp):
+        self._sol, self._row0, self._shapes, self._kinds, self._xp = sol, row0, shapes, kinds, xp
+
+    def __len__(self) -> int:
+        return len(self._shapes)
+
+    def _one(self, i: int):
+        x = self._sol[int(self._row0[i]): int(self._row0[i + 1])].reshape(self._shapes[i])
+        return x if self._kinds is None else Factor._as_kind(x, self._kinds[i], self._xp)
+
+    def __repr__(self) -> str:
+        return f"Solutions({len(self)} of {type(self._sol).__module__.split('.')[0]} arrays)"
+
+
+class Factor:
+    """The factors of one matrix or a batch of them (:func:`cholesky`)."""
+
+    def __init__(self, mats: list, batched: bool, runtime, dtype, ordering, relax_width,
+                 relax_zeros):
+        t0 = time.perf_counter()
+        self._rt = runtime
+        self._batched = batched
+        self.dtype = np.dtype(dtype)
+        lowers = _read(mats, self.dtype)
+        # "auto" orders by the backend's cost model (its frontal kernels' ORDER_COST), where
+        # it has one: on a GPU a tall tree of small fronts costs its launches, not its flops.
+        cost = getattr(runtime.backend._op("frontal"), "ORDER_COST", None)
+        self.analyses = _analyses(lowers, ordering, relax_width, relax_zeros, cost)
+        self._assemble_layout()
+        t1 = time.perf_counter()
+        self.stats = Stats(
+            matrices=len(mats), n=[a.n for a in self.analyses], fronts=len(self._size),
+            nnz_l=sum(a.nnz_l for a in self.analyses),
+            flops=sum(a.flops for a in self.analyses),
+            largest_front=int(self._size.max()), analysis_s=t1 - t0, levels=self._height(),
+            per_matrix=[{"n": a.n, "fronts": a.fronts, "nnz_l": a.nnz_l, "flops": a.flops}
+                        for a in self.analyses])
+        self._values = [lw.data for lw in lowers]  # each matrix's, in its analysis' order
+        self._factor(self._values)
+
+    # ------------------------------------------------------------------ layout
+    def _assemble_layout(self) -> None:
+        # Vectorized over the batch: each array is the analyses' arrays stacked, shifted by
+        # their matrix's first row, front or workspace offset (_stack). One array op per
+        # matrix was 58 ms for the 1000 Laplacians (2-core VM); matrices of one pattern
+        # share an analysis, and with it the per-analysis arrays below.
+        an = self.analyses
+        xp = self._xp()
+        nf = np.array([a.fronts for a in an], dtype=np.int64)
+        self._front0 = np.concatenate([[0], np.cumsum(nf)])
+        self._row0 = np.concatenate([[0], np.cumsum([a.n for a in an])]).astype(np.int64)
+        size = np.concatenate([a.size for a in an]).astype(np.int64)
+        width = np.concatenate([a.width for a in an]).astype(np.int64)
+        first = _stack([a.first for a in an], self._row0[:-1])
+        parent = _stack([a.parent for a in an], self._front0[:-1])
+        parent[parent < np.repeat(self._front0[:-1], nf)] = -1  # roots: -1 + f0 < f0
+        offset = np.zeros(len(size), np.int64)
+        np.cumsum(size[:-1] ** 2, out=offset[1:])
+        moff = offset[self._front0[:-1]]
+        self._amap = xp.asarray(_stack([a.amap for a in an], moff).astype(np.int64))
+        total = int((size**2).sum())
+        self._size, self._width, self._first, self._parent = size, width, first, parent
+        self._offset = offset
+        self._work = PackedBatch(data=xp.zeros(total, dtype=self.dtype), m=size, n=size,
+                                 offset=offset, ld=size, order="F")
+        # Update rows of each front, positions in the parent, and global rows (front rows).
+        u = size - width
+        self._rows = _stack([a.rows for a in an], self._row0[:-1])
+        self._fptr = np.concatenate([[0], np.cumsum(size)])
+        rel = np.concatenate([a.update_rel for a in an])
+        roff = np.zeros(len(size), np.int64)
+        np.cumsum(u[:-1], out=roff[1:])
+        self._rel = PackedBatch(data=xp.asarray(rel.astype(self.dtype)), m=u,
+                                n=np.ones(len(u), np.int64), offset=roff,
+                                ld=np.maximum(u, 1), order="F")
+        self._layouts: dict = {}  # the solve's right-hand-side layouts, per column count
+        self._requests: dict = {}  # validated requests and their plans (_submit)
+        # global permuted row -> its row in the matrices' stacked original numbering (the
+        # solve's maps are made from it, once per column count: _layout)
+        self._gperm = _stack([a.perm for a in an], self._row0[:-1])
+
+    def _xp(self):
+        if self._rt.backend.kind == "cupy":
+            import cupy
+
+            return cupy
+        return np
+
+    # ------------------------------------------------------------------ numeric
+    def _factor(self, values) -> None:
+        """The numeric phase: ``values`` (each matrix's lower-triangle data, as analysed; or
+        all of them in one array, already on the device) scattered into the zeroed fronts,
+        then one submission."""
+        t0 = time.perf_counter()
+        xp = self._xp()
+        if isinstance(values, list):
+            values = np.concatenate(values)
+        self._rt.backend.assemble(self._work.data, self._amap,
+                                  xp.asarray(values).astype(self.dtype, copy=False))
+        res = self._submit(FRONTAL_OP, None).result()
+        self.info = self._matrix_info(res.info)
+        self.stats.factor_s = time.perf_counter() - t0
+
+    def _submit(self, op, x):
+        """Submit ``op`` over this factor's fronts (and right-hand sides ``x``). The request
+        is validated and planned on the first call only: every field but ``x`` is this
+        factor's own and never changes, and ``x`` is always a twin (``with_data``) of one
+        layout per column count, so the request is copied with it put in and the plan reused.
+        The runtime's known-call path cannot see that (``parent`` and ``npiv`` are arrays);
+        validating a request of 40,000 fronts costs milliseconds, and a small matrix's whole
+        factorization is a fraction of one on the GPU."""
+        key = (op.name, None if x is None else int(x.n[0]) if x.k else 0)
+        hit = self._requests.get(key)
+        if hit is None:
+            fields = dict(a=self._work, rel=self._rel, parent=self._parent, npiv=self._width,
+                          overwrite=True)
+            if x is not None:
+                fields["x"] = x
+            req = validated(op.request, **fields)
+            hit = self._requests[key] = [req, self._rt._plan(op, req, req.a, False), None]
+        req, plan, recipe = hit
+        if recipe is not None:
+            # A later call replays the runtime's recipe (what to stage and allocate): no
+            # request copy, no memory checks, no staging. ~0.1 ms of a small matrix's factor
+            # and solve went to that Python (494_bus: 0.216 and 0.309 ms against cuDSS's
+            # 0.118 and 0.078; H100, 2026-11-25).
+            return self._rt._replay_known(op, plan, recipe,
+                                          {"a": self._work, "rel": self._rel, "x": x})
+        if x is not None:
+            req = req.model_copy(update={"x": x})
+        fut = self._rt._submit(op, req, req.a, (), True, False, plan)
+        if fut._error is None:
+            hit[2] = self._rt._recipe(op, req, True)
+        return fut
+
+    def _matrix_info(self, finfo: np.ndarray) -> np.ndarray:
+        info = np.zeros(len(self.analyses), np.int64)
+        bad = np.flatnonzero(finfo > 0)
+        if len(bad):
+            col = self._first[bad] + finfo[bad] - 1  # global permuted column
+            mat = np.searchsorted(self._row0, col, side="right") - 1
+            for m in np.unique(mat):
+                c = int(col[mat == m].min()) - int(self._row0[m])
+                info[m] = int(self.analyses[m].perm[c]) + 1
+        return info
+
+    def refactor(self, A_new: Any) -> "Factor":
+        """Factor matrices with the same patterns again, reusing the analysis (in place;
+        returns ``self``). ``A_new``: a matrix, or a list as given to :func:`cholesky`."""
+        mats = list(A_new) if self._batched else [A_new]
+        if len(mats) != len(self.analyses):
+            raise InputError([(None, f"expected {len(self.analyses)} matrices, got "
+                                     f"{len(mats)}")], what="sparse matrices")
+        vals = []
+        for i, (lw, an) in enumerate(zip(_read(mats, self.dtype), self.analyses)):
+            if not lw.same_pattern(an.lower):
+                raise InputError([(None, f"matrix {i}: its pattern differs from the analysed "
+                                         "one (refactor needs the same pattern)")],
+                                 what="sparse matrices")
+            vals.append(lw.data)
+        self._values = vals
+        self._factor(vals)
+        return self
+
+    def factor(self, i: int = 0) -> tuple[sp.csc_matrix, np.ndarray]:
+        """Matrix ``i``'s factor as scipy CSC ``L`` and its permutation ``perm``:
+        ``L @ L.T == A[perm][:, perm]`` (copied to the host)."""
+        an = self.analyses[i]
+        f0, f1 = int(self._front0[i]), int(self._front0[i + 1])
+        data = self._work.data
+        data = data.get() if hasattr(data, "get") else data
+        rows, cols, vals = [], [], []
+        r0 = int(self._row0[i])
+        for f in range(f0, f1):
+            s, w, o = int(self._size[f]), int(self._width[f]), int(self._offset[f])
+            block = data[o: o + s * w].reshape(w, s).T  # column-major s x w
+            rr = self._rows[self._fptr[f]: self._fptr[f + 1]] - r0
+            cc = np.arange(self._first[f], self._first[f] + w) - r0
+            rg, cg = np.meshgrid(rr, cc, indexing="ij")
+            keep = rg >= cg
+            rows.append(rg[keep])
+            cols.append(cg[keep])
+            vals.append(block[keep])
+        L = sp.csc_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))),
+                          shape=(an.n, an.n))
+        return L, an.perm.copy()
+
+    # ------------------------------------------------------------------ solve
+    def solve(self, b: Any) -> Any:
+        """``A x = b``: ``b`` of shape (n,) or (n, r), numpy or cupy; the solution comes back
+        in the same form and kind. For a batch, a list of them (one a matrix; back comes a
+        list-like :class:`Solutions`, each in its right-hand side's shape and kind), or
+        one array of shape (N,) or (N, r) holding every matrix's rows one after another
+        (N = the sum of their orders; one array back, in the same form). Matrices whose
+        ``info`` is set get NaN."""
+        t0 = time.perf_counter()
+        N = int(self._row0[-1])
+        stacked = self._batched and array_kind(b) is not None
+        if stacked:
+            if b.ndim not in (1, 2) or b.shape[0] != N:
+                raise InputError([(None, f"stacked right-hand sides: expected an array of "
+                                         f"shape ({N},) or ({N}, r), got {b.shape}")],
+                                 what="right-hand sides")
+            bs, kinds, shapes = [b], [array_kind(b)], [b.shape]
+        else:
+            bs = list(b) if self._batched else [b]
+            if len(bs) != len(self.analyses):
+                raise InputError([(None, f"expected {len(self.analyses)} right-hand sides, "
+                                         f"got {len(bs)}")], what="right-hand sides")
+            kinds, shapes = self._describe(bs)
+        ndims = set(map(len, shapes))  # (one pass per attribute: no Python step per array)
+        if ndims == {1}:
+            r = {1}
+        elif ndims == {2}:
+            r = set(map(itemgetter(1), shapes))
+        else:
+            r = {1 if len(s) == 1 else s[1] for s in shapes}
+        if len(r) != 1:
+            raise InputError([(None, "every right-hand side needs the same number of columns")],
+                             what="right-hand sides")
+        r = r.pop()
+        xp = self._xp()
+        one = kinds[0] if len(set(kinds)) == 1 else None  # the kind of them all, if one
+        if r:
+            tmpl, into, back = self._layout(r, xp)
+            if stacked or len(bs) == 1:
+                x = bs[0].get() if xp is np and kinds[0] == "cupy" else bs[0]
+                src = xp.asarray(x, dtype=self.dtype).reshape(-1)  # (b itself where it can)
+            elif one == "cupy" and xp is not np and len(set(map(_DTYPE, bs))) == 1:
+                # one gather kernel (as a list of dense operands is), each b an n x r matrix
+                # of the stacked (N, r) rows: cupy.concatenate and a reshape per array were
+                # most of a 1000-matrix solve
+                isz = np.dtype(self.dtype).itemsize
+                if bs[0].dtype != self.dtype:
+                    bs = [x.astype(self.dtype) for x in bs]
+                addr = np.empty((3, len(bs)), np.int64)
+                addr[0] = np.fromiter(map(_PTR, bs), np.int64, len(bs))
+                strides = list(map(_STRIDES, bs))
+                addr[1] = np.fromiter(map(itemgetter(0), strides), np.int64, len(bs)) // isz
+                addr[2] = 1 if r == 1 else np.fromiter(
+                    map(itemgetter(-1), strides), np.int64, len(bs)) // isz
+                rows = np.diff(self._row0)
+                src = xp.empty(N * r, dtype=self.dtype)
+                self._rt.backend.copy_in(bs, src, rows, np.full(len(bs), r, np.int64),
+                                         self._row0[:-1] * r, np.full(len(bs), r, np.int64),
+                                         addr)
+            else:
+                # host right-hand sides go over in one copy, not one per matrix; device ones
+                # come to the host for the CPU backend
+                host = one == "numpy" or xp is np
+                parts = [(x.get() if kd == "cupy" else np.asarray(x)) if host else xp.asarray(x)
+                         for x, kd in zip(bs, kinds)]
+                mod = np if host else xp
+                if len(ndims) == 1:  # one ndim: no reshape per array
+                    stack = mod.concatenate(parts)
+                else:
+                    stack = mod.concatenate([p.reshape(an.n, r)
+                                             for p, an in zip(parts, self.analyses)])
+                src = xp.asarray(stack, dtype=self.dtype).reshape(-1)
+            # b's entries (and zeros, for the fronts' update rows) into the workspace, and the
+            # solution out of it, as one gather each (Backend.pick): fancy-index assignments
+            # cost ~85 us each with cupy (494_bus, H100, 2026-11-25)
+            pick = self._rt.backend.pick
+            data = pick(src, into)
+            self._submit(FRONTAL_SOLVE_OP, tmpl.with_data(data)).result()
+            sol = pick(data, back).reshape(N, r)
+        else:
+            sol = xp.zeros((N, 0), dtype=self.dtype)
+        bad = np.flatnonzero(self.info)
+        if len(bad):  # one assignment: the rows of every failed matrix
+            sol[xp.asarray(np.repeat(self.info != 0, np.diff(self._row0)))] = np.nan
+        if stacked:
+            out = self._as_kind(sol.reshape(b.shape), kinds[0], xp)
+            self.stats.solve_s = time.perf_counter() - t0
+            return out
+        if one is not None:
+            sol = self._as_kind(sol, one, xp)  # one copy for them all, where one is needed
+        out = Solutions(sol, self._row0, shapes, None if one is not None else kinds, xp)
+        self.stats.solve_s = time.perf_counter() - t0
+        return out if self._batched else out[0]
+
+    def _describe(self, bs: list) -> tuple[list, list]:
+        """Each right-hand side's kind and shape, checked against its matrix's order: by one
+        pass per attribute over the list where every array is of one numpy or cupy type (a
+        Python step per array cost ~3 us of each matrix of a batch's solve); else, or for any
+        problem, array by array (naming the first bad one)."""
+        orders = np.diff(self._row0)
+        if len(bs) > 1 and len(set(map(type, bs))) == 1:
+            kind = array_kind(bs[0])
+            if kind is not None:
+                shapes = list(map(_SHAPE, bs))
+                if set(map(len, shapes)) <= {1, 2} and np.array_equal(
+                        np.fromiter(map(itemgetter(0), shapes), np.int64, len(bs)), orders):
+                    return [kind] * len(bs), shapes
+        kinds = [array_kind(x) for x in bs]
+        shapes = []
+        for i, (x, kd, an) in enumerate(zip(bs, kinds, self.analyses)):
+            if kd is None or x.ndim not in (1, 2) or x.shape[0] != an.n:
+                raise InputError([(None, f"right-hand side {i}: expected an array of shape "
+                                         f"({an.n},) or ({an.n}, r), got "
+                                         f"{getattr(x, 'shape', type(x).__name__)}")],
+                                 what="right-hand sides")
+            shapes.append(x.shape)
+        return kinds, shapes
+
+    @staticmethod
+    def _as_kind(a, kind: str, xp):
+        if kind == "numpy" and xp is not np:
+            return a.get()
+        if kind == "cupy" and xp is np:
+            import cupy
+
+            return cupy.asarray(a)
+        return a
+
+    def _layout(self, r: int, xp):
+        """Each front's ``n_f x r`` right-hand sides, column-major, back to back (made once
+        per column count, and reused through with_data, so that its plan, device tables and
+        CUDA graph are found again), and two maps: ``into``, for each workspace entry, the
+        entry of the stacked ``(N, r)`` right-hand sides it starts as (``N * r``: a zero, for
+        update rows), and ``back``, for each entry of the ``(N, r)`` solution, the workspace
+        entry holding it. The pivot rows of front f are its rows 0..w-1."""
+        hit = self._layouts.get(r)
+        if hit is None:
+            size = self._size
+            off = np.zeros(len(size), np.int64)
+            np.cumsum(size[:-1] * r, out=off[1:])
+            total = int(size.sum()) * r
+            tmpl = PackedBatch(data=xp.zeros(total, dtype=self.dtype), m=size,
+                               n=np.full(len(size), r, np.int64), offset=off, ld=size,
+                               order="F")
+            f = np.repeat(np.arange(len(size)), self._width)  # the front of each global row
+            base = off[f] + np.arange(len(f)) - self._first[f]
+            idx = base[:, None] + np.arange(r)[None, :] * size[f][:, None]  # (N, r)
+            gperm = np.asarray(self._gperm, np.int64)
+            src = gperm[:, None] * r + np.arange(r)[None, :]  # stacked entry of (g, c)
+            into = np.full(total, len(gperm) * r, np.int64)
+            into[idx.reshape(-1)] = src.reshape(-1)
+            back = np.empty(len(gperm) * r, np.int64)
+            back[src.reshape(-1)] = idx.reshape(-1)
+            hit = self._layouts[r] = (tmpl, xp.asarray(into), xp.asarray(back))
+        return hit
+
+    def _height(self) -> int:
+        return int(_tree_height(self._parent))
+
+
+def _read(mats: list, dtype) -> list:
+    """Every matrix's lower triangle (:func:`_lower`), in threads for a large batch: the
+    compiled reading releases the GIL, and takes ~30-50 us a small matrix (2-core VM), most of
+    the batch's analysis once its patterns repeat. The first bad matrix in the list raises."""
+    workers = min(os.cpu_count() or 1, 8)
+    if len(mats) < 256 or workers < 2:
+        return [_lower(A, i, dtype) for i, A in enumerate(mats)]
+    step = -(-len(mats) // (4 * workers))
+    chunks = [range(s, min(s + step, len(mats))) for s in range(0, len(mats), step)]
+    with ThreadPoolExecutor(workers) as ex:
+        parts = ex.map(lambda r: [_lower(mats[i], i, dtype) for i in r], chunks)
+        return [lw for part in parts for lw in part]
+
+
+def _stack(arrays: list, shift: np.ndarray) -> np.ndarray:
+    """``arrays`` end to end (int64), each plus its ``shift``."""
+    out = np.concatenate(arrays).astype(np.int64, copy=False)
+    _shift_segments(out, np.array([len(x) for x in arrays], np.int64),
+                    np.asarray(shift, np.int64))
+    return out
+
+
+def _analyses(lowers: list, ordering, relax_width, relax_zeros, cost=None) -> list:
+    """One analysis per matrix; matrices of one pattern share one (a batch of many similar
+    problems, a mesh's blocks, often repeats its patterns: the 1000 Laplacians of the cuDSS
+    anchor have 33). The pattern alone decides an analysis, so sharing changes nothing else.
+    Not with an ordering given as an array: that is one matrix's."""
+    if not isinstance(ordering, str):
+        return [analyze(lw, ordering, relax_width, relax_zeros) for lw in lowers]
+    keys = [lw.pattern_key() for lw in lowers]
+    first: dict = {}
+    for i, key in enumerate(keys):
+        first.setdefault(key, i)
+    # METIS's orders of the distinct patterns, in worker processes where there are many
+    # (dissect.orders_of), while this thread scores the other candidates: one METIS call at a
+    # time was ~70% of the 1000 Laplacians' analysis (2-core VM, 2026-11-25).
+    nds: dict = {}
+    if ordering in ("auto", "nd") and len(first) >= 2:
+        want = []
+        for key, i in first.items():
+            lw = lowers[i]
+            if lw.n > 2:
+                g = _sym_graph(lw.n, lw.indptr, lw.indices)
+                if len(g[1]):
+                    want.append((key, g))
+        if want:
+            from vbatch.sparse.dissect import orders_of
+
+            nds = dict(zip((k for k, _ in want), orders_of([g for _, g in want])))
+    seen: dict = {}
+    out = []
+    for lw, key in zip(lowers, keys):
+        an = seen.get(key)
+        if an is None:
+            an = seen[key] = analyze(lw, ordering, relax_width, relax_zeros, cost,
+                                     nds.get(key))
+        out.append(an)
+    return out
+
+
+def cholesky(A: Any, *, runtime=None, dtype=np.float64, ordering="auto",
+             relax_width: int = RELAX_WIDTH, relax_zeros: float = RELAX_ZEROS) -> Factor:
+    """Factor a sparse SPD matrix, or a list of them at once (module docstring).
+
+    ``runtime``: the :class:`vbatch.Runtime` to run on (default: vbatch's default runtime);
+    ``ordering``: ``"auto"`` (of the next three, the least time in the backend's cost model,
+    :func:`vbatch.sparse.analysis.estimate`), ``"nd"`` (METIS nested
+    dissection), ``"rcm"``, ``"natural"``, or a permutation (``perm[new] = old``);
+    ``relax_width``, ``relax_zeros``: the amalgamation's rule (:mod:`vbatch.sparse.analysis`)."""
+    from vbatch.runtime.runtime import default_runtime
+
+    batched = isinstance(A, (list, tuple))
+    mats = list(A) if batched else [A]
+    if batched and not mats:
+        raise InputError([(None, "no matrices")], what="sparse matrices")
+    if np.dtype(dtype) not in (np.dtype(np.float64), np.dtype(np.float32)):
+        raise InputError([(None, f"dtype must be float32 or float64, got {np.dtype(dtype)}")],
+                         what="sparse matrices")
+    rt = default_runtime() if runtime is None else runtime
+    return Factor(mats, batched, rt, dtype, ordering, relax_width, relax_zeros)
