@@ -28,7 +28,7 @@ import scipy.linalg.blas
 
 import vbatch
 from vbatch.ops.generate import DISTRIBUTIONS, sizes, spd_list
-from vbatch.ops.cholesky import plan_cholesky
+from vbatch.scheduler import plan_cholesky
 
 
 def median_ms(fn, reps: int) -> float:

@@ -391,7 +391,7 @@ def cmd_listpath(args):
     b = make("uniform", 2000, 128, np.float64)
     views = b.unpack()
     rt = vbatch.Runtime("cuda")
-    from vbatch.ops.batch import MatrixList
+    from vbatch.core.batch import MatrixList
 
     print(f"  validate list      {per_call_us(lambda: MatrixList(mats=views), 20) / 1e3:8.3f} ms")
     ml = MatrixList(mats=views)

@@ -143,7 +143,7 @@ def level_baseline(F, xp):
     rel = F._rel
     relv = rel.data.get() if hasattr(rel.data, "get") else rel.data
     levels = []
-    from vbatch.ops.batch import PackedBatch
+    from vbatch.core.batch import PackedBatch
 
     for lv in range(int(h.max()) + 1):
         fr = np.flatnonzero(h == lv)

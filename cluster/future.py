@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from vbatch.ops.batch import PackedBatch, pack
+from vbatch.core.batch import PackedBatch
 from vbatch.distributed.worker import _gather_shard
 
 if TYPE_CHECKING:
@@ -130,14 +130,11 @@ def _in_form(mats: list, form) -> Any:
 
         mats = [cupy.asarray(a) for a in mats]
     if order is not None:
-        backend = None
-        if kind == "cupy":
-            from vbatch.kernels import get_backend
+        import vbatch
 
-            backend = get_backend("cuda")
-        return pack(mats, order=order, backend=backend).with_frontend(frontend)
+        return vbatch.pack(mats, order=order).with_frontend(frontend)
     if frontend is not None:
-        from vbatch.ops.frontends import give_all
+        from vbatch.core.frontends import give_all
 
         return give_all(mats, frontend)
     return mats

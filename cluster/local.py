@@ -13,7 +13,7 @@ def local_cluster(n_workers: int | None = None, device: str = "auto", **kw: Any)
     """A cluster on this machine: one worker process per GPU, each seeing only its own GPU
     (dask-cuda's ``LocalCUDACluster`` where it is installed, else one ``Nanny`` per GPU with
     ``CUDA_VISIBLE_DEVICES`` set), or ``n_workers`` single-threaded CPU processes (default 2)."""
-    from vbatch.runtime.device import cuda_status
+    from vbatch import cuda_status
 
     gpus = 0
     if device in ("auto", "cuda") and cuda_status()[0]:

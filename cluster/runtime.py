@@ -8,8 +8,8 @@ from typing import Any
 
 import numpy as np
 
-from vbatch.ops.batch import MatrixList, PackedBatch
-from vbatch.ops.errors import InputError, validated
+from vbatch.core.batch import MatrixList, PackedBatch
+from vbatch.core.errors import InputError, validated
 from vbatch.distributed.future import DistributedBatch, Future, _Shard
 from vbatch.distributed.sharding import problem_cost, shard_by_cost
 from vbatch.distributed.worker import _OUT, _make_random, _make_spd, _run_shard, _token
@@ -28,7 +28,7 @@ class Runtime:
 
     def __init__(self, client, device: str = "auto", *, workers: list | None = None,
                  chunk_bytes: int | None = None, retries: int = 0, **options: Any):
-        from vbatch.runtime.config import Config
+        from vbatch import Config
 
         self.client = client
         _quicken(client)

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from vbatch.ops.batch import PackedBatch, Views, array_kind
+from vbatch.core.batch import PackedBatch, Views, array_kind
 
 
 _RUNTIMES: dict = {}
@@ -147,7 +147,7 @@ def _make_spd(ns: np.ndarray, seed: int, dtype: str, device: str, options: tuple
     buffer: entries uniform on [-1, 1] and ``n`` on the diagonal. Only the lower triangle is
     read (by every SPD op here), and that triangle's symmetric matrix is diagonally dominant,
     so SPD, with no transpose to fill the other triangle."""
-    from vbatch.ops.batch import tight_offsets
+    from vbatch.core.batch import tight_offsets
 
     rt = _worker_runtime(device, options)
     ns = np.asarray(ns, dtype=np.int64)
@@ -191,7 +191,7 @@ def _uniform_device(total: int, dt: np.dtype, seed: int):
 def _make_random(ms: np.ndarray, ns: np.ndarray, seed: int, dtype: str, device: str,
                  options: tuple) -> Views:
     """Matrices ``m_i x n_i`` of entries uniform on [-1, 1], made on the worker's device."""
-    from vbatch.ops.batch import tight_offsets
+    from vbatch.core.batch import tight_offsets
 
     rt = _worker_runtime(device, options)
     ms, ns = np.asarray(ms, np.int64), np.asarray(ns, np.int64)

@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from vbatch.ops.batch import MatrixList, PackedBatch
+from vbatch.core.batch import MatrixList, PackedBatch
 from vbatch.scheduler.plan import Launch, Plan
 
 

@@ -25,9 +25,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from vbatch.kernels import jit
+from vbatch.core import jit
 from vbatch.kernels.cpu import Work, split
-from vbatch.kernels.jit import njit, strides
+from vbatch.core.jit import njit, strides
 from vbatch.kernels.lapack import _SCALAR, routines
 from vbatch.ops.blas import ARGS, COPY, GEMM, TRMM, TRSM
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from vbatch.ops.blas import COPY, GEMM, TRMM, TRSM
-from vbatch.ops.errors import InputError
+from vbatch.core.errors import InputError
 
 OP = "blas"
 SOURCE = "blas.cu"

@@ -37,7 +37,7 @@ import numpy as np
 
 from vbatch.kernels.backend import Backend, Completion, TraceRecord, kernel_modules
 from vbatch.kernels.lapack import BlasThreads, Calls
-from vbatch.ops.batch import MatrixList, PackedBatch, array_kind, array_module, pack, tight_layout
+from vbatch.core.batch import MatrixList, PackedBatch, array_kind, array_module, pack, tight_layout
 from vbatch.scheduler.plan import Launch, Plan
 
 # Tasks are handed to threads in chunks of at least this many flops (or one task), so that the

@@ -47,7 +47,7 @@ from vbatch.kernels.cuda_build import (
     source_text,
     spd_fill_name,
 )
-from vbatch.ops.batch import MatrixList, PackedBatch, addresses, array_kind, pack
+from vbatch.core.batch import MatrixList, PackedBatch, addresses, array_kind, pack
 from vbatch.scheduler.plan import Launch, Plan
 
 
@@ -459,7 +459,7 @@ class CudaBackend(Backend):
         return cupy.ndarray(d.shape, d.dtype)
 
     def new_buffer(self, m, n, dtype, order: str, zero: bool = True) -> PackedBatch:
-        from vbatch.ops.batch import tight_layout
+        from vbatch.core.batch import tight_layout
 
         off, ld, total = tight_layout(m, n, order)
         # An empty matrix of a nonzero other dimension still takes space (ld >= 1) that no
@@ -510,7 +510,7 @@ class CudaBackend(Backend):
     def gather(self, mats: list, m: np.ndarray, n: np.ndarray, offset: np.ndarray,
                ld: np.ndarray, dtype, order: str, addr: np.ndarray | None = None):
         """One kernel copies every matrix of a cupy list into a new packed buffer (``addr``:
-        the arrays' addresses and strides, :func:`vbatch.ops.batch.addresses`, if known)."""
+        the arrays' addresses and strides, :func:`vbatch.core.batch.addresses`, if known)."""
         size = ld * (m if order == "C" else n)
         total = int(offset[-1] + size[-1]) if len(n) else 0
         data = cupy.empty(total, dtype=dtype)

@@ -1,4 +1,4 @@
-// vbatch: the frontal kernel family (vbatch.sparse.frontal; launcher: frontal_cuda.py).
+// vbatch: the frontal kernel family (vbatch.ops.frontal; launcher: frontal_cuda.py).
 //
 // frontal_extend_add: F_parent[rel[i], rel[j]] += S[i, j] for the lower triangle (i >= j) of a
 // child front's u x u Schur complement S (its trailing block, from row and column p). A task row
@@ -49,7 +49,7 @@ frontal_extend_add(const unsigned long long* tbl, const long long* meta, const i
 
 // ---------------------------------------------------------------------------------------------
 // The solve (frontal_solve): two sweeps over every front of the batch, each one launch
-// (vbatch.sparse.frontal.sweep_items says what an item does). A block takes a ticket and runs
+// (vbatch.ops.frontal.sweep_items says what an item does). A block takes a ticket and runs
 // the item at that place in the launch's task range (a group of small fronts' first item: the
 // group, a warp each; a later member's block exits); the items are in an order where every item
 // needs only earlier ones, which are held by blocks already running, so waiting cannot
@@ -422,7 +422,7 @@ __device__ __forceinline__ void sweep_small_row(const SweepTables<T>& st, const 
 // (68 before, nvcc 13.0); the large fronts' sweeps did not move (bcsstk16 175/214 ->
 // 175/215 us, lap3-40 662/885 -> 656/877, H200, 2026-11-26).
 // SR: a small front's rows a lane, at most (fronts of up to 32 SR rows go to a warp each;
-// SMALL_FRONT in vbatch.sparse.frontal, where the measurement that chose 2 is).
+// SMALL_FRONT in vbatch.ops.frontal, where the measurement that chose 2 is).
 template <typename T, bool ROW, bool FWD, int CH, int UR, int RC, int SR>
 __global__ void __launch_bounds__(256, RC == 1 ? 3 : 2)
 frontal_sweep(const unsigned long long* tbl, const long long* meta, const int* imeta,
@@ -633,7 +633,7 @@ frontal_sweep(const unsigned long long* tbl, const long long* meta, const int* i
 
 
 // frontal_sweep_small: a sweep's fronts in small subtrees (every front of the subtree at most
-// 64 rows; vbatch.sparse.frontal.sweep_items), its own launch before the other items forward
+// 64 rows; vbatch.ops.frontal.sweep_items), its own launch before the other items forward
 // and after them backward. Each warp takes tickets (front 0's entry 5 forward, 6 backward) and
 // runs one front a ticket with sweep_small, until none is left: no block barrier, so a warp
 // never idles while the others of its block finish (in frontal_sweep a group's block held its
@@ -661,7 +661,7 @@ frontal_sweep_small(const unsigned long long* tbl, const long long* meta, const 
 }
 
 // ---------------------------------------------------------------------------------------------
-// frontal_tree: the factorization of the small fronts (vbatch.sparse.frontal.frontal_graph), a
+// frontal_tree: the factorization of the small fronts (vbatch.ops.frontal.frontal_graph), a
 // front a block: wait for the children's extend-adds (the front's counter [0] reaching `need`),
 // load its lower triangle into registers, factor its p pivot columns (right-looking, one rank-1
 // update a column), store L and the Schur complement S, add S into the parent at the rows rel

@@ -1,11 +1,11 @@
-"""The ``frontal`` kernel family on the CPU: extend-adds (:mod:`vbatch.sparse.frontal`).
+"""The ``frontal`` kernel family on the CPU: extend-adds (:mod:`vbatch.ops.frontal`).
 
 An extend-add task ``(child, parent, p, u)`` adds the lower triangle of the child's ``u x u``
 Schur complement (its trailing block) into the parent front at the rows and columns ``rel``
 lists. Children of one parent may share a launch and would write the same entries from two
 threads, so a launch's tasks are grouped by parent and each group goes to one thread.
 
-The solve's sweeps (:func:`vbatch.sparse.frontal.sweep_items`) run their items one after
+The solve's sweeps (:func:`vbatch.ops.frontal.sweep_items`) run their items one after
 another in the launch's order, which is an order where each needs only earlier ones: the
 CUDA kernel's device counters are not needed here, and the reset has nothing to do.
 
@@ -24,8 +24,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from vbatch.kernels.cpu import Work, split
-from vbatch.kernels.jit import njit, packed, strides
-from vbatch.sparse.frontal import (CHUNK, EXTEND, SWEEP_BWD, SWEEP_BWD_SMALL, SWEEP_FWD,
+from vbatch.core.jit import njit, packed, strides
+from vbatch.ops.frontal import (CHUNK, EXTEND, SWEEP_BWD, SWEEP_BWD_SMALL, SWEEP_FWD,
                                    SWEEP_FWD_SMALL, SWEEP_RESET, SWEEP_SPLIT, TREE,
                                    UPDATE_ROWS)
 
@@ -36,7 +36,7 @@ OP = "frontal"
 
 
 def plan_defaults(dtype) -> dict:
-    # The small subtrees as frontal.tree tasks (vbatch.sparse.frontal.frontal_graph), as on
+    # The small subtrees as frontal.tree tasks (vbatch.ops.frontal.frontal_graph), as on
     # CUDA: a front's whole step is one compiled call, not a LAPACK call per panel and Schur
     # task. The solve's small-subtree launches run the same loops here; the option is kept so
     # that a plan has the same launches on both backends.

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from vbatch.kernels.blas_cuda import Selection  # the launch record every launcher returns
-from vbatch.sparse.frontal import (CHUNK, EXTEND, SMALL_FRONT, SWEEP_BWD, SWEEP_BWD_SMALL,
+from vbatch.ops.frontal import (CHUNK, EXTEND, SMALL_FRONT, SWEEP_BWD, SWEEP_BWD_SMALL,
                                    SWEEP_FWD, SWEEP_FWD_SMALL, SWEEP_RESET, SWEEP_SPLIT, TREE,
                                    TREE_CLASSES, UPDATE_ROWS)
 
@@ -58,11 +58,11 @@ def plan_defaults(dtype) -> dict:
     # unblocked / block 128 from 512 / 128 from 128 / 256 from 256):
     # 40^3 19.35 / 12.80 / 13.01 / 12.50, 60^3 99.2 / 53.0 / 52.9 / 48.0.
     # tree_max: fronts in subtrees of fronts of at most this many rows factor in frontal.tree
-    # launches (vbatch.sparse.frontal.frontal_graph); 0 turns them off.
+    # launches (vbatch.ops.frontal.frontal_graph); 0 turns them off.
     # tree_shapes: the tree kernels' shape per class (TREE_SHAPES, as sorted pairs: a plan
     # option is hashable), for measuring others.
     # sweep_split: the solve's small subtrees' fronts in launches of their own from this many,
-    # and always where every front is in one (vbatch.sparse.frontal.SWEEP_SPLIT, where the
+    # and always where every front is in one (vbatch.ops.frontal.SWEEP_SPLIT, where the
     # measurement is).
     # block_few (the dense batches' few large problems, potrf_cuda.BLOCK_FEW_PER_SM) is off:
     # not measured on fronts.

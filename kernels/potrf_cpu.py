@@ -32,9 +32,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from vbatch.kernels import jit
+from vbatch.core import jit
 from vbatch.kernels.cpu import Work, split
-from vbatch.kernels.jit import njit, strides
+from vbatch.core.jit import njit, strides
 from vbatch.kernels.lapack import Calls
 from vbatch.ops.cholesky import FUSED, SCHUR, TRSM, UPDATE
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from vbatch.ops.errors import InputError
+from vbatch.core.errors import InputError
 
 OP = "potrf"
 SOURCE = "potrf.cu"

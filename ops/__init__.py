@@ -1,13 +1,5 @@
 """What a problem is (validated pydantic models), how it becomes tasks, and numpy references."""
 
-from vbatch.ops.batch import (
-    MatrixList,
-    PackedBatch,
-    array_kind,
-    pack,
-    tight_layout,
-    tight_offsets,
-)
 from vbatch.ops.cholesky import (
     FUSED,
     POTRF,
@@ -16,7 +8,6 @@ from vbatch.ops.cholesky import (
     UPDATE,
     CholeskyRequest,
     cholesky_flops,
-    plan_cholesky,
     potrf_graph,
     potrf_info,
     reference,
@@ -37,18 +28,11 @@ from vbatch.ops.blas import (
     trsm_reference,
 )
 from vbatch.ops.cholesky import CholeskyResult
-from vbatch.ops.errors import InputError, validated
-from vbatch.ops.kinds import KINDS, LAUNCH_KINDS, TaskKind
+from vbatch.ops.frontal import FRONTAL_OP, FRONTAL_SOLVE_OP, FrontalResult
 from vbatch.ops.op import OPS, Buffer, Op
 from vbatch.ops.posv import POSV_OP, PosvResult, posv_graph
 
 __all__ = [
-    "MatrixList",
-    "PackedBatch",
-    "array_kind",
-    "pack",
-    "tight_layout",
-    "tight_offsets",
     "FUSED",
     "POTRF",
     "SCHUR",
@@ -56,7 +40,6 @@ __all__ = [
     "UPDATE",
     "CholeskyRequest",
     "cholesky_flops",
-    "plan_cholesky",
     "potrf_graph",
     "potrf_info",
     "reference",
@@ -68,6 +51,9 @@ __all__ = [
     "TRMM_OP",
     "TRSM_OP",
     "POSV_OP",
+    "FRONTAL_OP",
+    "FRONTAL_SOLVE_OP",
+    "FrontalResult",
     "CholeskyResult",
     "PosvResult",
     "gemm_reference",
@@ -77,11 +63,6 @@ __all__ = [
     "syr2k_reference",
     "trmm_reference",
     "trsm_reference",
-    "InputError",
-    "validated",
-    "KINDS",
-    "LAUNCH_KINDS",
-    "TaskKind",
     "OPS",
     "Buffer",
     "Op",

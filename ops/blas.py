@@ -38,9 +38,9 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict, model_validator
 
-from vbatch.ops.batch import MatrixList, PackedBatch
-from vbatch.ops.errors import InputError
-from vbatch.ops.kinds import LAUNCH_KINDS, TaskKind, by_log2, by_log2_past_32, kind, single
+from vbatch.core.batch import MatrixList, PackedBatch
+from vbatch.core.errors import InputError
+from vbatch.core.kinds import LAUNCH_KINDS, TaskKind, by_log2, by_log2_past_32, kind, single
 from vbatch.ops.op import Buffer, Op
 from vbatch.ops.op import register as register_op
 from vbatch.ops.operands import (
@@ -52,7 +52,7 @@ from vbatch.ops.operands import (
     together,
     writable,
 )
-from vbatch.scheduler.graph import TaskGraph, chain_edges
+from vbatch.core.graph import TaskGraph, chain_edges
 
 FAMILY = "blas"
 # Launch kinds (what the blas kernel modules implement).

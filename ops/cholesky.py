@@ -50,13 +50,13 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from vbatch.ops.batch import MatrixList, PackedBatch, Views
+from vbatch.core.batch import MatrixList, PackedBatch, Views
 from vbatch.ops.blas import gemm_kind
-from vbatch.ops.errors import InputError
-from vbatch.ops.kinds import Group, TaskKind, by_rows, register, single
+from vbatch.core.errors import InputError
+from vbatch.core.kinds import Group, TaskKind, by_rows, register, single
 from vbatch.ops.op import Buffer, Op
 from vbatch.ops.op import register as register_op
-from vbatch.scheduler.graph import TaskGraph, chain_edges
+from vbatch.core.graph import TaskGraph, chain_edges
 
 # Launch kinds (what backends implement).
 UPDATE, TRSM, SCHUR = "update", "trsm", "schur"
@@ -177,22 +177,6 @@ def potrf_graph(n: Any, npiv: Any = None, nb: int = 32, block: int = 0,
         k=k,
         chains=(first, cnt),
     )
-
-
-def plan_cholesky(n: Any, npiv: Any = None, *, nb: int = 32, policy: str = "dsse",
-                  fused_max_rows: int = 512, streams: int = 1, block: int = 0,
-                  block_above: int = 0, block_few: int = 0, block_few_above: int = 0):
-    """The plan of a batched (partial) Cholesky of sizes ``n`` (``npiv`` columns each)."""
-    from vbatch.scheduler.plan import make_plan
-
-    if not isinstance(nb, (int, np.integer)) or isinstance(nb, bool) or nb < 1:
-        raise ValueError(f"nb must be a positive int, got {nb!r}")
-    check_block(int(nb), block)
-    graph = potrf_graph(n, npiv, int(nb), int(block), int(block_above), int(block_few),
-                        int(block_few_above))
-    return make_plan(graph, op="potrf",
-                     policy=policy, streams=streams, buffers=("a", "l"), nb=int(nb),
-                     fused_max_rows=fused_max_rows)
 
 
 def graph_options(opts: dict) -> tuple[int, ...]:

@@ -13,7 +13,7 @@ from typing import Literal
 
 import numpy as np
 
-from vbatch.ops.batch import PackedBatch, tight_offsets
+from vbatch.core.batch import PackedBatch, tight_offsets
 
 DISTRIBUTIONS = ("uniform", "gauss", "skewed")
 

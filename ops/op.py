@@ -7,12 +7,12 @@ An operation module (``ops/<name>.py``) defines one :class:`Op`:
 * ``buffers``: the buffers its kernels address, in order: the inputs read and the outputs
   written, each output laid out like the input it replaces (``like``) and written in place when
   the caller asks to overwrite;
-* ``graph(request, options)``: its tasks as a :class:`~vbatch.scheduler.graph.TaskGraph`, from
+* ``graph(request, options)``: its tasks as a :class:`~vbatch.core.graph.TaskGraph`, from
   the sizes and parameters alone (so a plan is reused for every batch with the same signature);
 * ``signature(request)``: those sizes and parameters as a hashable key;
 * a numpy/LAPACK reference, used by the tests.
 
-The kinds its graph uses live in the same module (:mod:`vbatch.ops.kinds`); the kernels that run
+The kinds its graph uses live in the same module (:mod:`vbatch.core.kinds`); the kernels that run
 them live in ``kernels/<name>_cpu.py`` and ``kernels/<name>_cuda.py``. Adding an operation is
 adding those files and one conformance test.
 """

@@ -1,7 +1,7 @@
 """The operands of one submission, validated together, in one place for every op.
 
 An op's request names its operands (``a``, ``b``, ``c``, ...); each is a list of 2-D arrays or a
-:class:`~vbatch.ops.batch.PackedBatch` (:mod:`vbatch.ops.batch` checks each on its own). Here they
+:class:`~vbatch.core.batch.PackedBatch` (:mod:`vbatch.core.batch` checks each on its own). Here they
 are checked against each other: one problem count, one dtype, one array kind (numpy or cupy:
 forms may differ, a list ``a`` with a packed ``b``). Every message names the problem and the
 operand. The op then states its shape rule (:func:`shape_rule`).
@@ -15,15 +15,15 @@ from typing import Any
 
 import numpy as np
 
-from vbatch.ops.batch import MatrixList, PackedBatch, Views
-from vbatch.ops.errors import InputError, validated
-from vbatch.ops.frontends import IMMUTABLE
+from vbatch.core.batch import MatrixList, PackedBatch, Views
+from vbatch.core.errors import InputError, validated
+from vbatch.core.frontends import IMMUTABLE
 
 
 def operand(v: Any, name: str, square: bool = False,
             vectors: str | None = None) -> PackedBatch | MatrixList:
     """``v`` as a validated batch; errors name ``name``. The views an earlier call gave back
-    for a list (:class:`~vbatch.ops.batch.Views`) are read as the packed batch behind them:
+    for a list (:class:`~vbatch.core.batch.Views`) are read as the packed batch behind them:
     no validation per matrix, and no copy. ``vectors`` ("column" or "row"): a list's 1-D
     arrays are taken as one column (or row), as SciPy's solvers take a 1-D right-hand side,
     and their outputs come back 1-D (``MatrixList.vector``)."""

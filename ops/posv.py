@@ -33,7 +33,7 @@ from vbatch.ops.cholesky import CholeskyResult, graph_options, potrf_graph
 from vbatch.ops.op import Buffer, Op
 from vbatch.ops.op import register as register_op
 from vbatch.ops.operands import operand, shape_rule, together
-from vbatch.scheduler.graph import TaskGraph, concat
+from vbatch.core.graph import TaskGraph, concat
 
 
 class PosvRequest(_Request):

@@ -249,7 +249,7 @@ def _runtime(args):
 
 
 def cmd_tune(args) -> int:
-    from vbatch.ops.errors import InputError
+    from vbatch.core.errors import InputError
     from vbatch.runtime.tune import describe, tune
 
     try:
@@ -263,7 +263,7 @@ def cmd_tune(args) -> int:
 
 def cmd_plan(args, rt) -> int:
     ns, _ = _sizes(args)
-    from vbatch.ops.batch import PackedBatch
+    from vbatch.core.batch import PackedBatch
 
     empty = PackedBatch.from_buffer(np.zeros(int((np.maximum(ns, 1) * ns).sum()), args.dtype), ns)
     print(rt.plan(empty).table(limit=args.limit))
@@ -339,7 +339,7 @@ def cmd_demo(args, rt) -> int:
 
 def cmd_trace(args, rt) -> int:
     from vbatch.ops.generate import spd_packed
-    from vbatch.ops.batch import PackedBatch, tight_layout
+    from vbatch.core.batch import PackedBatch, tight_layout
     from vbatch.runtime.trace import trace
 
     ns, rng = _sizes(args)
@@ -421,7 +421,7 @@ def _check_compile(args) -> None:
 def main(argv: list[str] | None = None, prog: str = "vbatch") -> int:
     """Run the command line ``argv`` (default ``sys.argv[1:]``). ``prog`` is the name that usage
     and errors show: ``vbatch`` for the console script, ``python -m vbatch`` from __main__."""
-    from vbatch.ops.errors import InputError
+    from vbatch.core.errors import InputError
 
     args = _parser(prog).parse_args(argv)
     if args.cmd == "compile":

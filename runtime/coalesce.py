@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from vbatch.ops.batch import MatrixList, Views
+from vbatch.core.batch import MatrixList, Views
 # (imported by Runtime only when coalescing is on, so runtime.py is loaded first)
 from vbatch.runtime.runtime import _PENDING, Future, _rebuild
 

@@ -24,10 +24,10 @@ from typing import Any
 import numpy as np
 
 from vbatch.kernels import Completion, get_backend
-from vbatch.ops.batch import MatrixList, PackedBatch, Views
+from vbatch.core.batch import MatrixList, PackedBatch, Views
 from vbatch.ops.cholesky import POTRF, CholeskyResult, read_only  # noqa: F401 - re-exported
 from vbatch.ops.posv import PosvResult  # noqa: F401 - re-exported
-from vbatch.ops.errors import InputError, validated
+from vbatch.core.errors import InputError, validated
 from vbatch.ops.op import Op
 from vbatch.runtime.config import Config
 from vbatch.runtime.device import resolve_device
@@ -849,6 +849,15 @@ def _bytes(n: float) -> str:
 
 _default: Runtime | None = None
 _default_lock = threading.Lock()
+
+
+def pack(mats: Any, order: str = "C") -> PackedBatch:
+    """Copy a list of arrays into one new packed batch (:func:`vbatch.core.batch.pack`), a list
+    of device arrays on its device, by one kernel."""
+    from vbatch.core.batch import pack as pack_on
+
+    ml = mats if isinstance(mats, MatrixList) else validated(MatrixList, mats=mats)
+    return pack_on(ml, order, None if ml.kind == "numpy" else get_backend("cuda"))
 
 
 def default_runtime() -> Runtime:

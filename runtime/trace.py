@@ -17,7 +17,7 @@ Every launch also gets its **floor**: the least time its tasks could take on thi
 their operands in device memory (a launch whose operands sit in L2, as a small batch's or a
 trsm's right after its update may, can beat it), ``max(elements moved x itemsize / bandwidth,
 flops / peak)``, from each task kind's ``flops`` and
-``traffic`` (:mod:`vbatch.ops.kinds`) and the device's copy bandwidth and GEMM peak
+``traffic`` (:mod:`vbatch.core.kinds`) and the device's copy bandwidth and GEMM peak
 (:func:`ceilings`, measured once per process unless given). A launch group issued as several
 launches (a separated POTRF panel: update, then trsm) has one floor, for its tasks' whole work,
 shared evenly by its launches (an event's ``gflop`` and ``mbyte`` are the whole group's, and

@@ -103,7 +103,7 @@ def tuned_options(backend, config) -> dict:
 # ----------------------------------------------------------------------------- measuring
 def _batch(rt, dist: str, k: int, nmax: int, dtype, seed: int):
     """A packed batch of SPD matrices on the runtime's device (generated there on CUDA)."""
-    from vbatch.ops.batch import PackedBatch, tight_offsets
+    from vbatch.core.batch import PackedBatch, tight_offsets
     from vbatch.ops.generate import sizes, spd_packed
 
     n = sizes(dist, k, nmax, np.random.default_rng(seed))
@@ -144,7 +144,7 @@ def tune(device: str = "auto", dtypes=("float64", "float32"), quick: bool = Fals
     options into the file (``path``, else the default) and return its entry. ``quick``: tiny
     workloads, one timed call each (checks the machinery, not the machine: runtimes do not
     take such an entry)."""
-    from vbatch.ops.errors import InputError
+    from vbatch.core.errors import InputError
     from vbatch.runtime.config import Config
     from vbatch.runtime.runtime import Runtime
 

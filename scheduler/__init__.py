@@ -1,7 +1,7 @@
 """Ready tasks become launch groups (levels, size windows, crossover, streams). Pure logic."""
 
-from vbatch.scheduler.graph import TaskGraph, alap, asap, chain_edges
-from vbatch.scheduler.plan import Launch, Plan, Tasks, make_plan
+from vbatch.core.graph import TaskGraph, alap, asap, chain_edges
+from vbatch.scheduler.plan import Launch, Plan, Tasks, make_plan, plan_cholesky
 from vbatch.scheduler.policy import POLICIES, Policy, get_policy
 
 __all__ = [
@@ -13,6 +13,7 @@ __all__ = [
     "Plan",
     "Tasks",
     "make_plan",
+    "plan_cholesky",
     "POLICIES",
     "Policy",
     "get_policy",

@@ -1,7 +1,7 @@
 """Ready tasks become launch groups; launch groups become an ordered plan of launches.
 
 The planner is pure logic over numpy arrays and knows no operation: its input is a
-:class:`~vbatch.scheduler.graph.TaskGraph` (built by an op from the batch's sizes), a start
+:class:`~vbatch.core.graph.TaskGraph` (built by an op from the batch's sizes), a start
 policy (:mod:`vbatch.scheduler.policy`) and options the task kinds read (``nb``, the crossover
 ``fused_max_rows``, ...). Its output, :class:`Plan`, is a value: print it with :meth:`Plan.table`,
 assert on it in tests, hand it to any backend.
@@ -23,11 +23,13 @@ How it works (state is a handful of arrays, never a Python object per task):
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
-from vbatch.ops.kinds import Group, TaskKind
-from vbatch.scheduler.graph import TaskGraph
+from vbatch.core.kinds import Group, TaskKind
+from vbatch.core.graph import TaskGraph
+from vbatch.ops.cholesky import check_block, potrf_graph
 from vbatch.scheduler.policy import get_policy
 
 
@@ -275,3 +277,19 @@ def make_plan(graph: TaskGraph, *, op: str = "", policy: str = "dsse", streams: 
         nstreams=used,
         buffers=tuple(buffers),
     )
+
+
+# (a shortcut to the plan of a batched Cholesky for tests and benchmarks; a runtime's plans
+# come from Runtime.plan_for, with its options)
+def plan_cholesky(n: Any, npiv: Any = None, *, nb: int = 32, policy: str = "dsse",
+                  fused_max_rows: int = 512, streams: int = 1, block: int = 0,
+                  block_above: int = 0, block_few: int = 0, block_few_above: int = 0):
+    """The plan of a batched (partial) Cholesky of sizes ``n`` (``npiv`` columns each)."""
+    if not isinstance(nb, (int, np.integer)) or isinstance(nb, bool) or nb < 1:
+        raise ValueError(f"nb must be a positive int, got {nb!r}")
+    check_block(int(nb), block)
+    graph = potrf_graph(n, npiv, int(nb), int(block), int(block_above), int(block_few),
+                        int(block_few_above))
+    return make_plan(graph, op="potrf",
+                     policy=policy, streams=streams, buffers=("a", "l"), nb=int(nb),
+                     fused_max_rows=fused_max_rows)

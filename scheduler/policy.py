@@ -1,6 +1,6 @@
 """Start policies: at which level each task runs. One small interface, two policies.
 
-A policy maps a :class:`~vbatch.scheduler.graph.TaskGraph` to one level per task, such that every
+A policy maps a :class:`~vbatch.core.graph.TaskGraph` to one level per task, such that every
 edge goes from a lower level to a higher one. The planner then groups each level's tasks of one
 kind by size window (implicit sorting) into launches.
 
@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 import numpy as np
 
-from vbatch.scheduler.graph import TaskGraph
+from vbatch.core.graph import TaskGraph
 
 
 @dataclass(frozen=True)

@@ -17,10 +17,10 @@ triangle** (diagonal included) is read; a matrix that stores one triangle only m
 * Numeric factorization: every front of every matrix lives in one packed workspace on the
   runtime's device; A's entries are scattered into it (one vectorized scatter), and the fronts'
   partial Cholesky factorizations and extend-adds run as one task graph
-  (:mod:`vbatch.sparse.frontal`): one submission, whatever the depth of the trees; subtrees of
+  (:mod:`vbatch.ops.frontal`): one submission, whatever the depth of the trees; subtrees of
   small fronts as one launch per size class (``Runtime(tree_max=...)``).
 * Solve: forward and backward substitution over the fronts, as one task graph too
-  (:func:`vbatch.sparse.frontal.frontal_solve_graph`): two sweeps over every front of the
+  (:func:`vbatch.ops.frontal.frontal_solve_graph`): two sweeps over every front of the
   batch, one launch each whatever the trees' depth; many right-hand sides at once. A batch's
   right-hand sides may come as a list (one array a matrix) or stacked (one array, the
   matrices' rows one after another): the stacked form makes no Python object per matrix.
@@ -32,7 +32,7 @@ CHOLMOD reports it. The other matrices of the batch are factored as if alone.
 
 from vbatch.sparse.analysis import Analysis, analyze
 from vbatch.sparse.factor import Factor, Solutions, Stats, cholesky
-from vbatch.sparse.frontal import reference  # noqa: F401 - the numpy reference, public
+from vbatch.ops.frontal import reference  # noqa: F401 - the numpy reference, public
 from vbatch.sparse.matrices import laplacian, read
 
 __all__ = ["cholesky", "Factor", "Solutions", "Stats", "Analysis", "analyze", "laplacian",

@@ -47,7 +47,7 @@ from functools import cached_property
 import numpy as np
 import scipy.sparse as sp
 
-from vbatch.kernels.jit import njit  # numba and pymetis are optional (jit.py)
+from vbatch.core.jit import njit  # numba and pymetis are optional (jit.py)
 
 # Amalgamation defaults. Fronts up to 32 columns wide merge regardless of zeros: on CUDA a
 # panel is 32 wide (nb), so such a front is one panel task, and fewer, larger fronts mean fewer

@@ -37,7 +37,7 @@ import threading
 
 import numpy as np
 
-from vbatch.kernels.jit import missing, njit
+from vbatch.core.jit import missing, njit
 
 # Below this many vertices a graph is ordered in one call: METIS takes ~24 ms for the 100^2
 # Laplacian (10,000 vertices; 2-core VM), about what starting the workers and the split's

@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from vbatch.ops.batch import ListLike, PackedBatch, array_kind
-from vbatch.ops.errors import InputError, validated
+from vbatch.core.batch import ListLike, PackedBatch, array_kind
+from vbatch.core.errors import InputError, validated
 from vbatch.sparse.analysis import (
     RELAX_WIDTH,
     RELAX_ZEROS,
@@ -26,7 +26,7 @@ from vbatch.sparse.analysis import (
     analyze,
     lower_triangle,
 )
-from vbatch.sparse.frontal import FRONTAL_OP, FRONTAL_SOLVE_OP
+from vbatch.ops.frontal import FRONTAL_OP, FRONTAL_SOLVE_OP
 
 
 def _lower(A: Any, i: int, dtype) -> Lower:
@@ -496,7 +496,7 @@ def cholesky(A: Any, *, runtime=None, dtype=np.float64, ordering="auto",
     :func:`vbatch.sparse.analysis.estimate`), ``"nd"`` (METIS nested
     dissection), ``"rcm"``, ``"natural"``, or a permutation (``perm[new] = old``);
     ``relax_width``, ``relax_zeros``: the amalgamation's rule (:mod:`vbatch.sparse.analysis`)."""
-    from vbatch.runtime.runtime import default_runtime
+    from vbatch import default_runtime
 
     batched = isinstance(A, (list, tuple))
     mats = list(A) if batched else [A]

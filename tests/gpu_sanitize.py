@@ -161,7 +161,7 @@ def sparse(rng, dtype) -> int:
         rhs = [np.zeros((k, 2)) for k in n]
         for f in range(3):
             rhs[f][: p[f]] = rng.standard_normal((p[f], 2))
-        want_x = vbatch.sparse.frontal.solve_reference(want, p, parent, rel, rhs)
+        want_x = vbatch.ops.frontal.solve_reference(want, p, parent, rel, rhs)
         x = vbatch.pack([v.astype(dtype) for v in rhs], order=order)
         x = x.with_data(cupy.asarray(x.data))
         got = vbatch.Runtime("cuda").submit("frontal_solve", a=res.fronts, rel=r, parent=parent,
@@ -181,7 +181,7 @@ def sparse(rng, dtype) -> int:
         rhs = [np.zeros((k, 5), dtype) for k in n]
         for f in range(len(n)):
             rhs[f][: p[f]] = rng.standard_normal((p[f], 5))
-        want_x = vbatch.sparse.frontal.solve_reference([f.astype(np.float64) for f in fronts], p,
+        want_x = vbatch.ops.frontal.solve_reference([f.astype(np.float64) for f in fronts], p,
                                                        parent, rel, rhs)
         a = vbatch.pack(fronts, order=order)
         r = vbatch.pack([x.reshape(-1, 1).astype(dtype) for x in rel], order="F")

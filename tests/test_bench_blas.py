@@ -41,10 +41,10 @@ cublas = _load("cublas")
 @pytest.fixture(autouse=True, scope="module")
 def _task_kinds_left_as_found():
     """Running vbatch's CPU blas ops here registers their parameterized task kinds in
-    ``vbatch.ops.kinds`` (made on first use); put both tables back afterwards, so that later
+    ``vbatch.core.kinds`` (made on first use); put both tables back afterwards, so that later
     test modules see the registry as they would without this one (test_cuda_build's launch-kind
     check reads it, and the CUDA blas launchers are not written yet at this commit)."""
-    from vbatch.ops.kinds import KINDS, LAUNCH_KINDS
+    from vbatch.core.kinds import KINDS, LAUNCH_KINDS
 
     saved = dict(KINDS), dict(LAUNCH_KINDS)
     yield

@@ -23,9 +23,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import vbatch
-from vbatch.ops.batch import Views
+from vbatch.core.batch import Views
+from vbatch import InputError
 from vbatch.ops import (
-    InputError,
     gemm_reference,
     potrs_reference,
     syr2k_reference,
@@ -58,7 +58,7 @@ def _form(mats, form, device, dtype):
     order = form[-1]
     m = np.array([a.shape[0] for a in mats])
     n = np.array([a.shape[1] for a in mats])
-    from vbatch.ops.batch import tight_layout
+    from vbatch.core.batch import tight_layout
 
     off, ld, total = tight_layout(m, n, order)
     data = np.zeros(total, dtype)

@@ -179,7 +179,7 @@ def test_the_usage_line_names_every_command(capsys):
 def test_a_missing_optional_package_names_the_feature_and_the_extra():
     """Without numba (or pymetis), what needs it says which vbatch feature that is and which
     extra to install, not the name of an internal function."""
-    from vbatch.kernels import jit
+    from vbatch.core import jit
 
     def _canon_lower():
         pass

@@ -210,9 +210,9 @@ def test_a_failed_bucket_fails_each_member_and_their_dependents(monkeypatch):
 def test_a_joined_bucket_keeps_its_lists_addresses():
     """A bucket's joined list carries the device addresses its parts read (what the gather
     and the packed copy's order use), in the parts' order; none where a part has none."""
-    from vbatch.ops.batch import MatrixList
+    from vbatch.core.batch import MatrixList
     from vbatch.ops.cholesky import POTRF
-    from vbatch.ops.errors import validated
+    from vbatch.core.errors import validated
     from vbatch.runtime.coalesce import _joined
 
     def req(ns, addr):

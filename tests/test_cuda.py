@@ -221,7 +221,7 @@ def test_lists_of_one_order_are_packed_in_it(cupy, order, overwrite):
     mats = [cupy.array(m, order=order) for m in host]
     kept = [m.copy() for m in mats]
     rt = _rt()
-    from vbatch.ops.batch import MatrixList
+    from vbatch.core.batch import MatrixList
 
     assert MatrixList(mats=mats, square=True).packed_order == order
     res = rt.cholesky(mats, overwrite=overwrite).result()

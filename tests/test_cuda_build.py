@@ -16,7 +16,7 @@ from vbatch.kernels import blas_cuda as blas
 from vbatch.kernels import cuda_build as build
 from vbatch.kernels import frontal_cuda as frontal
 from vbatch.kernels import potrf_cuda as sel
-from vbatch.ops.cholesky import plan_cholesky
+from vbatch.scheduler import plan_cholesky
 
 ROOT = Path(__file__).resolve().parent.parent
 KERNELS = Path(sel.__file__).parent
@@ -73,7 +73,7 @@ def test_every_selected_kernel_is_in_kernel_names():
 
 def _blas_plans(dtype):
     """CUDA-option plans of every blas op, on sizes around both DMMA tiles."""
-    from vbatch.ops.errors import validated
+    from vbatch.core.errors import validated
     from vbatch.ops.op import OPS
     from vbatch.scheduler import make_plan
 
@@ -166,7 +166,7 @@ def test_the_sparse_factor_keeps_block_few_off_on_cuda():
     """The frontal op's families merge potrf's defaults (with block_few from the device) before
     frontal's own, which turn it off (not measured on fronts): Runtime._options' order."""
     from vbatch.kernels.backend import Backend
-    from vbatch.sparse.frontal import FRONTAL_OP
+    from vbatch.ops.frontal import FRONTAL_OP
 
     mods = build.launchers()
 
@@ -212,7 +212,7 @@ def test_kernel_names_is_the_whole_set_once():
     # two sweeps for each width of a pass, the small subtrees' two and the factor's tree
     # kernel for each size class;
     # per dtype, the counters' reset.
-    from vbatch.sparse.frontal import TREE_CLASSES
+    from vbatch.ops.frontal import TREE_CLASSES
 
     want += len(sel.DTYPES) * (2 * (1 + 2 * len(frontal.RHS_PASSES) + 2 + len(TREE_CLASSES)) + 1)
     assert len(names) == want
@@ -242,7 +242,7 @@ def test_every_launch_kind_has_a_kernel_on_both_backends():
     """One table of launch kinds (ops/kinds.py): the CUDA launcher of each op selects a kernel
     for every launch kind its op's kinds issue, and the CPU backend has the op's module."""
     from vbatch.kernels.backend import kernel_modules
-    from vbatch.ops.kinds import KINDS, LAUNCH_KINDS
+    from vbatch.core.kinds import KINDS, LAUNCH_KINDS
 
     cpu = kernel_modules("_cpu")
     for op in {k.op for k in KINDS.values()}:

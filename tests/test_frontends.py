@@ -17,8 +17,9 @@ import pytest
 from conftest import DEVICES
 
 import vbatch
-from vbatch.ops import InputError, gemm_reference, potrs_reference
-from vbatch.ops import frontends
+from vbatch import InputError
+from vbatch.core import frontends
+from vbatch.ops import gemm_reference, potrs_reference
 
 
 class Fake:
@@ -161,7 +162,7 @@ def test_a_packed_buffer_of_the_callers_kind(device, fe, order):
     rng = np.random.default_rng(4)
     ns = np.array([3, 0, 33, 1])
     A = [_spd(rng, n) for n in ns]
-    from vbatch.ops.batch import tight_layout
+    from vbatch.core.batch import tight_layout
 
     off, ld, total = tight_layout(ns, ns, order)
     data = np.zeros(total)
@@ -252,7 +253,7 @@ def _eye_like(device, n):
 
 def test_views_are_made_when_touched():
     """A list's results are views made on access: nothing per matrix until one is read."""
-    from vbatch.ops.batch import Views
+    from vbatch.core.batch import Views
 
     rng = np.random.default_rng(8)
     A = [_spd(rng, n) for n in (3, 0, 7, 2)]

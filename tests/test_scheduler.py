@@ -7,8 +7,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from vbatch.ops.cholesky import plan_cholesky, potrf_graph
-from vbatch.ops.kinds import TaskKind, by_rows, single
+from vbatch.ops.cholesky import potrf_graph
+from vbatch.scheduler import plan_cholesky
+from vbatch.core.kinds import TaskKind, by_rows, single
 from vbatch.scheduler import TaskGraph, alap, asap, chain_edges, make_plan
 
 STEP_KINDS = ["update", "trsm"]  # a separated panel's launches (update factors the diagonal)

@@ -849,8 +849,8 @@ def test_frontal_solve_sweeps(device, order, dtype, r, split):
     (sweep_tree), with one and with five right-hand sides (two passes of four); with the
     small subtrees' fronts in the other items' launches (the default, for so few) and in
     launches of their own (``sweep_split`` 0)."""
-    from vbatch.ops.batch import pack
-    from vbatch.sparse.frontal import solve_reference
+    from vbatch.core.batch import pack
+    from vbatch.ops.frontal import solve_reference
 
     rng = np.random.default_rng(11)
     n, p, parent, fronts, rel = sweep_tree(rng, dtype)
@@ -885,8 +885,8 @@ def test_frontal_solve_sweeps(device, order, dtype, r, split):
 def test_frontal_solve_with_no_small_front(device):
     """Every front larger than a warp's (one dense front of order 100, and a two-front tree):
     no group of small fronts to make."""
-    from vbatch.ops.batch import pack
-    from vbatch.sparse.frontal import solve_reference
+    from vbatch.core.batch import pack
+    from vbatch.ops.frontal import solve_reference
 
     rng = np.random.default_rng(5)
     for n, p, parent, rel in (([100], [100], [-1], [np.zeros(0)]),
@@ -918,8 +918,8 @@ def test_frontal_solve_plan_is_five_launches():
     small subtrees' fronts, and the others) with sweep_split at most their count; its items
     keep the sweep order (children's forward items before their parent's, roots first
     backward)."""
-    from vbatch.ops.batch import pack
-    from vbatch.sparse.frontal import sweep_items
+    from vbatch.core.batch import pack
+    from vbatch.ops.frontal import sweep_items
 
     rng = np.random.default_rng(2)
     n, p, parent, fronts, rel = sweep_tree(rng, np.float64)
@@ -988,8 +988,8 @@ def test_frontal_op_against_its_reference(device, order):
     """The op alone, in both layouts: a hand-made tree of four fronts (two children sharing
     parent rows, so they may add into one entry in one launch) against the numpy
     reference."""
-    from vbatch.ops.batch import pack
-    from vbatch.sparse.frontal import reference, solve_reference
+    from vbatch.core.batch import pack
+    from vbatch.ops.frontal import reference, solve_reference
 
     rng = np.random.default_rng(4)
     n, p, parent = [40, 3, 37, 45], [2, 1, 3, 45], [3, 3, 3, -1]
@@ -1130,8 +1130,8 @@ def test_tree_launches_equal_the_reference(device, dtype, order, tree_max):
     front's parents are unspecified: a tree front adds nothing into its parent, a chain
     front its partial Schur complement.) An infinite pivot is LAPACK's: L = inf, info 0; a
     subnormal one is a pivot like any other (its reciprocal, inf, must not reach the update)."""
-    from vbatch.ops.batch import pack
-    from vbatch.sparse.frontal import TREE_CLASSES, reference, subtree_max
+    from vbatch.core.batch import pack
+    from vbatch.ops.frontal import TREE_CLASSES, reference, subtree_max
 
     rng = np.random.default_rng(11)
     n, p, parent, rel, fronts = _tree_fronts(rng, dtype)
@@ -1185,8 +1185,8 @@ def test_tree_plan_pins_each_class_to_one_launch(policy):
     """Under either policy a class's tree tasks share one level (one launch), each class's
     launch comes after those of the classes below it, the reset first; the chain fronts'
     tasks after the tree roots under them."""
-    from vbatch.ops.batch import pack
-    from vbatch.sparse.frontal import TREE_CLASSES
+    from vbatch.core.batch import pack
+    from vbatch.ops.frontal import TREE_CLASSES
 
     rng = np.random.default_rng(2)
     n, p, parent, rel, fronts = _tree_fronts(rng, np.float64)
@@ -1213,8 +1213,8 @@ def test_tree_plan_pins_each_class_to_one_launch(policy):
 def test_tree_launches_as_one_without_the_split(device):
     """With the plan option tree_split off, every small subtree is one launch (the largest
     class's kernel), with the same fronts as the reference."""
-    from vbatch.ops.batch import pack
-    from vbatch.sparse.frontal import reference
+    from vbatch.core.batch import pack
+    from vbatch.ops.frontal import reference
 
     rng = np.random.default_rng(5)
     n, p, parent, rel, fronts = _tree_fronts(rng, np.float64)
@@ -1259,8 +1259,8 @@ def test_tree_shapes_equal_the_reference(order, shapes):
     test_tree_launches_equal_the_reference."""
     import cupy
 
-    from vbatch.ops.batch import pack
-    from vbatch.sparse.frontal import reference
+    from vbatch.core.batch import pack
+    from vbatch.ops.frontal import reference
 
     rng = np.random.default_rng(8)
     n, p, parent, rel, fronts = _tree_fronts(rng, np.float64)
@@ -1304,8 +1304,8 @@ def test_tree_fronts_failing_at_every_panel_bound(device, shapes, order, dtype):
     are the reference's L, and the rest of its lower triangle (the failed column, the later
     pivots, S) is A updated by those columns only, as a column-at-a-time factorization leaves
     it; the good front equals the reference."""
-    from vbatch.ops.batch import pack
-    from vbatch.sparse.frontal import reference
+    from vbatch.core.batch import pack
+    from vbatch.ops.frontal import reference
 
     rng = np.random.default_rng(21)
     cols = [0, 1, 3, 4, 5, 7, 8, 9, 16, 17, None]
@@ -1380,8 +1380,8 @@ def test_a_failed_front_leaves_lapacks_leading_block(device, order, dtype, tree_
     reference."""
     from _check import check_failed
 
-    from vbatch.ops.batch import pack
-    from vbatch.sparse.frontal import reference
+    from vbatch.core.batch import pack
+    from vbatch.ops.frontal import reference
 
     rng = np.random.default_rng(23)
     fronts, npiv, fail, parent, rel = [], [], [], [], []

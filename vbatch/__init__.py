@@ -6,8 +6,10 @@
     >>> [float(f[0, 0]) for f in res.factors], res.info.tolist()
     ([2.0, 2.0, 2.0], [0, 0, 0])
 
-The code lives in the sibling packages ``vbatch.ops``, ``vbatch.scheduler``, ``vbatch.kernels`` and
-``vbatch.runtime``; this module re-exports the public API.
+The code lives in layers, each importing only those below it: ``vbatch.core`` (the vocabulary:
+errors, operand forms, the task graph and kinds) < ``vbatch.ops`` < ``vbatch.scheduler`` <
+``vbatch.kernels`` < ``vbatch.runtime`` < {``vbatch.sparse``, ``vbatch.distributed``}
+(pyproject.toml's import-linter contracts, checked in CI); this module re-exports the public API.
 """
 
 import importlib.util as _ilu
@@ -42,14 +44,12 @@ if not _os.path.isdir(_os.path.join(_here, "runtime")) and _os.path.isfile(
     for _spec, _mod in _pending:
         _spec.loader.exec_module(_mod)
 
+from vbatch.core.batch import PackedBatch  # noqa: E402
+from vbatch.core.errors import InputError  # noqa: E402
 from vbatch.ops import (  # noqa: E402
     OPS,
     CholeskyRequest,
-    InputError,
-    PackedBatch,
     cholesky_flops,
-    pack,
-    plan_cholesky,
     reference,
     residual,
 )
@@ -64,6 +64,7 @@ from vbatch.runtime import (  # noqa: E402
     cuda_status,
     default_runtime,
     gemm,
+    pack,
     posv,
     potrs,
     syrk,
@@ -71,7 +72,7 @@ from vbatch.runtime import (  # noqa: E402
     trmm,
     trsm,
 )
-from vbatch.scheduler import Launch, Plan, make_plan  # noqa: E402
+from vbatch.scheduler import Launch, Plan, make_plan, plan_cholesky  # noqa: E402
 
 __version__ = "0.1.0"
 

@@ -27,8 +27,8 @@ def missing(package: str, what: str) -> ImportError:
 
 def _feature(module: str) -> str:
     """What a user called, from a compiled function's module: ``vbatch.sparse`` for its
-    analysis, the CPU backend for a kernel module."""
-    if module.startswith("vbatch.sparse"):
+    analysis and its fronts' kernels, the CPU backend for another kernel module."""
+    if module.startswith("vbatch.sparse") or module.startswith("vbatch.kernels.frontal"):
         return "vbatch.sparse"
     return "this part of the CPU backend"
 

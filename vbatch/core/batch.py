@@ -29,8 +29,8 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, field_validator, model_validator
 
-from vbatch.ops.errors import InputError, validated
-from vbatch.ops.frontends import adopt, frontend_of, give, give_all
+from vbatch.core.errors import InputError, validated
+from vbatch.core.frontends import adopt, frontend_of, give, give_all
 
 SUPPORTED_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
@@ -711,7 +711,8 @@ def pack(mats: Any, order: Literal["F", "C"] = "C", backend: Any = None) -> Pack
 
     Row-major (``order="C"``) is the default because that is how numpy and cupy arrays are
     usually laid out, so each matrix is one contiguous copy. A list of cupy arrays is gathered on
-    the GPU by one kernel (never one copy per matrix); that needs the CUDA backend.
+    the GPU by one kernel of ``backend`` (the CUDA backend: :func:`vbatch.pack` passes it), never
+    one copy per matrix.
     """
     ml = mats if isinstance(mats, MatrixList) else validated(MatrixList, mats=mats)
     offset, ld, total = tight_layout(ml.m, ml.n, order)
@@ -726,9 +727,8 @@ def pack(mats: Any, order: Literal["F", "C"] = "C", backend: Any = None) -> Pack
                 view[...] = a
     else:
         if backend is None:
-            from vbatch.kernels import get_backend
-
-            backend = get_backend("cuda")
+            raise ValueError(f"a list of {ml.kind} arrays is gathered on its device: pass the "
+                             "backend (vbatch.pack does)")
         data = backend.gather(ml.mats, ml.m, ml.n, offset, ld, ml.dtype, order, ml.addr)
     return PackedBatch.model_construct(data=data, m=ml.m, n=ml.n, offset=offset, ld=ld,
                                        order=order)

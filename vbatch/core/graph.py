@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from vbatch.ops.kinds import TaskKind
+from vbatch.core.kinds import TaskKind
 
 
 @dataclass(frozen=True)

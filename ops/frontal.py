@@ -46,15 +46,15 @@ from typing import Any
 import numpy as np
 from pydantic import model_validator
 
-from vbatch.ops.batch import PackedBatch
+from vbatch.core.batch import PackedBatch
 from vbatch.ops.blas import _Request
 from vbatch.ops.cholesky import CholeskyResult, graph_options, potrf_graph
-from vbatch.ops.errors import InputError
-from vbatch.ops.kinds import TaskKind, by_rows, register, single
+from vbatch.core.errors import InputError
+from vbatch.core.kinds import TaskKind, by_rows, register, single
 from vbatch.ops.op import Buffer, Op
 from vbatch.ops.op import register as register_op
 from vbatch.ops.operands import together
-from vbatch.scheduler.graph import TaskGraph, concat
+from vbatch.core.graph import TaskGraph, concat
 
 EXTEND = "frontal.extend_add"  # the launch kinds
 TREE = "frontal.tree"

@@ -8,7 +8,7 @@ back is given back to that framework through DLPack too, again without a copy: a
 CUDA tensors in, torch CUDA tensors out, all viewing vbatch's output buffer.
 
     >>> import numpy as np
-    >>> from vbatch.ops.frontends import adopt
+    >>> from vbatch.core.frontends import adopt
     >>> adopt(np.ones(3))[1] is None  # numpy and cupy arrays are vbatch's own: no frontend
     True
 
