@@ -21,7 +21,7 @@ def _worker_runtime(device: str, options: tuple):
     """This worker process's vbatch runtime (one per device and options)."""
     import vbatch
 
-    key = (device, options)
+    key = (device, repr(options))  # (an option may be a dict: kernel_options)
     with _RUNTIMES_LOCK:
         rt = _RUNTIMES.get(key)
         if rt is None:

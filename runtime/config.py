@@ -1,15 +1,29 @@
-"""One validated configuration per :class:`~vbatch.Runtime`.
+"""One validated configuration per :class:`~vbatch.Runtime`, from one channel.
 
-Everything that changes how a runtime plans or runs is here, checked when the runtime is made,
-not read from the environment into process-wide state: two runtimes in one process may differ.
-``None`` means the backend's default for the operation and dtype (``Runtime.plan_options``).
+Everything that changes how a runtime plans or runs is a field of :class:`Config`, checked when
+the runtime is made. Each field's value comes from, in this order of precedence:
+
+1. the arguments: ``Runtime(device, nb=16)``, then the fields a ``config=`` object sets itself;
+2. the environment: ``VBATCH_<FIELD>`` (``VBATCH_NB=16``, ``VBATCH_POLICY=ssde``,
+   ``VBATCH_TUNED=0``, ``VBATCH_KERNEL_OPTIONS='{"blas_nb": 32}'`` as JSON; ``none`` unsets
+   an optional one), read when the runtime is made;
+3. for the planner's options left unset, the tune file (``tune_file``, default
+   ``~/.cache/vbatch/tune.json``: what ``python -m vbatch tune`` measured on this machine);
+4. the backend's default for the operation, dtype and layout (``Runtime.plan_options``).
+
+``Runtime.plan_options`` shows the result, read-only. The test suite clears the environment's
+``VBATCH_*`` options and points ``VBATCH_TUNE_FILE`` at an empty place (tests/conftest.py).
 """
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+import json
+import os
+from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from vbatch.core.errors import InputError, validated
 
 
 class Config(BaseModel):
@@ -46,6 +60,10 @@ class Config(BaseModel):
     * ``coalesce_max_n``: only submissions whose problems are all at most this large coalesce
       (a larger problem fills the device by itself).
     * ``coalesce_max_k``: a bucket that holds this many problems is submitted at once.
+    * ``kernel_options``: the kernel families' own planner options beyond the fields above, by
+      name (the BLAS ops' ``blas_nb``, ``blas_whole_rhs``; the fronts' ``tree_split``,
+      ``tree_shapes``, ``sweep_split``, ...: each family's ``plan_defaults`` lists them); a
+      name no family of this backend has is refused.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -67,7 +85,34 @@ class Config(BaseModel):
     coalesce_us: float | None = Field(default=None, gt=0, le=6e7)
     coalesce_max_n: int = Field(default=512, ge=0)
     coalesce_max_k: int = Field(default=16384, ge=1)
+    kernel_options: dict[str, Any] = Field(default_factory=dict)
 
     PLANNER: ClassVar[tuple[str, ...]] = ("nb", "fused_max_rows", "streams", "block",
                                              "block_above", "block_few", "block_few_above",
                                              "tree_max")
+
+    @classmethod
+    def resolve(cls, config: "Config | None" = None, environ: Any = None,
+                **options: Any) -> "Config":
+        """The configuration of a runtime made with ``config`` and ``options`` (the module's
+        precedence: arguments, then ``VBATCH_<FIELD>`` of ``environ``, default the process's
+        environment, then the defaults). A bad environment value is named with its variable."""
+        environ = os.environ if environ is None else environ
+        given = {} if config is None else {k: getattr(config, k) for k in config.model_fields_set}
+        given.update(options)
+        from_env: dict = {}
+        for name in cls.model_fields:
+            var = f"VBATCH_{name.upper()}"
+            if name in given or var not in environ:
+                continue
+            raw = environ[var]
+            try:
+                value = json.loads(raw) if name == "kernel_options" else (
+                    None if raw.strip().lower() in ("", "none") else raw)
+                cls(**{name: value})
+            except (ValueError, ValidationError) as exc:
+                why = exc.errors()[0]["msg"] if isinstance(exc, ValidationError) else str(exc)
+                raise InputError([(None, f"{var}={raw!r}: {why}")],
+                                 what="runtime options (environment)") from None
+            from_env[name] = value
+        return validated(cls, what="runtime options", **{**from_env, **given})

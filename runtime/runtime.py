@@ -19,6 +19,7 @@ import threading
 import time
 import weakref
 from collections import OrderedDict
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -149,8 +150,8 @@ class Runtime:
     def __init__(self, device: str = "auto", config: Config | None = None, **options: Any):
         self.device = resolve_device(device)
         self.backend = get_backend(self.device)
-        base = {} if config is None else config.model_dump()
-        self.config = validated(Config, what="runtime options", **{**base, **options})
+        self.config = Config.resolve(config, **options)  # (its precedence: runtime/config.py)
+        self._check_kernel_options()
         self._pool = None
         if not self.backend.asynchronous:
             # One worker: submissions run in order, so an `after=` dependency on this runtime is
@@ -162,7 +163,6 @@ class Runtime:
         self._tails: dict = {}
         self._lock = threading.Lock()
         self._opts: dict = {}  # (op, dtype, order) -> planner options (identity-keyed)
-        self._built: dict = {}  # (op, dtype) -> the options of order None as first built
         # (family, dtype name) -> what `python -m vbatch tune` measured for this machine
         self._tuned = tuned_options(self.backend, self.config)
         self._plans: OrderedDict = OrderedDict()  # size signature -> plan, last used last
@@ -180,26 +180,41 @@ class Runtime:
     def __repr__(self) -> str:
         return f"Runtime(device={self.device!r}, {self.config!r})"
 
+    def _check_kernel_options(self) -> None:
+        """``Config.kernel_options`` names only options some kernel family of this backend
+        plans with (the fields of Config are set as fields)."""
+        given = self.config.kernel_options
+        if not given:
+            return
+        known = {k for mod in self.backend.kernels.values()
+                 for k in mod.plan_defaults(np.dtype(np.float64))} - set(Config.model_fields)
+        bad = sorted(set(given) - known)
+        if bad:
+            raise InputError([(None, f"kernel_options: unknown option {b!r} on the "
+                                     f"{self.backend.name} backend (known: "
+                                     f"{', '.join(sorted(known))})") for b in bad],
+                             what="runtime options")
+
     # ------------------------------------------------------------------ planning
-    def plan_options(self, dtype: Any, op: str = "potrf", order: str | None = None) -> dict:
+    def plan_options(self, dtype: Any, op: str = "potrf",
+                     order: str | None = None) -> MappingProxyType:
         """The planner's options for ``op`` on this dtype: the config's, else the backend's
         (those of every kernel family the op uses, merged in the op's order, each family's
         defaults followed by what ``python -m vbatch tune`` measured for it on this machine).
 
         ``order``: the layout of the batch ("F", "C"; None: not said), where a backend's
-        defaults depend on it. One dict per (op, dtype), the same object for every layout
-        whose options are those of ``order=None`` (so a change made to it holds for them);
-        another only where the layout changes a default."""
+        defaults depend on it. One read-only mapping per (op, dtype), the same object for
+        every layout whose options are those of ``order=None``; another only where the layout
+        changes a default. (Options are set through the :class:`Config` alone.)"""
         dtype = np.dtype(dtype)
         hit = self._opts.get((op, dtype, order))
         if hit is None:
             if order is None:
-                hit = self._options(dtype, op, None)
-                self._built[(op, dtype)] = dict(hit)
+                hit = MappingProxyType(self._options(dtype, op, None))
             else:
                 plain = self.plan_options(dtype, op)
                 own = self._options(dtype, op, order)
-                hit = plain if own == self._built[(op, dtype)] else own
+                hit = plain if own == plain else MappingProxyType(own)
             self._opts[(op, dtype, order)] = hit
         return hit
 
@@ -215,6 +230,9 @@ class Runtime:
         for name in Config.PLANNER:
             if getattr(cfg, name) is not None and name in hit:
                 hit[name] = getattr(cfg, name)
+        for name, value in cfg.kernel_options.items():
+            if name in hit:
+                hit[name] = value
         hit["policy"] = cfg.policy
         for fam in families:
             self.backend.check_options(fam, dtype, hit)

@@ -3,14 +3,24 @@
 from __future__ import annotations
 
 import os
+import tempfile
 
 import pytest
 from hypothesis import HealthCheck, settings
 
+from vbatch.runtime.config import Config
 from vbatch.runtime.device import cuda_status
 
 # JAX (tests/test_frontends.py) would otherwise take 75% of the GPU's memory when it starts.
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+
+# The tests run on vbatch's defaults: no runtime option from the caller's environment
+# (VBATCH_<FIELD>, runtime/config.py), and never the caller's tune file (~/.cache/vbatch), here
+# and in the processes the tests start (they inherit this environment).
+for _name in Config.model_fields:
+    os.environ.pop(f"VBATCH_{_name.upper()}", None)
+os.environ["VBATCH_TUNE_FILE"] = os.path.join(tempfile.mkdtemp(prefix="vbatch-tests-"),
+                                              "no-tune.json")
 
 # CI has 2 cores and a 15-minute budget for the whole suite; locally VBATCH_HYPOTHESIS=dev
 # explores more.

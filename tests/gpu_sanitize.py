@@ -188,9 +188,8 @@ def sparse(rng, dtype) -> int:
         x = vbatch.pack(rhs, order=order)
         a, r, x = (b.with_data(cupy.asarray(b.data)) for b in (a, r, x))
         for split in (None, 0):  # (0: the small subtrees' fronts in launches of their own)
-            rt = vbatch.Runtime("cuda")
-            if split is not None:
-                rt.plan_options(dtype, "frontal_solve")["sweep_split"] = split
+            rt = vbatch.Runtime("cuda", kernel_options={} if split is None else {
+                "sweep_split": split})
             got = rt.submit("frontal_solve", a=a, rel=r, parent=parent, npiv=p,
                             x=x.with_data(x.data.copy()), overwrite=True).result().fronts
             g = np.concatenate([got.matrix(f).get()[: p[f]].astype(np.float64)
@@ -220,9 +219,8 @@ def sparse(rng, dtype) -> int:
             a = vbatch.pack([f.copy() for f in fronts], order=order)
             r = vbatch.pack([x.reshape(-1, 1).astype(dtype) for x in rel], order="F")
             a, r = a.with_data(cupy.asarray(a.data)), r.with_data(cupy.asarray(r.data))
-            rt = vbatch.Runtime("cuda", tree_max=tm)
-            if shapes:
-                rt.plan_options(dtype, "frontal")["tree_shapes"] = shapes
+            rt = vbatch.Runtime("cuda", tree_max=tm,
+                                kernel_options={"tree_shapes": shapes} if shapes else {})
             res = rt.submit("frontal", a=a, rel=r, parent=parent, npiv=p,
                             overwrite=True).result()
             if not (res.info[5] == 5 and not np.delete(res.info, [5, 6, 7]).any()):

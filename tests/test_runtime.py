@@ -172,9 +172,10 @@ def test_a_packed_batch_is_planned_once():
 
 def test_layout_dependent_defaults_get_their_own_options(monkeypatch):
     """A backend whose defaults depend on the batch's layout (a kernel module's
-    layout_defaults) gets one options dict per layout that changes them; layouts that change
-    nothing share the dict of order None, so a change made to it holds for them; the plans of
-    the two layouts are apart. (The CPU backend has no layout defaults: one dict, one plan.)"""
+    layout_defaults) gets one options mapping per layout that changes them; layouts that
+    change nothing share the mapping of order None; the plans of the two layouts are apart.
+    The mappings are read-only: options come through the Config alone. (The CPU backend has
+    no layout defaults: one mapping, one plan.)"""
     from vbatch.kernels import potrf_cpu
 
     rt = Runtime("cpu")
@@ -182,12 +183,13 @@ def test_layout_dependent_defaults_get_their_own_options(monkeypatch):
     assert rt.plan_options("float64", "potrf", "F") is rt.plan_options("float64", "potrf")
     monkeypatch.setattr(potrf_cpu, "layout_defaults",
                         lambda dtype, order: {"nb": 8} if order == "C" else {}, raising=False)
-    rt = Runtime("cpu")
+    rt = Runtime("cpu", fused_max_rows=7)
     plain = rt.plan_options("float64", "potrf")
-    plain["fused_max_rows"] = 7  # a caller's change to the shared dict
+    with pytest.raises(TypeError):
+        plain["fused_max_rows"] = 9  # read-only
     f = rt.plan_options("float64", "potrf", "F")
     c = rt.plan_options("float64", "potrf", "C")
-    assert f is plain and f["fused_max_rows"] == 7
+    assert f is plain and f["fused_max_rows"] == 7 and c["fused_max_rows"] == 7
     assert c is not plain and c["nb"] == 8 and plain["nb"] != 8
     mats = [np.eye(3) * 2.0, np.eye(5) * 3.0]
     plan_c = rt.plan(vbatch.pack(mats, order="C"))
@@ -288,3 +290,45 @@ def test_an_exception_mid_call_leaves_the_batch_usable(device, monkeypatch):
     host = res.factors.with_data(res.factors.data.get()) if device == "cuda" else res.factors
     for i, a in enumerate(batch(6)):
         assert np.allclose(host.matrix(i), np.linalg.cholesky(a))
+
+
+def test_options_come_from_arguments_then_the_environment_then_the_defaults(monkeypatch):
+    """One channel, one precedence (runtime/config.py): an argument (or a field a config object
+    sets) beats VBATCH_<FIELD>, which beats the defaults; a bad environment value is named
+    with its variable, before any work; kernel_options reach the plan, and a name no kernel
+    family plans with is refused."""
+    from vbatch import Config, InputError
+
+    monkeypatch.setenv("VBATCH_NB", "24")
+    monkeypatch.setenv("VBATCH_POLICY", "ssde")
+    monkeypatch.setenv("VBATCH_COALESCE_US", "none")
+    rt = Runtime("cpu")
+    assert (rt.config.nb, rt.config.policy, rt.config.coalesce_us) == (24, "ssde", None)
+    assert rt.plan_options("float64")["nb"] == 24
+    assert Runtime("cpu", nb=16).config.nb == 16
+    assert Runtime("cpu", config=Config(nb=8)).config.nb == 8
+    assert Runtime("cpu", config=Config(tuned=False)).config.policy == "ssde"  # (not set there)
+    monkeypatch.setenv("VBATCH_NB", "many")
+    with pytest.raises(InputError, match=r"VBATCH_NB='many': Input should be a valid integer"):
+        Runtime("cpu")
+    monkeypatch.delenv("VBATCH_NB")
+    monkeypatch.delenv("VBATCH_POLICY")
+    monkeypatch.setenv("VBATCH_KERNEL_OPTIONS", '{"blas_nb": 64}')
+    assert Runtime("cpu").plan_options("float64", "potrs")["blas_nb"] == 64
+    with pytest.raises(InputError, match=r"kernel_options: unknown option 'no_such'"):
+        Runtime("cpu", kernel_options={"no_such": 1})
+    with pytest.raises(InputError, match=r"kernel_options: unknown option 'nb'"):
+        Runtime("cpu", kernel_options={"nb": 8})  # a Config field: set as one
+
+
+def test_the_suite_never_reads_the_users_tune_file():
+    """tests/conftest.py points VBATCH_TUNE_FILE away from ~/.cache and clears VBATCH_*."""
+    import os
+
+    from vbatch.runtime.tune import file_path
+
+    path = file_path(Runtime("cpu").config.tune_file)
+    assert path == file_path(os.environ["VBATCH_TUNE_FILE"]) and ".cache" not in path.parts
+    assert not path.exists()
+    assert not [k for k in os.environ if k.startswith("VBATCH_") and k not in (
+        "VBATCH_TUNE_FILE", "VBATCH_MATRICES", "VBATCH_HYPOTHESIS")]

@@ -865,9 +865,7 @@ def test_frontal_solve_sweeps(device, order, dtype, r, split):
         import cupy
 
         a, rr, x = (b.with_data(cupy.asarray(b.data)) for b in (a, rr, x))
-    rt = Runtime(device)
-    if split is not None:
-        rt.plan_options(dtype, "frontal_solve")["sweep_split"] = split
+    rt = Runtime(device, kernel_options={} if split is None else {"sweep_split": split})
     plan = rt.plan_for("frontal_solve", a=a, rel=rr, parent=parent, npiv=p, x=x,
                        overwrite=True)
     assert len(plan.launches) == (3 if split is None else 5)
@@ -932,8 +930,7 @@ def test_frontal_solve_plan_is_five_launches():
                                           x=x, overwrite=True).launches] == [
         "frontal.sweep_reset", "frontal.sweep_fwd", "frontal.sweep_bwd"]
     for policy in ("dsse", "ssde"):
-        rt = Runtime("cpu", policy=policy)
-        rt.plan_options(np.float64, "frontal_solve")["sweep_split"] = 9
+        rt = Runtime("cpu", policy=policy, kernel_options={"sweep_split": 9})
         plan = rt.plan_for("frontal_solve", a=a, rel=rr, parent=parent, npiv=p, x=x,
                            overwrite=True)
         assert [lc.kind for lc in plan.launches] == [
@@ -1225,8 +1222,7 @@ def test_tree_launches_as_one_without_the_split(device):
         import cupy
 
         a, r = a.with_data(cupy.asarray(a.data)), r.with_data(cupy.asarray(r.data))
-    rt = Runtime(device, tree_max=96)
-    rt.plan_options(np.float64, "frontal")["tree_split"] = False
+    rt = Runtime(device, tree_max=96, kernel_options={"tree_split": False})
     plan = rt.plan_for("frontal", a=a, rel=r, parent=parent, npiv=p, overwrite=True)
     assert plan.counts()["frontal.tree"] == 1
     res = rt.submit("frontal", a=a, rel=r, parent=parent, npiv=p, overwrite=True).result()
@@ -1267,8 +1263,8 @@ def test_tree_shapes_equal_the_reference(order, shapes):
     want = reference(fronts, p, parent, rel)
     fronts[5][4, 4] = -1000.0
     shapes = _OTHER_SHAPES[shapes]
-    rt = Runtime("cuda", tree_max=128)
-    rt.plan_options(np.float64, "frontal")["tree_shapes"] = tuple(sorted(shapes.items()))
+    rt = Runtime("cuda", tree_max=128,
+                 kernel_options={"tree_shapes": tuple(sorted(shapes.items()))})
     a = pack([f.copy() for f in fronts], order=order)
     r = pack([x.reshape(-1, 1).astype(np.float64) for x in rel], order="F")
     a, r = a.with_data(cupy.asarray(a.data)), r.with_data(cupy.asarray(r.data))
@@ -1336,10 +1332,9 @@ def test_tree_fronts_failing_at_every_panel_bound(device, shapes, order, dtype):
         import cupy
 
         a, r = a.with_data(cupy.asarray(a.data)), r.with_data(cupy.asarray(r.data))
-    rt = Runtime(device, tree_max=96)
-    if shapes is not None:  # (the CPU has no shapes)
-        rt.plan_options(dtype, "frontal")["tree_shapes"] = tuple(
-            sorted({128: (16, 16, 8, 8, 1), **_PANEL_SHAPES[shapes]}.items()))
+    shaped = {} if shapes is None else {  # (the CPU has no shapes)
+        "tree_shapes": tuple(sorted({128: (16, 16, 8, 8, 1), **_PANEL_SHAPES[shapes]}.items()))}
+    rt = Runtime(device, tree_max=96, kernel_options=shaped)
     plan = rt.plan_for("frontal", a=a, rel=r, parent=parent, npiv=np.array(npiv),
                        overwrite=True)
     assert plan.counts()["frontal.tree"] == 3
