@@ -7,7 +7,7 @@ wrapped, and their time is summed where the coalescer's own thread (``vbatch-coa
 them (a member thread's calls pass through unstamped). Printed: throughput, buckets, and per
 step its calls, total, median and largest time. Measured on the H100 (2026-11-25, 64 threads):
 a bucket's send took 5.2 ms (median), of which four uploads 1.4 ms and planning 1.25 ms, where
-one thread alone takes ~0.5 ms (docs/notes.md).
+one thread alone takes ~0.5 ms (docs/decisions.md#coalesce-buckets).
 
     python benchmarks/coalesce_steps.py --device cuda --threads 64 --per 20
 """

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
-# The GPU machine's checks, in one command (device tool; run from the repository root):
-#   wheels carried in .whl (`../shared/device/wheels.sh pymetis==2025.2.2 pytest-xdist==3.8.0
-#   execnet==2.1.1`: the image lacks pydantic and pymetis; xdist spreads the suite over the
-#   cores), real matrices in .dbg/matrices;
+# The GPU checks in one command, run from the repository root on a machine with a GPU:
+#   wheels the machine lacks in .whl, if any (`../shared/device/wheels.sh pymetis==2025.2.2
+#   pytest-xdist==3.8.0 execnet==2.1.1 pytest-timeout==2.4.0`: pydantic and pymetis; xdist
+#   spreads the suite over the cores), the real matrices where VBATCH_MATRICES says (default:
+#   ../shared/data/matrices, as the tests);
 #   every kernel compiled ahead (NVRTC, in parallel); the test suite PASSES times in a row
-#   (default 2; the GPU tests only with GPU_ONLY=1); compute-sanitizer memcheck and racecheck
-#   over tests/gpu_sanitize.py, run beside the suite to fit the lease.
-# Logs go to $OUT (the device tool's folder) or ./gpu-check. Exit status: the first failure's.
-#   [PASSES=2] [GPU_ONLY=1] bash benchmarks/gpu_check.sh [pytest args...]
+#   (default 2; the GPU tests only with GPU_ONLY=1; WORKERS pytest-xdist workers, default 8);
+#   compute-sanitizer memcheck and racecheck over tests/gpu_sanitize.py, beside the suite.
+# Logs go to $OUT or ./gpu-check. Exit status: the first failure's.
+#   [PASSES=2] [GPU_ONLY=1] [WORKERS=8] bash benchmarks/gpu_check.sh [pytest args...]
 set -uo pipefail
 out=${OUT:-gpu-check}
 mkdir -p "$out"
@@ -22,7 +23,7 @@ python3 -c 'import pydantic, pymetis' || {
   echo "gpu_check: carry the wheels of pydantic and pymetis in .whl (see the top of this file)" >&2
   exit 1
 }
-export PYTHONUNBUFFERED=1 VBATCH_MATRICES=${VBATCH_MATRICES:-$PWD/.dbg/matrices}
+export PYTHONUNBUFFERED=1 VBATCH_MATRICES=${VBATCH_MATRICES:-$PWD/../shared/data/matrices}
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 t0=$(date +%s)
 python3 -m vbatch compile --jobs "$(nproc)" 2>&1 | tail -1

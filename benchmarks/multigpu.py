@@ -122,7 +122,7 @@ def main(argv=None):
                 # (without the wait, k = 2 x 10^5 ran out of memory on the next case).
                 batch = rhs = run = f = None
                 hold.clear()
-                drt.wait()  # (and the runtime lets go of its last result: review of a82e930)
+                drt.wait()  # (and the runtime lets go of its last result)
                 time.sleep(1.0)
                 client.run(_free)
             t1 = times.get(1)

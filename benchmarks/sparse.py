@@ -7,9 +7,9 @@ CHOLMOD (SuiteSparse's supernodal Cholesky, on the host, through scikit-sparse) 
 ``sksparse`` imports: scikit-sparse has no binary wheels; 0.4.16 builds against SuiteSparse 5
 (0.5 needs 7), and ``auditwheel repair`` makes a wheel that carries its libraries (to a machine
 without SuiteSparse, as the GPU machine is), its BLAS whatever they were linked to (OpenBLAS
-in the notes' runs). Set ``OPENBLAS_NUM_THREADS`` (1: one core, as splu): left at every core
-beside the runtime's own threads, its times were 0.6-38x the one-core ones (H200 host,
-2026-11-26, docs/notes.md).
+in the runs of docs/performance.md). Set ``OPENBLAS_NUM_THREADS`` (1: one core, as splu): left at
+every core beside the runtime's own threads, its times were 0.6-38x the one-core ones (H200 host,
+2026-11-26, docs/performance.md).
 
 Cases (../shared/anchors/cudss/README.md's): the shared real matrices (``--matrices`` or
 $VBATCH_MATRICES), ``lap2-N`` (the 2-D Laplacian on an N x N grid), ``lap3-N`` (3-D, N^3), and

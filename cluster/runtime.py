@@ -215,8 +215,8 @@ class Runtime:
 def _quicken(client) -> None:
     """Dask's client batches its messages to the scheduler every 10 ms (a constant in
     distributed/client.py), so back-to-back submissions each waited up to 10 ms: an empty task's
-    round trip took 10.7 ms on the H200 machine (docs/notes.md). vbatch submits a few large
-    tasks, not many small ones, so it sends them at once (1 ms)."""
+    round trip took 10.7 ms on the H200 machine (docs/decisions.md#dist-client-interval). vbatch
+    submits a few large tasks, not many small ones, so it sends them at once (1 ms)."""
     comm = getattr(client, "scheduler_comm", None)
     if comm is not None and getattr(comm, "interval", 0) > 0.001:
         comm.interval = 0.001

@@ -20,7 +20,7 @@ def shard_by_cost(cost: np.ndarray, workers: int, exact: int = 4096) -> list[np.
     milliseconds, and each worker gets as many of them and the same mix of sizes. That matters
     on a GPU, where a small problem costs more than its flops say: on the H200, splitting 10^5
     problems of U[1, 256] by flops alone gave one worker 17,390 problems and the other 82,610,
-    12 against 16 ms (docs/notes.md)."""
+    12 against 16 ms (docs/decisions.md#dist-sharding)."""
     cost = np.asarray(cost, dtype=np.float64)
     k = len(cost)
     if workers < 1:

@@ -39,7 +39,7 @@ WHOLE = 1 << 30
 # (a multifrontal solve is ~200,000 tasks of a few hundred flops), while the loops run at ~1.5-2
 # GFLOP/s. Measured on the 2-core VM (vbatch's gemm and trsm on packed n x n batches, us a
 # problem, loops / BLAS): GEMM n = 16 5.9 / 35, 32 46 / 99, 48 114 / 86; TRSM n = 32 33 / 220,
-# 48 86 / 111. The crossover is between 65k and 221k flops (docs/notes.md, 2026-11-25).
+# 48 86 / 111. The crossover is between 65k and 221k flops (docs/decisions.md#cpu-small-loops).
 SMALL_FLOPS = 1 << 17
 
 

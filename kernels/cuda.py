@@ -242,9 +242,9 @@ def sections(plan: Plan, modules: dict) -> tuple[list, dict]:
 # Pointer tables per (plan, layout) kept on the device with their own graph. A repeated call
 # on one batch cycles through two output buffers (the pool hands back the one the previous
 # result freed) and one info slot; a few more leave room for interleaved callers. Measured on
-# the H200 host (2026-11-24, .dbg probe): the shared table's copy, the wait for the previous
-# call and the lock cost ~3.5 us of a ~35 us call. Each fixed table costs a graph capture, so
-# only plans whose host time matters (few launches: small problems) get them.
+# the H200 host (2026-11-24, docs/decisions.md#host-device-tables): the shared table's copy, the
+# wait for the previous call and the lock cost ~3.5 us of a ~35 us call. Each fixed table costs a
+# graph capture, so only plans whose host time matters (few launches: small problems) get them.
 FIXED_TABLES = 4
 FIXED_MAX_LAUNCHES = 8
 
@@ -341,11 +341,11 @@ class _SlotPool:
         """Keep ``slot`` until its event completes; called once the call's event is recorded.
         (Tracked at take(), a slot still showed its previous call's event, done, until flush
         recorded the new one: other threads' takes in that window could forget it while its
-        kernels were still to write ``info``. Review of bdd07d3.)
+        kernels were still to write ``info``: docs/decisions.md#host-slot-tracking.)
 
         A slot is in the list at most once (``tracked``): a loop of submit-then-wait takes the
         same slot back each call, still running when tracked, and appending it each time made
-        a list of one slot repeated without end (review of e2eaec9). Under a lock, so that a
+        a list of one slot repeated without end. Under a lock, so that a
         slot cannot be forgotten by one thread (its old event done) while another, having
         just recorded its new one, finds it still marked and does not append it."""
         inflight = self._inflight
@@ -665,7 +665,7 @@ class CudaBackend(Backend):
         once (under the plan's lock, so two threads cannot make two) and never rewritten.
         The copy goes on this caller's stream; ``ready`` is recorded after it, and a call on
         another stream that finds the table waits for it before its graph reads the table.
-        (Review of bdd07d3. Today every plan's table holds its slot's ``info`` address, so only
+        (Today every plan's table holds its slot's ``info`` address, so only
         a call that took this very slot matches the key, and a slot goes back to the pool only
         after its reader synchronized it; the wait keeps that true for a plan without one.)"""
         with prep.lock:
@@ -754,10 +754,10 @@ class CudaBackend(Backend):
         with nothing to wait for. The plan's device state, the buffers' table slots and the
         device are resolved here once, so a call is its slot, its table, the graph's launch and
         the completion: run() without _prepare's memo and the buffers' batches (about 3 us of a
-        36 us call's issue on the H200 host, stamped; docs/notes.md, 2026-11-26 third
-        session). None where a buffer is on another device than the current one; ``fire``
-        returns None from a call made under another current device (the caller then takes the
-        general path, its output allocated again)."""
+        36 us call's issue on the H200 host, stamped; docs/decisions.md#host-packed-replay).
+        None where a buffer is on another device than the current one; ``fire`` returns None
+        from a call made under another current device (the caller then takes the general path,
+        its output allocated again)."""
         dev = cupy.cuda.runtime.getDevice()
         if any(b is not None and b.data.device.id != dev for b in buffers.values()):
             return None  # built on the buffers' own device only (the runtime asks again)

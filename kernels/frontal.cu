@@ -875,7 +875,7 @@ frontal_tree(const unsigned long long* tbl, const long long* meta, const int* im
 //    and its guards a column: 0.45 us a column in the 1000 Laplacians' 64-row class, 653 us
 //    for the class; PB 4 took it to 510 us, PB 8 to 580 (warp 0's chain of 8 pivots while the
 //    others wait; measured without spills, before the one-warp path: float64 at 64 rows and
-//    PB 8 now spills ~570 bytes at 80 registers), H200, 2026-11-26 (.dbg/sp_kinds.py, the
+//    PB 8 now spills ~570 bytes at 80 registers), H200, 2026-11-26 (docs/decisions.md#sparse-tree-smem, the
 //    batch alone);
 // 2. the Schur complement in one pass after it: each entry of S's lower triangle is one dot
 //    product of two rows of L21, in registers, stored and added into the parent from there.

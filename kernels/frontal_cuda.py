@@ -35,7 +35,7 @@ _CTYPE = {np.dtype(np.float64): "double", np.dtype(np.float32): "float"}
 # The cost model by which the sparse analysis's "auto" ordering chooses (analysis.estimate):
 # seconds a flop, and a panel step on the assembly tree's critical path. Fitted (least squares
 # on relative error) to the float64 factor times of 25 (matrix, ordering) pairs on the H100
-# (2026-11-25, .dbg/order_probe.py and order_fit.py: the shared matrices, 2-D and 3-D
+# (2026-11-25, docs/decisions.md#sparse-ordering-cost-model: the shared matrices, 2-D and 3-D
 # Laplacians, in ND, RCM and natural order): 1.4 TFLOP/s and 18 us a step. bcsstk16 has the
 # least fill in its natural order (a band) but a chain of 129 fronts: 5.45 ms; ND 2.27 ms.
 ORDER_COST = {"flop": 7.2e-13, "step": 1.8e-5}
@@ -54,8 +54,8 @@ def plan_defaults(dtype) -> dict:
     # A front's panels are one problem's chain, latency-bound like a skewed batch's largest
     # problems, so fronts block from 256 columns in block columns of 256 (the dense defaults
     # are 96 from 256 in float64, 64 from 512 in float32: potrf_cuda.BLOCK). Factor of the
-    # 3-D Laplacians on the H100 (2026-11-25, .dbg probe, one process, interleaved, ms;
-    # unblocked / block 128 from 512 / 128 from 128 / 256 from 256):
+    # 3-D Laplacians on the H100 (docs/decisions.md#sparse-front-blocking; one process, interleaved,
+    # ms; unblocked / block 128 from 512 / 128 from 128 / 256 from 256):
     # 40^3 19.35 / 12.80 / 13.01 / 12.50, 60^3 99.2 / 53.0 / 52.9 / 48.0.
     # tree_max: fronts in subtrees of fronts of at most this many rows factor in frontal.tree
     # launches (vbatch.ops.frontal.frontal_graph); 0 turns them off.

@@ -9,7 +9,7 @@ Each ctypes call costs about 0.9 us of Python, against 0.6 us for the f2py wrapp
 Why not numpy for part of it? numpy and scipy wheels each carry their own OpenBLAS with its own
 thread pool; a backend that alternated between them (numpy matmul for the update, scipy potrf for
 the panel) made the two pools fight over the cores: 6.8-13.5 s for a batch that takes 0.37 s with
-one thread each (issue 6). Everything here goes through one library, the one
+one thread each (docs/decisions.md#cpu-one-blas). Everything here goes through one library, the one
 ``scipy.linalg.cython_blas`` / ``cython_lapack`` call, whose C entry points scipy exports as
 capsules (``__pyx_capi__``): their signatures use C ``int`` (LP64) and take every argument by
 pointer, Fortran style.

@@ -85,7 +85,7 @@ __device__ __forceinline__ void k_pipeline_n(int K, Stage stage, Multiply multip
 // ------------------------------------------------------------------ FP64 tensor cores
 // mma.sync with f64 operands (DMMA) is the only FP64 tensor-core path (wgmma has no f64). On the
 // H200 the m8n8k4 shape peaks at 32.9 TFLOP/s and m16n8k8 at 66.0, the chip's FP64 peak
-// (.dbg-style microbenchmark: 8 independent accumulators per warp, 528 blocks of 8 warps,
+// (docs/decisions.md#blas-dmma-tiles, a microbenchmark: 8 independent accumulators per warp, 528 blocks of 8 warps,
 // 2026-11-21), so new code uses m16n8k8. Fragments follow the PTX layouts, with g = lane / 4
 // and t = lane % 4:
 //   m8n8k4:  A a = A[g][t]; B b = B[t][g]; C c{0,1} = C[g][2t + {0,1}].

@@ -45,7 +45,7 @@ OP = "potrf"
 # place (~30 us, as a multifrontal factorization's fronts are), the loop ~1-2 GFLOP/s. Measured
 # on the 2-core VM, 2000 problems of order n, us a problem, loop / LAPACK: out of place n = 32
 # 10.5 / 13.6, 40 14.6 / 15.8, 48 19.0 / 12.4; in place n = 48 16.2 / 29.6, 64 45.0 / 35.6
-# (n^3/3 = 21k, 37k, 87k flops; docs/notes.md, 2026-11-25).
+# (n^3/3 = 21k, 37k, 87k flops; docs/decisions.md#cpu-small-loops).
 SMALL_FLOPS = 1 << 16  # in place
 SMALL_FLOPS_COPY = 1 << 15  # out of place
 
@@ -53,15 +53,16 @@ SMALL_FLOPS_COPY = 1 << 15  # out of place
 def plan_defaults(dtype) -> dict:
     # A problem that fits in one panel is one LAPACK potrf, the fastest single-core code;
     # wider problems are blocked, and their tasks get the BLAS's threads when they dominate a
-    # launch. The sweep of nb 64 / 256 / 512 / 1024 on the 2-core VM (docs/notes.md,
-    # 2026-11-21) put 512 at or near the best everywhere. No shared-memory limit: always fused.
+    # launch. The sweep of nb 64 / 256 / 512 / 1024 on the 2-core VM
+    # (docs/decisions.md#cpu-panel-512, 2026-11-21) put 512 at or near the best everywhere. No
+    # shared-memory limit: always fused.
     # Not blocked: a panel of 512 is one LAPACK potrf, which blocks for the caches itself.
     return {"nb": 512, "fused_max_rows": int(np.iinfo(np.int64).max), "streams": 1, "block": 0,
             "block_above": 0, "block_few": 0, "block_few_above": 0}
 
 
 # What `python -m vbatch tune` measures (vbatch.runtime.tune): the panel width, from the sweep's
-# candidates (docs/notes.md, 2026-11-21), on batches a few seconds' work in all.
+# candidates (docs/decisions.md#cpu-panel-512), on batches a few seconds' work in all.
 TUNE = (("nb", (64, 128, 256, 512, 1024)),)
 TUNE_WORKLOADS = (("uniform", 500, 128), ("uniform", 100, 512), ("skewed", 200, 512))
 

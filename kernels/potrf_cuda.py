@@ -39,9 +39,9 @@ MAX_GRID_Y = 65535
 # ms, float64 k = 2000, 500 at 1024): uniform 1024 7.06 / 5.20 / 5.52 / 6.17, skewed 512 1.04 /
 # 0.78 / 0.82 / 1.05, but uniform 512 4.17 / 4.31 / 4.27 / 4.17, so (128, 512) then. Narrower
 # blocks, measured on the H200 (2026-11-26, interleaved in one process, two rounds,
-# docs/notes.md), (128, 512) -> float64 (96, 256): skewed 512 0.94 -> 0.65, uniform 512 3.58 ->
-# 3.34, uniform 1024 4.69 -> 4.32, skewed 1024 1.49 -> 1.38, gauss 512 2.82 -> 2.80, Nmax 256
-# unchanged; float32 (64, 512): uniform 1024 3.98 -> 3.69, skewed 1024 1.45 -> 1.27, Nmax 256-512
+# docs/decisions.md#potrf-block-widths), (128, 512) -> float64 (96, 256): skewed 512 0.94 -> 0.65,
+# uniform 512 3.58 -> 3.34, uniform 1024 4.69 -> 4.32, skewed 1024 1.49 -> 1.38, gauss 512 2.82 ->
+# 2.80, Nmax 256 unchanged; float32 (64, 512): uniform 1024 3.98 -> 3.69, skewed 1024 1.45 -> 1.27, Nmax 256-512
 # unchanged (blocking float32 problems of 257-512 columns cost uniform 512 7-15%). Measured on
 # column-major batches; row-major ones keep (128, 512) (layout_defaults).
 BLOCK = {"float64": 96, "float32": 64}
@@ -53,8 +53,8 @@ ROW_BLOCK, ROW_BLOCK_ABOVE = 128, 512  # row-major batches: layout_defaults
 # problems than that leave multiprocessors idle through their whole chain of panels, where a
 # block update spreads a problem over many tiles. But a block update also adds levels to the
 # plan, which costs more than it saves on problems of few block columns: H200, 2026-11-26
-# (interleaved A/B, docs/notes.md, docs/results/h200-2026-11-26-s4/block-few-ab-*.json, ms,
-# off -> on). float64 past 96 columns: 20
+# (interleaved A/B, docs/decisions.md#potrf-block-few,
+# docs/results/h200-2026-11-26-s4/block-few-ab-*.json, ms, off -> on). float64 past 96 columns: 20
 # problems of 256 among 1,980 of at most 25 0.270 -> 0.236, but 200 of U[97, 200] among 1,800
 # small 0.245 -> 0.277, gauss Nmax 128 (~140 past 96) 0.194 -> 0.214; past 224: the first two
 # as before, 0.236 and 0.245 (no block update), 40 of U[225, 256] 0.298 -> 0.279, 260 of
@@ -91,7 +91,7 @@ SMALL_WARPS = 4
 # is smaller, lost 2 us at uniform 128 with it and nothing anywhere with 16 (the harness: up to
 # 3-5% at Nmax 64-256 with 32); row-major, where the 32-wide float64 code spills, lost 1-3 us
 # in the float64 uniform cases and 3.4 at float32 uniform 128, so it keeps every width (H200,
-# 2026-11-26, docs/notes.md).
+# 2026-11-26, docs/decisions.md#potrf-small-nbmin).
 SMALL_NBMIN = {("double", "false"): 32, ("float", "false"): 16, ("double", "true"): 8,
                ("float", "true"): 8}
 # Taller ones as fused_step, in whole warps up to FUSED_ROWS_MAX: a panel of r rows gets the
@@ -124,7 +124,7 @@ def _row(order: str) -> str:
 def plan_defaults(dtype) -> dict:
     # nb 32 beat 16 except in a few small gauss cases (within 15%); fused up to the fused
     # kernel's largest block measured at or near the best (crossover sweep, H100, 2026-11-21,
-    # docs/notes.md); 4 streams for the chains of partial factorizations.
+    # docs/decisions.md#potrf-fused-crossover); 4 streams for the chains of partial factorizations.
     name = np.dtype(dtype).name
     return {"nb": 32, "fused_max_rows": FUSED_ROWS_MAX, "streams": 4, "block": BLOCK[name],
             "block_above": BLOCK_ABOVE[name], "block_few": 0,
@@ -139,7 +139,8 @@ def device_defaults(dtype, info: dict) -> dict:
 def layout_defaults(dtype, order: str) -> dict:
     """Row-major batches keep the blocking measured before the per-dtype one: on them float64's
     (96, 256) cost uniform 512 4.5%, gauss 512 10%, uniform and skewed 1024 5% (and saved
-    skewed 512 33%), float32's (64, 512) uniform 1024 2% (H200, 2026-11-26, docs/notes.md)."""
+    skewed 512 33%), float32's (64, 512) uniform 1024 2% (H200,
+    docs/decisions.md#potrf-block-row-major)."""
     return {"block": ROW_BLOCK, "block_above": ROW_BLOCK_ABOVE} if order == "C" else {}
 
 

@@ -25,7 +25,7 @@ whole block column up to date:
 ``L[J:, J:J+W] = A[J:, J:J+W] - L[J:, :J] L[J:J+W, :J]^T``; its panels then read it from L and
 update only from the columns ``[J, j)`` of their own block column (the panel's third argument
 is J). Left-looking at nb = 32 re-reads every factored column at every panel, ~8 flops a byte,
-bandwidth-bound on SIMT cores (docs/notes.md, 2026-11-21); the block update runs at GEMM rate
+bandwidth-bound on SIMT cores (docs/decisions.md#potrf-blocked); the block update runs at GEMM rate
 (float64 on FP64 tensor cores with the default ``fp64_gemm``, float32 on the SIMT GEMM tiles),
 and the panels' updates shrink to at most W - nb columns.
 

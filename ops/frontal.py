@@ -87,8 +87,9 @@ SMALL_GROUP = 8
 # But a launch boundary costs the overlap of the small fronts' tail with the large fronts'
 # start: the split pays where the small subtrees hold at least SWEEP_SPLIT fronts (or every
 # front; the plan option ``sweep_split`` sets it, 0: always). GPU us of the sweeps, forward +
-# backward, one launch each -> split (H200, 2026-11-26, .dbg/solve_kinds.py, two rounds): the
-# 1000 Laplacians (39,841 such fronts of 40,545) 652 -> 550 (solve 0.74 -> 0.64-0.66 ms);
+# backward, one launch each -> split (H200, two rounds,
+# docs/decisions.md#sparse-solve-small-fronts): the 1000 Laplacians (39,841 such fronts of 40,545)
+# 652 -> 550 (solve 0.74 -> 0.64-0.66 ms);
 # 494_bus (52 of 52) 53 -> 51; lap2-300 (4,789 of 5,347) 510 -> 571; lap2-100 (500 of 559)
 # 201 -> 238; lap3-40 (3,800 of 5,633) 1,533 -> 1,568; bcsstk16 (82 of 247) 390 -> 416. The
 # crossover lies between 4,789 and 39,841 fronts; 16,384 is a point in that gap, not a

@@ -48,7 +48,7 @@ class Config(BaseModel):
     * ``cuda_graphs``: run each plan as one CUDA graph, captured on its second call
       (``False``: launch by launch, for profiling single kernels).
     * ``fp64_update``: the float64 panel update on CUDA: ``"fma"`` or ``"mma"`` (FP64 tensor
-      cores; measured no faster, docs/notes.md).
+      cores; measured no faster, docs/decisions.md#potrf-fp64-update-fma).
     * ``fp64_gemm``: the float64 GEMM tiles of the BLAS ops (GEMM, SYRK, the joins of TRSM
       and TRMM) on CUDA: ``"mma"`` (FP64 tensor cores) or ``"fma"``.
     * ``tuned``: take the planner options ``python -m vbatch tune`` measured on this machine

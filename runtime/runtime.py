@@ -416,7 +416,7 @@ class Runtime:
     # and planning depend only on which batches they are and on the other fields' values)
     # repeats nothing it did before: the request is rebuilt from the validated fields and the
     # plan is the one found then. Validating a GEMM request through pydantic costs ~24 us and
-    # finding its plan by size signature ~38 us (2-core VM, .dbg/host_probe.py, 2026-11-23);
+    # finding its plan by size signature ~38 us (2-core VM, docs/decisions.md#host-known-calls);
     # this path ~3 us. Entries hold the batches weakly, so they never keep device memory alive.
     KNOWN = 256
 
@@ -468,8 +468,8 @@ class Runtime:
     # operand a packed batch already on the backend's memory, replays what its second run
     # decided: which buffers the kernels read, which outputs to allocate and how, the scalars,
     # and the form of each output. No request, no memory checks, no staging. Measured on the
-    # 2-core VM with a null backend (.dbg stub, 2026-11-25): a GEMM of three packed batches
-    # ~15.5 -> ~8 us a call.
+    # 2-core VM with a null backend (docs/decisions.md#host-known-calls): a GEMM of three packed
+    # batches ~15.5 -> ~8 us a call.
     def _learn(self, key: tuple, op: Op, req, overwrite: bool) -> None:
         entry = self._seen.get(key)
         if entry is None or entry[3] is not None:
@@ -590,8 +590,8 @@ class Runtime:
     # result) was decided by the first such call and cannot have changed (a packed batch's
     # layout is read-only), so the call is an output buffer, the backend's launch and a future.
     # The general path costs ~11 us of Python per call before the backend (2-core VM, a null
-    # backend: .dbg/stub.py, 2026-11-24); this one ~5 us (6.6 against 11.5 us a call, the
-    # stub's own ~2 us in both). Asynchronous backends only: on the CPU a call is a job on the
+    # backend: docs/decisions.md#host-packed-replay); this one ~5 us (6.6 against 11.5 us a call,
+    # the stub's own ~2 us in both). Asynchronous backends only: on the CPU a call is a job on the
     # runtime's worker thread, whose cost is the work itself.
     def _replay(self, entry: "_Replay", batch: PackedBatch, overwrite: bool) -> Future:
         # The launch first, then the Python objects of the call (the output's batch, the

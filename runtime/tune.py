@@ -27,8 +27,8 @@ from pathlib import Path
 
 import numpy as np
 
-# A candidate must beat the value in force by more than this to replace it: medians of the same
-# plan spread by 2-5% between calls on the GPU machines (docs/notes.md, 2026-11-24/25).
+# A candidate must beat the value in force by more than this to replace it: medians of one plan
+# move between calls by more than rounding (docs/decisions.md#host-tune-margin).
 MARGIN = 0.03
 DEFAULT_FILE = Path("~/.cache/vbatch/tune.json")
 FAMILIES = ("potrf",)  # the families whose modules declare TUNE (the batched Cholesky's)

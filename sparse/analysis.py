@@ -10,7 +10,7 @@ of it, and matrices of one pattern in a batch share one analysis):
    cost model (:func:`estimate`: flops, and panel steps on the tree's critical path, which on a
    GPU are launches waited through), or the fewest entries of L where there is no model
    (:func:`order`); or one of them by name, or an integer array taken as given.
-   ``docs/notes.md`` (2026-11-23) compares the fill against SuperLU's MMD. The model weighs
+   ``docs/decisions.md#sparse-metis-perm`` compares the fill against SuperLU's MMD. The model weighs
    time only: on CUDA a step is worth ~25 Mflop, so it may take an ordering with more fill
    (bcsstk16: ND's 740,913 entries of L against the natural order's 610,800, and the fronts'
    workspace with them); ``ordering="natural"`` (or any other) chooses for memory.
@@ -64,8 +64,9 @@ RELAX_ZEROS = 0.10
 # ------------------------------------------------------------------ compiled pattern work
 # scipy's sparse constructors cost 20-60 us each (index-dtype checks, format checks), and the
 # analysis of one small matrix took ~40 of them: 7 s for the batch of 1000 2-D Laplacians on the
-# 2-core VM, against ~0.4 s of compiled walks (cProfile, docs/notes.md 2026-11-25). The pattern
-# work below is compiled instead, on plain index arrays.
+# 2-core VM, against ~0.4 s of compiled walks (cProfile,
+# docs/decisions.md#sparse-compiled-analysis). The pattern work below is compiled instead, on plain
+# index arrays.
 @njit(cache=True, nogil=True)
 def _canon_lower(n, ptr, idx, val, csr, tol):
     """The canonical lower triangle (CSC: rows sorted within each column, duplicates summed)

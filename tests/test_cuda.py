@@ -450,9 +450,9 @@ def test_slot_pool_under_many_threads(cupy):
 def test_slot_pool_keeps_a_running_slot(cupy):
     """A slot whose call is still running stays in the in-flight list however many finished
     calls follow it; one taken but not yet recorded is not in it, so its previous call's
-    finished event cannot get it forgotten (review of bdd07d3); and a loop of submit-then-wait,
+    finished event cannot get it forgotten; and a loop of submit-then-wait,
     which takes the same slot back each call, still running when tracked, keeps it in the list
-    once (review of e2eaec9: it was appended every call, without end)."""
+    once (it was appended every call, without end)."""
     from vbatch.kernels.cuda import _SlotPool
 
     gate = Gate(cupy)

@@ -112,7 +112,7 @@ def test_structure_covers_the_factor(side, dim, ordering):
 
 def test_auto_ordering_fill_against_superlu_mmd():
     """The chosen ordering's fill, against SuperLU's MMD on A^T + A: no worse than 1.25x on
-    the shared matrices (measured 0.79-1.10x, docs/notes.md)."""
+    the shared matrices (measured 0.79-1.10x, docs/decisions.md#sparse-metis-perm)."""
     import scipy.sparse.linalg as sla
 
     from vbatch.sparse.analysis import fill, order

@@ -345,7 +345,7 @@ class PackedBatch(BaseModel):
         isz = self.dtype.itemsize
         strides = (rs * isz, cs * isz)
         # The ndarray constructors make a view in ~1 us; as_strided takes ~15 us, which showed up
-        # as a fifth of the CPU backend's time at k = 2000 (docs/notes.md).
+        # as a fifth of the CPU backend's time at k = 2000 (docs/decisions.md#host-list-form).
         if self.kind == "numpy":
             return np.ndarray(
                 (m, n), self.dtype, buffer=self.data, offset=off * isz, strides=strides
@@ -530,7 +530,7 @@ def _describe_uniform(mats: list, square: bool) -> dict | None:
     cupy type, one supported dtype, 2-D (and square where asked). Each attribute is read for
     all arrays by one ``map`` (no interpreter frame per array). ``None`` where any of that does
     not hold: the general pass then finds and names each problem. Measured on the H100 host
-    (2026-11-25, .dbg/list_prof.py and attr_cost.py, 2,000 cupy arrays): the per-array loop
+    (2026-11-25, 2,000 cupy arrays, docs/decisions.md#host-list-form): the per-array loop
     took 0.79 ms and the gather's own loop over the addresses about as much again; this pass
     reads both, addresses included, in ~1.5 ms (cupy's shape and strides cost ~0.2 us an
     array each to read: the floor of any pass that reads them)."""
