@@ -41,9 +41,9 @@ MAX_GRID_Y = 65535
 # blocks, measured on the H200 (2026-11-26, interleaved in one process, two rounds,
 # docs/decisions.md#potrf-block-widths), (128, 512) -> float64 (96, 256): skewed 512 0.94 -> 0.65,
 # uniform 512 3.58 -> 3.34, uniform 1024 4.69 -> 4.32, skewed 1024 1.49 -> 1.38, gauss 512 2.82 ->
-# 2.80, Nmax 256 unchanged; float32 (64, 512): uniform 1024 3.98 -> 3.69, skewed 1024 1.45 -> 1.27, Nmax 256-512
-# unchanged (blocking float32 problems of 257-512 columns cost uniform 512 7-15%). Measured on
-# column-major batches; row-major ones keep (128, 512) (layout_defaults).
+# 2.80, Nmax 256 unchanged; float32 (64, 512): uniform 1024 3.98 -> 3.69, skewed 1024 1.45 ->
+# 1.27, Nmax 256-512 unchanged (blocking float32 problems of 257-512 columns cost uniform 512
+# 7-15%). Measured on column-major batches; row-major ones keep (128, 512) (layout_defaults).
 BLOCK = {"float64": 96, "float32": 64}
 BLOCK_ABOVE = {"float64": 256, "float32": 512}
 ROW_BLOCK, ROW_BLOCK_ABOVE = 128, 512  # row-major batches: layout_defaults
