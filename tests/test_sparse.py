@@ -1102,6 +1102,20 @@ _TREES = [
 ]
 
 
+def _packed_fronts(fronts, rel, dtype, order, device):
+    """Fronts and their update-row positions as the frontal op takes them (packed, on the
+    device's memory)."""
+    from vbatch.core.batch import pack
+
+    a = pack([f.astype(dtype) for f in fronts], order=order)
+    r = pack([x.reshape(-1, 1).astype(dtype) for x in rel], order="F")
+    if device == "cuda":
+        import cupy
+
+        a, r = a.with_data(cupy.asarray(a.data)), r.with_data(cupy.asarray(r.data))
+    return a, r
+
+
 def _tree_fronts(rng, dtype):
     n = np.array([t[0] for t in _TREES])
     p = np.array([t[1] for t in _TREES])
@@ -1300,7 +1314,6 @@ def test_tree_fronts_failing_at_every_panel_bound(device, shapes, order, dtype):
     are the reference's L, and the rest of its lower triangle (the failed column, the later
     pivots, S) is A updated by those columns only, as a column-at-a-time factorization leaves
     it; the good front equals the reference."""
-    from vbatch.core.batch import pack
     from vbatch.ops.frontal import reference
 
     rng = np.random.default_rng(21)
@@ -1326,12 +1339,7 @@ def test_tree_fronts_failing_at_every_panel_bound(device, shapes, order, dtype):
     for f, c in enumerate(fail):
         if c is not None:
             bad[f][c, c] = -1000.0
-    a = pack([f.astype(dtype) for f in bad], order=order)
-    r = pack([x.reshape(-1, 1).astype(dtype) for x in rel], order="F")
-    if device == "cuda":
-        import cupy
-
-        a, r = a.with_data(cupy.asarray(a.data)), r.with_data(cupy.asarray(r.data))
+    a, r = _packed_fronts(bad, rel, dtype, order, device)
     shaped = {} if shapes is None else {  # (the CPU has no shapes)
         "tree_shapes": tuple(sorted({128: (16, 16, 8, 8, 1), **_PANEL_SHAPES[shapes]}.items()))}
     rt = Runtime(device, tree_max=96, kernel_options=shaped)
@@ -1375,7 +1383,6 @@ def test_a_failed_front_leaves_lapacks_leading_block(device, order, dtype, tree_
     reference."""
     from _check import check_failed
 
-    from vbatch.core.batch import pack
     from vbatch.ops.frontal import reference
 
     rng = np.random.default_rng(23)
@@ -1398,12 +1405,7 @@ def test_a_failed_front_leaves_lapacks_leading_block(device, order, dtype, tree_
     for f, c in enumerate(fail):
         if c is not None:
             fronts[f][c, c] = -1000.0
-    a = pack([f.astype(dtype) for f in fronts], order=order)
-    r = pack([x.reshape(-1, 1).astype(dtype) for x in rel], order="F")
-    if device == "cuda":
-        import cupy
-
-        a, r = a.with_data(cupy.asarray(a.data)), r.with_data(cupy.asarray(r.data))
+    a, r = _packed_fronts(fronts, rel, dtype, order, device)
     res = Runtime(device, tree_max=tree_max).submit(
         "frontal", a=a, rel=r, parent=parent, npiv=np.array(npiv), overwrite=True).result()
     eps = np.finfo(dtype).eps
