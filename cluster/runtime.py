@@ -172,7 +172,10 @@ class Runtime:
         if self._local is None:
             import vbatch
 
-            self._local = vbatch.Runtime("cpu", **dict(self._options))
+            # (the planner's options for costing the shards; the kernel families' own are the
+            # workers' backend's, which the CPU may not have)
+            self._local = vbatch.Runtime("cpu", **{k: v for k, v in self._options
+                                                   if k != "kernel_options"})
         return self._local.plan_options(dtype, op.name)
 
     def _tokens(self, deps: list) -> dict:

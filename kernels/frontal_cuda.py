@@ -40,7 +40,7 @@ _CTYPE = {np.dtype(np.float64): "double", np.dtype(np.float32): "float"}
 # least fill in its natural order (a band) but a chain of 129 fronts: 5.45 ms; ND 2.27 ms.
 ORDER_COST = {"flop": 7.2e-13, "step": 1.8e-5}
 # Subtrees of fronts of at most this many rows factor in frontal.tree launches (frontal.cu's
-# tree kernels; sparse.frontal.TREE_CLASSES). Chosen when the 96-row class still ran the
+# tree kernels; ops.frontal.TREE_CLASSES). Chosen when the 96-row class still ran the
 # register kernel (it now runs frontal_tree_smem, 128 us -> 85 in the 1000 Laplacians; 96 vs
 # 128 not measured since). H200, 2026-11-25, one process, factor ms at
 # tree_max 0 / 64 / 96 / 128 (tree-ab1.json): the 1000 Laplacians 1.96 / 1.64 / 1.60 / 1.59,
@@ -105,7 +105,7 @@ def sweep_small_name(T: str, order: str, forward: bool) -> str:
             f"{SWEEP_SMALL_BLOCKS}>")
 
 
-# The tree kernels' shape per size class (sparse.frontal.TREE_CLASSES): ("smem", threads,
+# The tree kernels' shape per size class (ops.frontal.TREE_CLASSES): ("smem", threads,
 # blocks, panel) for frontal_tree_smem (panel: its pivot columns a barrier, 1 if left out),
 # (TXR, TXC, RR, RC, blocks) for frontal_tree (a TXR x TXC thread
 # grid holding the front's TXR RR = TXC RC rows, RR x RC entries a thread); blocks: those a

@@ -339,6 +339,10 @@ def _potf2(backend, ex, c: Calls, q, j, w, m, ld, src, lds, diag, out_of_place) 
     if not f:
         c.zero("U", diag, w, w, ld)
         return True
+    # LAPACK's leading f x f block ends with the pivot it tested (a_gg less the squares of row
+    # g of L before it), which its potrf leaves in place: kept as is, since recomputing it
+    # rounds otherwise and can turn a pivot that failed at -1e-14 positive.
+    tested = c.view(diag, f, ld)[f - 1, f - 1]
     # Factor the g = f - 1 columns that can be, from the block as it was.
     g = f - 1
     while g > 0:
@@ -347,12 +351,14 @@ def _potf2(backend, ex, c: Calls, q, j, w, m, ld, src, lds, diag, out_of_place) 
         if not r:
             break
         f, g = r, r - 1  # a pivot that passed in the first try failed now (rounding)
+        tested = c.view(diag, f, ld)[f - 1, f - 1]
     if g > 0:
         c.trsm_right_lower_t(c.at(diag, ld, g, 0), diag, m - g, g, ld)
-    # LAPACK's leading f x f block ends with the pivot it tested: a_gg less the squares of row
-    # g of L before it (rows below it in that column are unspecified).
-    d, k = c.view(diag, g + 1, ld), c.view(keep, g + 1, keep_ld)
-    d[g, g] = k[g, g] - d[g, :g] @ d[g, :g]
+    d = c.view(diag, g + 1, ld)
+    if tested > 0:  # (a LAPACK that does not leave it: the same sum, never above 0)
+        k = c.view(keep, g + 1, keep_ld)
+        tested = min(k[g, g] - d[g, :g] @ d[g, :g], 0.0)
+    d[g, g] = tested  # (the rows below it in that column are unspecified)
     c.zero("U", diag, g + 1, g + 1, ld)
     ex.info[q] = j + f
     return False

@@ -507,13 +507,13 @@ class Runtime:
                     return None
                 order = form.order if type(form) is PackedBatch else "C"
                 outs.append((name, 0, b.buffer_maker(m, n, form.dtype, order, not buf.complete),
-                             form.frontend, _listed(form)))
+                             form.frontend, _list_form(form)))
             elif type(given) is not PackedBatch or given.kind != b.kind:
                 return None
             elif overwrite:
-                outs.append((name, 2, like, None, _listed(given)))
+                outs.append((name, 2, like, None, _list_form(given)))
             else:
-                outs.append((name, 1, like, given.frontend, _listed(given)))
+                outs.append((name, 1, like, given.frontend, _list_form(given)))
         scalars = op.scalars(req) if op.scalars is not None else None
         return tuple(ins), tuple(outs), scalars
 
@@ -549,7 +549,7 @@ class Runtime:
                 work = b.batch_of(staged[name])
                 if how != 2:
                     work = work.with_frontend(frontend)
-                out[name] = Views(work) if listed else work
+                out[name] = _give(work, listed)
             return result(out, info, plan)
 
         fut._completion, fut._finish = completion, finish
@@ -741,22 +741,22 @@ class Runtime:
                 if given is None:
                     form = getattr(req, buf.form)
                     exported = b.export(work, form.kind).with_frontend(form.frontend)
-                    out[name] = Views(exported) if _listed(form) else exported
+                    out[name] = _give(exported, _list_form(form))
                 elif type(given) is MatrixList:
                     if overwrite:
                         if not device_writeback:
                             b.scatter(work, given.mats)
                         out[name] = given.source
                     else:
-                        out[name] = Views(b.export(work, given.kind).with_frontend(
+                        out[name] = _give(b.export(work, given.kind).with_frontend(
                             given.frontend), given.vector)
                 elif not overwrite:
                     exported = b.export(work, given.kind).with_frontend(given.frontend)
-                    out[name] = Views(exported) if _listed(given) else exported
+                    out[name] = _give(exported, _list_form(given))
                 else:
                     if work.data is not given.data:
                         b.scatter(work, given)  # e.g. a host batch factored on the device
-                    out[name] = Views(given) if _listed(given) else given
+                    out[name] = _give(given, _list_form(given))
             return result(out, info, plan)
 
         return completion, finish
@@ -829,10 +829,23 @@ def _deps(after: Any) -> list:
     return deps
 
 
-def _listed(form) -> bool:
-    """Whether an operand came as a list (or as the Views an earlier call gave for one): its
-    outputs go back as a list too."""
-    return type(form) is MatrixList or "_vb_views" in form.__dict__
+_PACKED = object()  # (_list_form: an operand that came as a packed batch)
+
+
+def _list_form(form):
+    """The form of an operand's outputs: :data:`_PACKED` for a packed batch, else (a list, or
+    the Views an earlier call gave for one: outputs go back as a list too) which of its
+    problems came as 1-D arrays (None: none; ``MatrixList.vector``)."""
+    if type(form) is MatrixList:
+        return form.vector
+    if "_vb_views" in form.__dict__:
+        return form.__dict__.get("_vb_vector")
+    return _PACKED
+
+
+def _give(work: PackedBatch, form):
+    """``work`` in the form :func:`_list_form` said."""
+    return work if form is _PACKED else Views(work, form)
 
 
 _PLAIN = frozenset({bool, int, float, str, np.float64, np.float32, np.int64, np.int32,

@@ -61,6 +61,7 @@ def check_failed(a, f, info: int, dtype, npiv=None, where: str = "", ref=None) -
     tol = tolerance(n, dtype)
     lead, lead_ref = np.tril(f[:info, :info]), ref[:info, :info].copy()
     assert not np.any(np.triu(f[:info, :info], 1)), f"{where}: non-zero above the diagonal"
+    assert not lead[g, g] > 0, f"{where}: the failed pivot {lead[g, g]!r} is > 0"
     if np.isnan(lead_ref[g, g]):
         assert np.isnan(lead[g, g]), f"{where}: pivot {lead[g, g]}, LAPACK's is NaN"
         lead[g, g] = lead_ref[g, g] = 0.0

@@ -873,6 +873,15 @@ def test_one_dimensional_right_hand_sides_as_scipy_takes_them(device, coalesce):
                                          [xp.asarray(rows[i]) for i in ix], side="right")))
     for i, (x, r) in enumerate(zip(xr, rows)):
         assert x.shape == r.shape and np.allclose(x @ L[i], r, rtol=tol, atol=tol), f"row {i}"
+    # a list's outputs given to a later call keep their 1-D problems 1-D: L^T (L y = b), twice
+    # (the second through the known-call path)
+    if not coalesce:
+        for _ in range(2):
+            y = rt.trsm(dev["l"], dev["b"]).result()
+            x = rt.trsm(dev["l"], y, trans_a=True).result()
+            for i, b in enumerate(B):
+                assert x[i].shape == b.shape, f"chained problem {i}: {x[i].shape}"
+                assert np.allclose(_to_host(x[i]), got[i], rtol=tol, atol=tol), f"chained {i}"
     # in place: the caller's own 1-D arrays hold the solutions
     mine = [xp.asarray(b.copy()) for b in B]
     res = call(lambda ix: rt.potrs([dev["l"][i] for i in ix], [mine[i] for i in ix],

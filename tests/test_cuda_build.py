@@ -239,8 +239,9 @@ def test_the_generated_unit_includes_every_source_and_names_every_kernel():
 
 
 def test_every_launch_kind_has_a_kernel_on_both_backends():
-    """One table of launch kinds (ops/kinds.py): the CUDA launcher of each op selects a kernel
-    for every launch kind its op's kinds issue, and the CPU backend has the op's module."""
+    """One table of launch kinds (vbatch/core/kinds.py): the CUDA launcher of each op selects a
+    kernel for every launch kind its op's kinds issue, and the CPU backend has the op's
+    module."""
     from vbatch.kernels.backend import kernel_modules
     from vbatch.core.kinds import KINDS, LAUNCH_KINDS
 

@@ -446,6 +446,8 @@ class Views(ListLike):
         # The batch is this sequence's own (an output buffer): marked as a list's, so that a
         # call given these views returns its outputs as a list too.
         batch.__dict__["_vb_views"] = True
+        if vector is not None:  # (and which problems are 1-D, for a later call's outputs)
+            batch.__dict__["_vb_vector"] = vector
         self.batch = batch
         self._all: list | None = None
         # Problems given as 1-D arrays (a right-hand side as SciPy takes it): their views
