@@ -17,6 +17,7 @@ value fits the same shapes), calls the op and gives the float64 reference of eac
 from __future__ import annotations
 
 import concurrent.futures as cf
+import importlib.util
 import threading
 from dataclasses import dataclass
 from typing import Callable
@@ -74,10 +75,16 @@ def _form(mats, form, device, dtype):
     return _packed(mats, form[-1], device, dtype)
 
 
+def _host(a):
+    if type(a).__module__.split(".")[0] == "torch":
+        return a.detach().cpu().numpy()
+    return to_host(a)
+
+
 def _host_list(x):
     if isinstance(x, PackedBatch):
-        return [to_host(a) for a in x.unpack()]
-    return [to_host(a) for a in x]
+        return [_host(a) for a in x.unpack()]
+    return [_host(a) for a in x]
 
 
 def _tri(rng, n, lower=True):
@@ -197,6 +204,40 @@ def _check(case, res, params, dtype, where):
             assert not np.isnan(g).any(), f"{where}, problem {i}: NaN in the output"
             err = np.linalg.norm(g - w) / max(np.linalg.norm(w), 1.0)
             assert err <= tol, f"{where}, problem {i}: error {err:.2e}"
+
+
+KINDS = ["native"] + [k for k in ("torch",) if importlib.util.find_spec(k)]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("form", ["list", "packedF"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("op", OPS)
+def test_every_op_in_every_dtype_form_and_array_kind(device, kind, form, dtype, op):
+    """Sizes 0, 1, tile - 1, tile, tile + 1 and past the tile in one batch, against the float64
+    reference; the device's own arrays (numpy, cupy) or torch's, where installed, in and out."""
+    rng = np.random.default_rng(7)
+    case = make_case(op, rng, SIZES)
+    operands = {k: _form(v, form, device, dtype) for k, v in case.operands.items()}
+    if kind == "torch":
+        import torch
+
+        def tt(a):
+            t = torch.from_numpy(np.ascontiguousarray(to_host(a)))
+            return t.cuda() if device == "cuda" else t
+
+        operands = {k: [tt(a) for a in v] if isinstance(v, list) else
+                    PackedBatch.from_buffer(tt(v.data), n=v.n, m=v.m, offset=v.offset,
+                                            ld=v.ld, order=v.order)
+                    for k, v in operands.items()}
+    res = case.call(Runtime(device), operands, case.params[0]).result()
+    if kind == "torch":  # (the outputs are torch's too)
+        given = res.factors if op == "cholesky" else (
+            res.solutions if op == "posv" else res)
+        first = given[0] if form == "list" else given.buffer
+        assert type(first).__module__.split(".")[0] == "torch", type(first)
+    _check(case, res, case.params[0], dtype, f"{op} {kind} {form} {np.dtype(dtype).name}")
 
 
 @pytest.mark.parametrize("device", DEVICES)
