@@ -392,3 +392,33 @@ def test_every_op_is_in_the_table():
     public = {"potrf": "cholesky"}
     assert {public.get(o, o) for o in REGISTERED if o not in ("frontal", "frontal_solve")} \
         <= set(OPS), "an op without a case here"
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("op", OPS)
+def test_after_a_failed_future_every_op_raises_a_dependency_error(device, op, monkeypatch):
+    """A call ordered after a future that failed raises DependencyError from its own result,
+    whatever the op."""
+    from vbatch import DependencyError
+
+    rng = np.random.default_rng(8)
+    case = make_case(op, rng, [3, 9])
+    rt = Runtime(device)
+    backend = type(rt.backend)
+    real, calls = backend.begin, []
+
+    def fails_once(self, *a, **kw):
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("device lost")
+        return real(self, *a, **kw)
+
+    monkeypatch.setattr(backend, "begin", fails_once)
+    xp = _xp(device)
+    first = rt.cholesky([xp.asarray(spd(4, np.float64, rng))])
+    with pytest.raises(RuntimeError, match="device lost"):
+        first.result(timeout=60)
+    operands = {k: _form(v, "list", device, np.float64) for k, v in case.operands.items()}
+    params = dict(case.params[0], after=[first])
+    with pytest.raises(DependencyError, match=r"after\[0\] failed"):
+        case.call(rt, operands, params).result(timeout=60)
