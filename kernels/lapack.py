@@ -115,9 +115,8 @@ class Calls:
             np.zeros(0, self._dt)
         if not n:
             return flat.reshape(0, 0)
-        x = np.lib.stride_tricks.as_strided(
+        return np.lib.stride_tricks.as_strided(
             flat, (n, n), (ld * self.isz, self.isz) if self.row else (self.isz, ld * self.isz))
-        return x
 
     # ------------------------------------------------------------------ operations on X
     def potrf_lower(self, a: int, n: int, ld: int) -> int:

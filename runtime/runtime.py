@@ -620,7 +620,7 @@ class Runtime:
         fut = Future(self, threaded=False)
         # The factors in the caller's form, made while the GPU works: only info waits for it.
         f = out if overwrite else out.with_frontend(batch.frontend)
-        factors = Views(f) if "_vb_views" in batch.__dict__ else f
+        factors = _give(f, _list_form(batch))
         fut._completion = completion
         fut._finish = lambda info: CholeskyResult(factors, info, plan)
         with self._lock:
