@@ -10,6 +10,7 @@ import numpy as np
 
 from vbatch.core.batch import MatrixList, PackedBatch
 from vbatch.core.errors import InputError, validated
+from vbatch.ops.op import caller, public
 from vbatch.distributed.future import DistributedBatch, Future, _Shard
 from vbatch.distributed.sharding import problem_cost, shard_by_cost
 from vbatch.distributed.worker import _OUT, _make_random, _make_spd, _run_shard, _token
@@ -48,32 +49,6 @@ class Runtime:
 
     def __repr__(self) -> str:
         return f"vbatch.distributed.Runtime({len(self.workers)} workers, device={self.device!r})"
-
-    # ------------------------------------------------------------ the ops
-    def cholesky(self, mats: Any, npiv: Any = None, *, after: Any = (),
-                 overwrite: bool = False) -> Future:
-        return self.submit("potrf", after=after, batch=mats, npiv=npiv, overwrite=overwrite)
-
-    def gemm(self, a, b, c=None, **kw) -> Future:
-        return self.submit("gemm", a=a, b=b, c=c, **kw)
-
-    def syrk(self, a, c=None, **kw) -> Future:
-        return self.submit("syrk", a=a, c=c, **kw)
-
-    def syr2k(self, a, b, c=None, **kw) -> Future:
-        return self.submit("syr2k", a=a, b=b, c=c, **kw)
-
-    def trsm(self, a, b, **kw) -> Future:
-        return self.submit("trsm", a=a, b=b, **kw)
-
-    def trmm(self, a, b, **kw) -> Future:
-        return self.submit("trmm", a=a, b=b, **kw)
-
-    def potrs(self, l, b, **kw) -> Future:  # noqa: E741 - LAPACK's name
-        return self.submit("potrs", l=l, b=b, **kw)
-
-    def posv(self, a, b, **kw) -> Future:
-        return self.submit("posv", a=a, b=b, **kw)
 
     def submit(self, op: str, *, after: Any = (), **fields: Any) -> Future:
         """Validate the whole request here, shard it by flops (or as the distributed operands
@@ -214,6 +189,12 @@ class Runtime:
     def __exit__(self, *exc) -> None:
         self.close()
 
+
+
+# The operations' methods, made from the registry as vbatch.Runtime's are.
+for _op in public():
+    setattr(Runtime, _op.api.__name__, caller(_op, "self.submit"))
+del _op
 
 def _quicken(client) -> None:
     """Dask's client batches its messages to the scheduler every 10 ms (a constant in

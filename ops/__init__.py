@@ -67,3 +67,12 @@ __all__ = [
     "Buffer",
     "Op",
 ]
+
+# Every operation module registers its op on import: importing them all here is what makes an
+# operation known everywhere (Runtime methods, module functions, the CLI, the conformance
+# suite) without a list to edit.
+import importlib as _importlib  # noqa: E402
+import pkgutil as _pkgutil  # noqa: E402
+
+for _m in _pkgutil.iter_modules(__path__):
+    _importlib.import_module(f"{__name__}.{_m.name}")

@@ -41,7 +41,8 @@ from pydantic import BaseModel, ConfigDict, model_validator
 from vbatch.core.batch import MatrixList, PackedBatch
 from vbatch.core.errors import InputError
 from vbatch.core.kinds import LAUNCH_KINDS, TaskKind, by_log2, by_log2_past_32, kind, single
-from vbatch.ops.op import Buffer, Op
+from vbatch.ops.generate import flips, spd_list, square, triangular
+from vbatch.ops.op import Buffer, Example, Op
 from vbatch.ops.op import register as register_op
 from vbatch.ops.operands import (
     choice,
@@ -661,8 +662,96 @@ def _scalars(req) -> dict:
     return {"alpha": getattr(req, "alpha", 1.0), "beta": getattr(req, "beta", 0.0)}
 
 
+# ----------------------------------------------------------------------------- examples
+# Each op's problems for the conformance suite (vbatch.ops.op.Example): square operands, so
+# that every parameter value fits the same shapes.
+def _each(fn, *fields):
+    """The reference of a one-output op: ``fn`` per problem over ``fields``' operands."""
+    return lambda o, p: [[fn(*xs, **p) for xs in zip(*(o[f] for f in fields))]]
+
+
+def _one(result):
+    return [result]
+
+
+def gemm_example(rng, sizes) -> Example:
+    ops = {f: square(rng, sizes) for f in ("a", "b", "c")}
+    return Example(ops, flips(["trans_a", "trans_b"], {"alpha": 1.0, "beta": 0.5})
+                   + [{"alpha": -2.0, "beta": 0.5}],
+                   _each(gemm_reference, "a", "b", "c"), _one, "c", "c", "beta")
+
+
+def _rank_k_example(fn, two: bool):
+    fields = ("a", "b", "c") if two else ("a", "c")
+
+    def example(rng, sizes) -> Example:
+        ops = {f: square(rng, sizes) for f in fields}
+        return Example(ops, flips(["trans", "lower"], {"alpha": 1.0, "beta": 0.5}),
+                       _each(fn, *fields), _one, "c", "c", "beta")
+
+    return example
+
+
+def _triangular_example(fn):
+    def example(rng, sizes) -> Example:
+        ops = {"a": triangular(rng, sizes), "b": square(rng, sizes)}
+        params = flips(["lower", "trans_a", "unit_diagonal"], {"alpha": 1.5, "side": "left"})
+        params.append(dict(params[-1], side="right"))
+        return Example(ops, params, _each(fn, "a", "b"), _one, "b", "b", "alpha")
+
+    return example
+
+
+def potrs_example(rng, sizes) -> Example:
+    ops = {"l": [np.linalg.cholesky(x) for x in spd_list(sizes, np.float64, rng)],
+           "b": square(rng, sizes)}
+    return Example(ops, [{}], _each(potrs_reference, "l", "b"), _one, "b")
+
+
+# ----------------------------------------------------------------------------- the public calls
+# Signatures and docstrings only: Runtime methods and module functions are made from them
+# (vbatch.ops.op.caller). Keyword names as scipy.linalg.blas / lapack.
+def gemm(a: Any, b: Any, c: Any = None, *, alpha: float = 1.0, beta: float = 0.0,
+         trans_a: bool = False, trans_b: bool = False):
+    """``C := alpha op(A) op(B) + beta C`` per problem (``op``: transposed when asked).
+    ``c=None``: a new output (``beta`` must be 0). ``result()``: the outputs, in the form of
+    ``c`` (or ``a``)."""
+
+
+def syrk(a: Any, c: Any = None, *, alpha: float = 1.0, beta: float = 0.0, trans: bool = False,
+         lower: bool = True):
+    """``C := alpha op(A) op(A)^T + beta C`` in one triangle of C (the other is C's, or zeros
+    for a new output); op(A) is A (n x k) or, with ``trans``, A^T."""
+
+
+def syr2k(a: Any, b: Any, c: Any = None, *, alpha: float = 1.0, beta: float = 0.0,
+          trans: bool = False, lower: bool = True):
+    """``C := alpha (op(A) op(B)^T + op(B) op(A)^T) + beta C`` in one triangle of C (the
+    other is C's, or zeros for a new output)."""
+
+
+def trsm(a: Any, b: Any, *, alpha: float = 1.0, side: str = "left", lower: bool = True,
+         trans_a: bool = False, unit_diagonal: bool = False):
+    """Solve ``op(A) X = alpha B`` (``side="left"``) or ``X op(A) = alpha B`` for X, A
+    triangular (``lower`` or upper, that triangle read; ``unit_diagonal``: ones taken, not
+    read). A 1-D right-hand side is a column (left) or a row (right). ``result()``: X, in the
+    form of ``b``."""
+
+
+def trmm(a: Any, b: Any, *, alpha: float = 1.0, side: str = "left", lower: bool = True,
+         trans_a: bool = False, unit_diagonal: bool = False):
+    """``X = alpha op(A) B`` (``side="left"``) or ``alpha B op(A)``, A triangular as for
+    :func:`trsm`. ``result()``: X, in the form of ``b``."""
+
+
+def potrs(l: Any, b: Any):  # noqa: E741 - LAPACK's name
+    """Solve ``A X = B`` given the Cholesky factors ``l`` of A (lower triangles read), each
+    problem with its own number of right-hand sides (a 1-D ``b`` is one). ``result()``: X, in
+    the form of ``b``."""
+
+
 GEMM_OP = register_op(Op(
-    name="gemm", request=GemmRequest,
+    name="gemm", api=gemm, example=gemm_example, request=GemmRequest,
     buffers=(Buffer("a", "a"), Buffer("b", "b"), Buffer("c", "c"),
              Buffer("out", "c", output=True, shape=lambda r: r.sizes()[:2], form="a",
                     complete=True)),
@@ -670,7 +759,7 @@ GEMM_OP = register_op(Op(
     scalars=_scalars, families=(FAMILY,), doc="C := alpha op(A) op(B) + beta C",
 ))
 SYRK_OP = register_op(Op(
-    name="syrk", request=SyrkRequest,
+    name="syrk", api=syrk, example=_rank_k_example(syrk_reference, False), request=SyrkRequest,
     buffers=(Buffer("a", "a"), Buffer("c", "c"),
              Buffer("out", "c", output=True, shape=lambda r: (_shape(r.a, r.trans)[0],) * 2,
                     form="a", complete=True)),
@@ -678,7 +767,7 @@ SYRK_OP = register_op(Op(
     scalars=_scalars, families=(FAMILY,), doc="C := alpha op(A) op(A)^T + beta C, one triangle",
 ))
 SYR2K_OP = register_op(Op(
-    name="syr2k", request=Syr2kRequest,
+    name="syr2k", api=syr2k, example=_rank_k_example(syr2k_reference, True), request=Syr2kRequest,
     buffers=(Buffer("a", "a"), Buffer("b", "b"), Buffer("c", "c"),
              Buffer("out", "c", output=True, shape=lambda r: (_shape(r.a, r.trans)[0],) * 2,
                     form="a", complete=True)),
@@ -687,21 +776,21 @@ SYR2K_OP = register_op(Op(
     doc="C := alpha (op(A) op(B)^T + op(B) op(A)^T) + beta C, one triangle",
 ))
 TRSM_OP = register_op(Op(
-    name="trsm", request=TriangularRequest,
+    name="trsm", api=trsm, example=_triangular_example(trsm_reference), request=TriangularRequest,
     buffers=(Buffer("a", "a"), Buffer("b", "b"), Buffer("x", "b", output=True)),
     graph=lambda r, o: triangular_graph(r, o, True),
     signature=_sig("a", "b", "side", "lower", "trans_a", "unit_diagonal"), result=_first,
     scalars=_scalars, families=(FAMILY,), doc="op(A) X = alpha B or X op(A) = alpha B",
 ))
 TRMM_OP = register_op(Op(
-    name="trmm", request=TriangularRequest,
+    name="trmm", api=trmm, example=_triangular_example(trmm_reference), request=TriangularRequest,
     buffers=(Buffer("a", "a"), Buffer("b", "b"), Buffer("x", "b", output=True)),
     graph=lambda r, o: triangular_graph(r, o, False),
     signature=_sig("a", "b", "side", "lower", "trans_a", "unit_diagonal"), result=_first,
     scalars=_scalars, families=(FAMILY,), doc="X = alpha op(A) B or alpha B op(A)",
 ))
 POTRS_OP = register_op(Op(
-    name="potrs", request=PotrsRequest,
+    name="potrs", api=potrs, example=potrs_example, request=PotrsRequest,
     buffers=(Buffer("l", "l"), Buffer("b", "b"), Buffer("x", "b", output=True)),
     graph=potrs_graph, signature=_sig("l", "b"), result=_first, scalars=_scalars,
     families=(FAMILY,), doc="A X = B from the Cholesky factor L of A",

@@ -54,7 +54,8 @@ from vbatch.core.batch import MatrixList, PackedBatch, Views
 from vbatch.ops.blas import gemm_kind
 from vbatch.core.errors import InputError
 from vbatch.core.kinds import Group, TaskKind, by_rows, register, single
-from vbatch.ops.op import Buffer, Op
+from vbatch.ops.generate import spd_list
+from vbatch.ops.op import Buffer, Example, Op
 from vbatch.ops.op import register as register_op
 from vbatch.core.graph import TaskGraph, chain_edges
 
@@ -404,8 +405,27 @@ class CholeskyResult:
         return np.flatnonzero(self.info)
 
 
+def cholesky(mats: Any, npiv: Any = None):
+    """Factor a batch, ``A = L L^T`` per problem: ``mats`` is a list of square arrays or a
+    :class:`~vbatch.PackedBatch`. ``npiv`` factors only the first ``npiv[i]`` columns of
+    problem ``i`` and leaves the Schur complement in the trailing block. ``result()``: a
+    :class:`~vbatch.CholeskyResult`; a problem whose factorization fails at column j gets
+    ``info = j`` and LAPACK's leading j x j block, and does not disturb the others."""
+
+
+def cholesky_example(rng, sizes) -> Example:
+    def ref(o, p):
+        npiv = p.get("npiv")
+        return [[reference(x, None if npiv is None else npiv[i])[0]
+                 for i, x in enumerate(o["batch"])]]
+
+    return Example({"batch": spd_list(sizes, np.float64, rng)},
+                   [{}, {"npiv": [min(5, n) for n in sizes]}, {"npiv": [n // 2 for n in sizes]},
+                    {}], ref, lambda r: [r.factors], "batch", mask=np.tril)
+
+
 POTRF = register_op(Op(
-    name="potrf",
+    name="potrf", api=cholesky, fields=(("mats", "batch"),), example=cholesky_example,
     request=CholeskyRequest,
     # Kernels read A and write L (the same buffer when the caller overwrites).
     buffers=(Buffer("a", "batch"), Buffer("l", "batch", output=True)),

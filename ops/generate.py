@@ -86,3 +86,30 @@ def make_indefinite(a: np.ndarray, col: int) -> np.ndarray:
     # entry by more than a[col, col] makes it negative without touching earlier minors.
     b[col, col] = -abs(b[col, col]) - 1.0
     return b
+
+
+# ----------------------------------------------------------------------------- op examples
+# The conformance suite's operands (each op's ``example``, vbatch.ops.op.Example).
+def square(rng: np.random.Generator, ns) -> list[np.ndarray]:
+    """Square matrices with entries uniform on [-1, 1]."""
+    return [rng.uniform(-1, 1, (int(n), int(n))) for n in ns]
+
+
+def triangular(rng: np.random.Generator, ns) -> list[np.ndarray]:
+    """Well-conditioned triangles, both halves filled (an op reads only its own)."""
+    out = []
+    for n in ns:
+        n = int(n)
+        t = rng.uniform(-1, 1, (n, n)) / max(n, 1)
+        np.fill_diagonal(t, rng.uniform(1, 2, n) * rng.choice([-1, 1], n))
+        out.append(t)
+    return out
+
+
+def flips(flags: list[str], base: dict) -> list[dict]:
+    """Parameter sets that turn ``flags`` on one at a time, then off again one at a time."""
+    out, cur = [dict(base, **{f: False for f in flags})], {f: False for f in flags}
+    for f in flags + flags:
+        cur[f] = not cur[f]
+        out.append(dict(base, **cur))
+    return out

@@ -10,15 +10,23 @@ An operation module (``ops/<name>.py``) defines one :class:`Op`:
 * ``graph(request, options)``: its tasks as a :class:`~vbatch.core.graph.TaskGraph`, from
   the sizes and parameters alone (so a plan is reused for every batch with the same signature);
 * ``signature(request)``: those sizes and parameters as a hashable key;
-* a numpy/LAPACK reference, used by the tests.
+* a numpy/LAPACK reference, used by the tests;
+* ``api``: its public signature and docstring, written once as a function with no body (its
+  parameters are the request's fields; ``fields`` renames the few that differ). ``Runtime``
+  methods, module functions and ``vbatch.distributed.Runtime`` methods are generated from it
+  (:func:`caller`), so ``help(rt.gemm)`` and ``inspect.signature(rt.gemm)`` show it;
+* ``example``: a batch of problems of given sizes for the conformance suite
+  (``tests/test_conformance.py``), with the reference each output is checked against.
 
 The kinds its graph uses live in the same module (:mod:`vbatch.core.kinds`); the kernels that run
-them live in ``kernels/<name>_cpu.py`` and ``kernels/<name>_cuda.py``. Adding an operation is
-adding those files and one conformance test.
+them live in ``kernels/<family>_cpu.py`` and ``kernels/<family>_cuda.py``. Every module of this
+package is imported with it, so adding an operation is adding those files: nothing else lists
+the operations.
 """
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -62,6 +70,12 @@ class Op:
     # the planner's options are theirs, merged. Default: the op's own name.
     families: tuple[str, ...] = ()
     doc: str = ""
+    # Its public signature and docstring (module docstring); None: internal (vbatch.sparse's).
+    api: Callable | None = None
+    # api parameter -> request field, where they differ (cholesky's ``mats`` is ``batch``).
+    fields: tuple[tuple[str, str], ...] = ()
+    # ``example(rng, sizes) -> Example``: problems of these sizes for the conformance suite.
+    example: Callable | None = None
 
     def __post_init__(self):
         # What staging a submission needs, computed once (it runs on every call's hot path):
@@ -85,8 +99,86 @@ class Op:
         return tuple(b for b in self.buffers if b.output)
 
 
+@dataclass
+class Example:
+    """An op's problems for the conformance suite (``Op.example``), in numpy float64.
+
+    ``operands``: request field -> list of arrays. ``params``: the parameter sets to try, each
+    differing from the one before in one parameter (a plan must never be reused across them).
+    ``reference(operands, params)``: every output, as lists of float64 arrays; ``outputs(result)``
+    the same outputs of a call's result (lists or packed batches), in that order, the last one
+    being what replaces ``written`` (the operand ``overwrite=True`` writes; ``mask`` gives the
+    part of that array the output is, e.g. a factor's lower triangle). ``read``/``zero``: an
+    operand that the scalar ``zero`` set to 0 must not read (BLAS: NaN there stays out)."""
+
+    operands: dict
+    params: list
+    reference: Callable
+    outputs: Callable
+    written: str
+    read: str | None = None
+    zero: str | None = None
+    mask: Callable | None = None
+
+
 def register(op: Op) -> Op:
     if op.name in OPS and OPS[op.name] is not op:
         raise ValueError(f"operation {op.name!r} is registered twice")
+    if op.api is not None:
+        known = set(op.request.model_fields)
+        rename = dict(op.fields)
+        bad = [p for p in inspect.signature(op.api).parameters if rename.get(p, p) not in known]
+        if bad or "overwrite" not in known or op.example is None:
+            raise ValueError(f"{op.name}: api parameters {bad} are not fields of "
+                             f"{op.request.__name__} (or it has no overwrite, or the op no "
+                             "example for the conformance suite)")
     OPS[op.name] = op
     return op
+
+
+def public() -> list[Op]:
+    """The operations a user calls (those with an ``api``), in registration order."""
+    return [op for op in OPS.values() if op.api is not None]
+
+
+def caller(op: Op, target: str, namespace: dict | None = None) -> Callable:
+    """A function with ``op``'s public signature (its api's parameters, then ``after=`` and
+    ``overwrite=``), name and docstring, whose body is ``return <target>(op, after=...,
+    <field>=<parameter>, ...)``. ``target`` starting with ``self.`` makes a method.
+
+    Generated as source, not as ``*args, **kwargs`` bound per call: binding through
+    ``inspect.Signature.bind`` costs ~3 us, more than a whole known call's own path."""
+    sig = inspect.signature(op.api)
+    rename = dict(op.fields)
+    ns = dict(namespace or {}, _op=op.name)
+    params, fields, star = [], [], False
+    for i, p in enumerate(sig.parameters.values()):
+        if p.kind is p.KEYWORD_ONLY and not star:
+            params.append("*")
+            star = True
+        text = p.name
+        if p.default is not p.empty:
+            ns[f"_d{i}"] = p.default
+            text += f"=_d{i}"
+        params.append(text)
+        fields.append(f"{rename.get(p.name, p.name)}={p.name}")
+    if not star:
+        params.append("*")
+    params += ["after=()", "overwrite=False"]
+    if target.startswith("self."):
+        params.insert(0, "self")
+    src = (f"def {op.api.__name__}({', '.join(params)}):\n"
+           f"    return {target}(_op, after=after, overwrite=overwrite, {', '.join(fields)})\n")
+    exec(src, ns)  # noqa: S102 - the source is built above from a registered op's signature
+    fn = ns[op.api.__name__]
+    fn.__doc__ = inspect.cleandoc(op.api.__doc__ or "") + _TAIL
+    fn.__annotations__ = {**op.api.__annotations__, "after": "Any", "overwrite": "bool",
+                          "return": "Future"}
+    return fn
+
+
+_TAIL = """
+
+``after``: futures this call starts after (their failure fails it with DependencyError).
+``overwrite``: write the outputs into the inputs they replace (else inputs are left alone).
+Returns a Future at once; bad input raises InputError here, before any work."""

@@ -28,9 +28,11 @@ from vbatch.ops.blas import (
     chain_graph,
     copy_kind,
     potrs_phases,
+    potrs_reference,
 )
-from vbatch.ops.cholesky import CholeskyResult, graph_options, potrf_graph
-from vbatch.ops.op import Buffer, Op
+from vbatch.ops.cholesky import CholeskyResult, graph_options, potrf_graph, reference
+from vbatch.ops.generate import spd_list, square
+from vbatch.ops.op import Buffer, Example, Op
 from vbatch.ops.op import register as register_op
 from vbatch.ops.operands import operand, shape_rule, together
 from vbatch.core.graph import TaskGraph, concat
@@ -91,8 +93,24 @@ class PosvResult:
     failed = CholeskyResult.failed
 
 
+def posv(a: Any, b: Any):
+    """Factor SPD ``A`` and solve ``A X = B``, in one task graph. ``result()``: a
+    :class:`~vbatch.PosvResult` (factors, solutions, info; a problem whose factorization fails
+    keeps ``B`` as its solution and gets its ``info``)."""
+
+
+def posv_example(rng, sizes) -> Example:
+    ops = {"a": spd_list(sizes, np.float64, rng), "b": square(rng, sizes)}
+
+    def ref(o, p):
+        ls = [reference(x)[0] for x in o["a"]]
+        return [ls, [potrs_reference(x, y) for x, y in zip(ls, o["b"])]]
+
+    return Example(ops, [{}], ref, lambda r: [r.factors, r.solutions], "b")
+
+
 POSV_OP = register_op(Op(
-    name="posv", request=PosvRequest,
+    name="posv", api=posv, example=posv_example, request=PosvRequest,
     buffers=(Buffer("a", "a"), Buffer("l", "a", output=True), Buffer("b", "b"),
              Buffer("x", "b", output=True)),
     graph=posv_graph, signature=_sig("a", "b"),

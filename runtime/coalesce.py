@@ -32,8 +32,7 @@ from typing import Any
 import numpy as np
 
 from vbatch.core.batch import MatrixList, Views
-# (imported by Runtime only when coalescing is on, so runtime.py is loaded first)
-from vbatch.runtime.runtime import _PENDING, Future, _rebuild
+from vbatch.runtime.future import _PENDING, Future
 
 _SCALARS = (bool, int, float, str, np.bool_, np.integer, np.floating)
 
@@ -69,9 +68,10 @@ def _count(req) -> int:
     return next(v.k for v in req.__dict__.values() if type(v) is MatrixList)
 
 
-def _joined(reqs: list) -> Any:
-    """One request holding the problems of ``reqs`` (all of one bucket, so alike but for their
-    operands and per-problem arrays), in order, without validating any matrix again."""
+def _joined(reqs: list) -> dict:
+    """The fields of one call holding the problems of ``reqs`` (all of one bucket, so alike but
+    for their operands and per-problem arrays), in order; its lists need no validation of any
+    matrix again."""
     first = reqs[0]
     values = dict(first.__dict__)
     for name, v in first.__dict__.items():
@@ -97,26 +97,26 @@ def _joined(reqs: list) -> Any:
                 vector=vector)
         elif type(v) is np.ndarray:
             values[name] = np.concatenate([r.__dict__[name] for r in reqs])
-    return _rebuild(type(first), (values, first.__pydantic_fields_set__), {})
+    return values
 
 
-def _slice(value: Any, start: int, stop: int, whole_req, own_req) -> Any:
+def _slice(value: Any, start: int, stop: int, whole_fields, own_req) -> Any:
     """A member's share of the bucket's result ``value``: problems ``start:stop``, in the form
     the member gave (the caller's own arrays when it asked to overwrite). A result object
     (``CholeskyResult``, ``PosvResult``) is sliced field by field; its plan is the bucket's."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return dataclasses.replace(value, **{
-            f.name: _share(getattr(value, f.name), start, stop, whole_req, own_req)
+            f.name: _share(getattr(value, f.name), start, stop, whole_fields, own_req)
             for f in dataclasses.fields(value) if f.init})
-    return _share(value, start, stop, whole_req, own_req)
+    return _share(value, start, stop, whole_fields, own_req)
 
 
-def _share(value: Any, start: int, stop: int, whole_req, own_req) -> Any:
+def _share(value: Any, start: int, stop: int, whole_fields, own_req) -> Any:
     t = type(value)
     if t is Views:
         return value.part(start, stop)
     if t is list:
-        for name, v in whole_req.__dict__.items():
+        for name, v in whole_fields.items():
             if type(v) is MatrixList and value is v.source:
                 return own_req.__dict__[name].source
         return value[start:stop]
@@ -264,9 +264,9 @@ class Coalescer:
 
     def _send_one(self, bucket: _Bucket) -> None:
         try:
-            req = bucket.reqs[0] if len(bucket.reqs) == 1 else _joined(bucket.reqs)
-            first = getattr(req, bucket.op._ins[0][1])
-            fut = self._rt._submit(bucket.op, req, first, bucket.after, bucket.overwrite, False)
+            req = dict(bucket.reqs[0].__dict__) if len(bucket.reqs) == 1 else \
+                _joined(bucket.reqs)
+            fut = self._rt.prepare(bucket.op, **req).run(after=bucket.after)
         except BaseException as exc:  # noqa: BLE001 - delivered through every member
             for p in bucket.parts:
                 p._abort(exc)
@@ -297,8 +297,8 @@ class Part(Future):
         self._span = None
         self._ready: threading.Event | None = None  # the bucket's, set when it is sent
 
-    def _resolve(self, group, start: int, stop: int, whole_req, own_req) -> None:
-        self._group, self._span = group, (start, stop, whole_req, own_req)
+    def _resolve(self, group, start: int, stop: int, whole_fields, own_req) -> None:
+        self._group, self._span = group, (start, stop, whole_fields, own_req)
         self._bucket = None
 
     def _settle(self) -> None:
@@ -365,8 +365,8 @@ class Part(Future):
         """Its slice of the group's result ``whole``, once (the builder or itself)."""
         with self._lock:
             if self._value is _PENDING and self._error is None:
-                start, stop, whole_req, own_req = self._span
-                self._value = _slice(whole, start, stop, whole_req, own_req)
+                start, stop, whole_fields, own_req = self._span
+                self._value = _slice(whole, start, stop, whole_fields, own_req)
                 self._span = None  # (the joined request holds every member's inputs)
 
 

@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import threading
-import time
-import weakref
 from collections import OrderedDict
 from types import MappingProxyType
 from typing import Any
@@ -26,115 +24,19 @@ import numpy as np
 
 from vbatch.kernels import Completion, get_backend
 from vbatch.core.batch import MatrixList, PackedBatch, Views
-from vbatch.ops.cholesky import POTRF, CholeskyResult, read_only  # noqa: F401 - re-exported
+from vbatch.ops.cholesky import CholeskyResult  # noqa: F401 - re-exported
 from vbatch.ops.posv import PosvResult  # noqa: F401 - re-exported
 from vbatch.core.errors import InputError, validated
-from vbatch.ops.op import Op
+from vbatch.ops.op import OPS, Op, caller, public
 from vbatch.runtime.config import Config
+from vbatch.runtime.future import DependencyError, Future, _deps  # noqa: F401 - re-exported
+from vbatch.runtime.prepared import Prepared, _give, _list_form
 from vbatch.runtime.device import resolve_device
 from vbatch.runtime.tune import tuned_options
 from vbatch.scheduler.plan import Plan, make_plan
 
 # Plans kept per runtime, by size signature (least recently used dropped first).
 PLANS = 64
-
-
-class _Request:
-    """A request built on the hot path from an already validated packed batch (the op's
-    pydantic request class is what validates; this only carries the same attributes)."""
-
-    __slots__ = ("batch", "npiv", "overwrite")
-
-    def __init__(self, batch, npiv, overwrite):
-        self.batch, self.npiv, self.overwrite = batch, npiv, overwrite
-
-
-class DependencyError(RuntimeError):
-    """A submission could not run because a future it was ordered ``after`` failed."""
-
-
-_PENDING = object()
-
-
-class Future:
-    """The pending result of one submission. ``result()`` waits and returns the op's result
-    (a :class:`CholeskyResult` for ``cholesky``), or raises what the execution raised.
-
-    On the CPU the worker thread fulfils a ``concurrent.futures.Future``. On CUDA the future
-    holds the backend's completion (an event) and builds its result on the first ``result()``:
-    no thread, no condition variable, on a path whose whole budget is tens of microseconds.
-    """
-
-    __slots__ = ("_runtime", "_cf", "_completion", "_finish", "_value", "_error", "_lock",
-                 "_deps")
-
-    def __init__(self, runtime: "Runtime", threaded: bool):
-        self._runtime = runtime
-        self._cf: cf.Future | None = cf.Future() if threaded else None
-        self._completion: Completion | None = None
-        self._finish = None
-        self._value = _PENDING
-        self._error: BaseException | None = None
-        self._lock = threading.Lock()
-        # Dependencies ordered on the device, whose own failure (in building their result on
-        # the host) can come after this submission was enqueued: checked by result().
-        self._deps: list | None = None
-
-    # Set by the runtime when the work is enqueued on an asynchronous backend.
-    def _attach(self, completion: Completion, finish, deps: list | None = None) -> None:
-        self._completion, self._finish, self._deps = completion, finish, deps or None
-
-    def _fail(self, exc: BaseException) -> None:
-        if self._cf is not None:
-            self._cf.set_exception(exc)
-        else:
-            self._error = exc
-
-    def done(self) -> bool:
-        if self._cf is not None:
-            return self._cf.done()
-        if self._value is not _PENDING or self._error is not None:
-            return True
-        return self._completion is not None and self._completion.done()
-
-    def result(self, timeout: float | None = None) -> Any:
-        if self._cf is not None:
-            return self._cf.result(timeout)
-        if self._value is _PENDING and self._error is None:
-            if timeout is not None:
-                deadline = time.monotonic() + timeout
-                while not self._completion.done():
-                    if time.monotonic() > deadline:
-                        raise cf.TimeoutError()
-                    time.sleep(1e-4)
-            with self._lock:
-                if self._value is _PENDING and self._error is None:
-                    try:
-                        info = self._completion.wait()
-                        for i, d in self._deps or ():
-                            exc = d.exception()
-                            if exc is not None:
-                                raise DependencyError(f"after[{i}] failed: {exc!r}") from exc
-                        self._value = self._finish(info)
-                    except BaseException as exc:  # noqa: BLE001 - raised to the caller below
-                        self._error = exc
-                    self._finish = self._deps = None  # what they hold is no longer needed
-        if self._error is not None:
-            raise self._error
-        return self._value
-
-    def exception(self, timeout: float | None = None) -> BaseException | None:
-        try:
-            self.result(timeout)
-        except cf.TimeoutError:
-            raise
-        except BaseException as exc:  # noqa: BLE001 - this method reports any failure
-            return exc
-        return None
-
-    def completion(self) -> Completion | None:
-        """The backend completion, once enqueued (used to order dependent submissions)."""
-        return self._completion
 
 
 class Runtime:
@@ -166,10 +68,7 @@ class Runtime:
         # (family, dtype name) -> what `python -m vbatch tune` measured for this machine
         self._tuned = tuned_options(self.backend, self.config)
         self._plans: OrderedDict = OrderedDict()  # size signature -> plan, last used last
-        self._seen: dict = {}  # the known-call path's entries (_known)
-        # Names this runtime's replay entries in a batch's cache (_replay): an object, not
-        # id(self), so that a later runtime at the same address cannot find them.
-        self._token = object()
+        self._calls: dict = {}  # the call's key (_key) -> its Prepared, oldest first
         self._coalescer = None
         if self.config.coalesce_us is not None:
             from vbatch.runtime.coalesce import Coalescer
@@ -219,8 +118,6 @@ class Runtime:
         return hit
 
     def _options(self, dtype: np.dtype, op: str, order: str | None) -> dict:
-        from vbatch.ops.op import OPS
-
         families = OPS[op].families if op in OPS else (op,)
         hit = {}
         for fam in families:
@@ -240,33 +137,20 @@ class Runtime:
 
     def plan(self, mats: Any, npiv: Any = None) -> Plan:
         """The plan that :meth:`cholesky` would execute for this input (for inspection)."""
-        req = validated(POTRF.request, batch=mats, npiv=npiv)
-        return self._plan(POTRF, req, req.batch, fast=npiv is None)
+        return self.plan_for("potrf", batch=mats, npiv=npiv)
 
     def plan_for(self, op: str, **fields: Any) -> Plan:
         """The plan :meth:`submit` would execute for ``op`` with these fields (for
         inspection): ``rt.plan_for("potrs", l=factors, b=rhs)``."""
-        from vbatch.ops.op import OPS
+        o = self._op(op)
+        return self._plan(o, validated(o.request, **fields))
 
-        if op not in OPS:
-            raise InputError([(None, f"unknown operation {op!r} (known: {', '.join(OPS)})")],
-                             what="submission")
-        o = OPS[op]
-        req = validated(o.request, **fields)
-        return self._plan(o, req, getattr(req, o._ins[0][1]), False)
-
-    def _plan(self, op: Op, req, batch, fast: bool) -> Plan:
-        """The plan for ``req``: reused for every submission with the same size signature.
-        A packed batch also keeps its own plan for the common call (``fast``: the op's
-        parameters at their defaults), found without computing the signature."""
+    def _plan(self, op: Op, req) -> Plan:
+        """The plan for ``req``: reused for every call with the same size signature."""
+        batch = getattr(req, op._ins[0][1])
         order = batch.order if type(batch) is PackedBatch else getattr(batch, "packed_order",
                                                                           None)
         opts = self.plan_options(batch.dtype, op.name, order)
-        key = ("plan", op.name, id(opts))
-        if fast and isinstance(batch, PackedBatch):
-            hit = batch.cache().get(key)
-            if hit is not None and hit[0] is opts:
-                return hit[1]
         sig = (op.name, id(opts), op.signature(req))
         with self._lock:
             plan = self._plans.get(sig)
@@ -282,349 +166,79 @@ class Runtime:
                 self._plans[sig] = plan
                 while len(self._plans) > PLANS:
                     self._plans.popitem(last=False)
-        if fast and isinstance(batch, PackedBatch):
-            batch.cache()[key] = (opts, plan)
         return plan
 
-    # ------------------------------------------------------------------ submission
-    def cholesky(
-        self,
-        mats: Any,
-        npiv: Any = None,
-        *,
-        after: Any = (),
-        overwrite: bool = False,
-    ) -> Future:
-        """Factor a batch: ``mats`` is a list of square arrays or a :class:`PackedBatch`.
+    # ------------------------------------------------------------------ calls
+    def prepare(self, op: str | Op, **fields: Any) -> Prepared:
+        """Validate and plan one call of ``op`` (its request's fields, as :meth:`submit`
+        takes them) once; ``run()`` it as often as wanted, rebinding operands to new data of
+        the same sizes: ``p = rt.prepare("gemm", a=a, b=b); p.run(b=b2)``. Bad input raises
+        :class:`~vbatch.InputError` here."""
+        o = self._op(op)
+        req = validated(o.request, **fields)
+        return Prepared(self, o, req, self._plan(o, req))
 
-        ``npiv`` factors only the first ``npiv[i]`` columns of problem ``i`` and leaves the Schur
-        complement in the trailing block. The work starts once every future in ``after`` is done.
-        Inputs are left untouched unless ``overwrite=True``. Bad input raises
-        :class:`~vbatch.InputError` here, before any work.
-        """
-        if type(mats) is PackedBatch and npiv is None and (
-            overwrite is False or (overwrite is True and not read_only(mats))
-        ) and mats.square:
-            # Hot path: a packed batch was validated when it was built and its metadata is
-            # read-only; nothing else needs checking (pydantic would add ~8 us per call, and
-            # even model_construct ~2 us: the request is only read by attribute).
-            if type(after) is tuple and not after:
-                # Keyed by the array type too: batches made by with_data share one cache, and
-                # a host sibling of a device batch takes the general path (it is uploaded).
-                replay = mats.__dict__.get("_vb_cache", _NO_CACHE).get(
-                    (self._token, overwrite, type(mats.data)))
-                if replay is not None:
-                    return self._replay(replay, mats, overwrite)
-            req = _Request(batch=mats, npiv=mats.n, overwrite=overwrite)
-            fast = True
-        else:
-            req = validated(POTRF.request, batch=mats, npiv=npiv, overwrite=overwrite)
-            fast = npiv is None
-            if self._coalescer is not None:
-                part = self._coalescer.offer(POTRF, req, _deps(after), overwrite)
-                if part is not None:
-                    return part
-        return self._submit(POTRF, req, req.batch, after, overwrite, fast)
-
-    # The BLAS operations and the solves: keyword names as scipy.linalg.blas / lapack.
-    def gemm(self, a: Any, b: Any, c: Any = None, *, alpha: float = 1.0, beta: float = 0.0,
-             trans_a: bool = False, trans_b: bool = False, after: Any = (),
-             overwrite: bool = False) -> Future:
-        """``C := alpha op(A) op(B) + beta C`` per problem (``op``: transposed when asked).
-        ``c=None``: a new output. ``result()``: the outputs, in the form of ``c`` (or ``a``)."""
-        return self.submit("gemm", after=after, a=a, b=b, c=c, alpha=alpha, beta=beta,
-                           trans_a=trans_a, trans_b=trans_b, overwrite=overwrite)
-
-    def syrk(self, a: Any, c: Any = None, *, alpha: float = 1.0, beta: float = 0.0,
-             trans: bool = False, lower: bool = True, after: Any = (),
-             overwrite: bool = False) -> Future:
-        """``C := alpha op(A) op(A)^T + beta C`` in one triangle of C (the other is C's, or
-        zeros for a new output)."""
-        return self.submit("syrk", after=after, a=a, c=c, alpha=alpha, beta=beta, trans=trans,
-                           lower=lower, overwrite=overwrite)
-
-    def syr2k(self, a: Any, b: Any, c: Any = None, *, alpha: float = 1.0, beta: float = 0.0,
-              trans: bool = False, lower: bool = True, after: Any = (),
-              overwrite: bool = False) -> Future:
-        """``C := alpha (op(A) op(B)^T + op(B) op(A)^T) + beta C`` in one triangle of C (the
-        other is C's, or zeros for a new output)."""
-        return self.submit("syr2k", after=after, a=a, b=b, c=c, alpha=alpha, beta=beta,
-                           trans=trans, lower=lower, overwrite=overwrite)
-
-    def trsm(self, a: Any, b: Any, *, alpha: float = 1.0, side: str = "left",
-             lower: bool = True, trans_a: bool = False, unit_diagonal: bool = False,
-             after: Any = (), overwrite: bool = False) -> Future:
-        """Solve ``op(A) X = alpha B`` (``side="left"``) or ``X op(A) = alpha B`` for X, A
-        triangular. ``result()``: X, in the form of ``b``."""
-        return self.submit("trsm", after=after, a=a, b=b, alpha=alpha, side=side, lower=lower,
-                           trans_a=trans_a, unit_diagonal=unit_diagonal, overwrite=overwrite)
-
-    def trmm(self, a: Any, b: Any, *, alpha: float = 1.0, side: str = "left",
-             lower: bool = True, trans_a: bool = False, unit_diagonal: bool = False,
-             after: Any = (), overwrite: bool = False) -> Future:
-        """``X = alpha op(A) B`` (``side="left"``) or ``alpha B op(A)``, A triangular."""
-        return self.submit("trmm", after=after, a=a, b=b, alpha=alpha, side=side, lower=lower,
-                           trans_a=trans_a, unit_diagonal=unit_diagonal, overwrite=overwrite)
-
-    def potrs(self, l: Any, b: Any, *, after: Any = (), overwrite: bool = False) -> Future:  # noqa: E741
-        """Solve ``A X = B`` given the Cholesky factors ``l`` of A (lower triangles read), each
-        problem with its own number of right-hand sides. ``result()``: X, in the form of b."""
-        return self.submit("potrs", after=after, l=l, b=b, overwrite=overwrite)
-
-    def posv(self, a: Any, b: Any, *, after: Any = (), overwrite: bool = False) -> Future:
-        """Factor SPD ``A`` and solve ``A X = B``, in one task graph. ``result()``: a
-        :class:`~vbatch.PosvResult` (factors, solutions, info; a problem whose factorization
-        fails keeps ``B`` as its solution and gets its ``info``)."""
-        return self.submit("posv", after=after, a=a, b=b, overwrite=overwrite)
-
-    def submit(self, op: str | Op, *, after: Any = (), **fields: Any) -> Future:
-        """Submit any registered operation by name, with its request's fields."""
-        from vbatch.ops.op import OPS
-
-        if isinstance(op, str):
-            if op not in OPS:
-                raise InputError([(None, f"unknown operation {op!r} (known: "
-                                         f"{', '.join(OPS)})")], what="submission")
-            op = OPS[op]
-        key, hit = self._known(op, fields)
-        if hit is not None and hit[2] is not None and type(after) is tuple and not after:
-            return self._replay_known(op, hit[1], hit[2], fields)
-        if hit is not None:
-            hit = (_rebuild(op.request, hit[0], fields), hit[1])
-        if hit is None:
-            req = validated(op.request, **fields)
-            if self._coalescer is not None:
-                part = self._coalescer.offer(op, req, _deps(after),
-                                             bool(fields.get("overwrite", False)))
-                if part is not None:
-                    return part
-            first = getattr(req, op._ins[0][1])
-            plan = self._plan(op, req, first, False)
-            if key is not None:
-                self._remember(key, fields, req, plan)
-        else:
-            req, plan = hit
-            first = getattr(req, op._ins[0][1])
-        overwrite = bool(fields.get("overwrite", False))
-        fut = self._submit(op, req, first, after, overwrite, False, plan)
-        if key is not None and type(after) is tuple and not after and fut._error is None:
-            self._learn(key, op, req, overwrite)
-        return fut
-
-    # ------------------------------------------------------------------ the known-call path
-    # A call whose operands are all packed batches (their metadata is read-only, so validation
-    # and planning depend only on which batches they are and on the other fields' values)
-    # repeats nothing it did before: the request is rebuilt from the validated fields and the
-    # plan is the one found then. Validating a GEMM request through pydantic costs ~24 us and
-    # finding its plan by size signature ~38 us (2-core VM, docs/decisions.md#host-known-calls);
-    # this path ~3 us. Entries hold the batches weakly, so they never keep device memory alive.
+    # Prepared calls kept per runtime, by the call's key (_key): the first runs of a call
+    # prepare it; later ones with the same batches (or their twins) run it. Validating a GEMM
+    # request through pydantic costs ~24 us and finding its plan by size signature ~38 us
+    # (2-core VM, docs/decisions.md#host-known-calls); a kept call's run ~3 us before the
+    # backend. Entries hold no batch, so they never keep device memory alive.
     KNOWN = 256
 
-    def _known(self, op: Op, fields: dict) -> tuple:
-        """``(key, hit)``: the call's key (None when it has none: a list operand, say) and, for
-        a call seen before with these very batches, ``(request, plan)``."""
-        key = [op.name]
-        batches = []
-        for name, v in fields.items():
-            t = type(v)
-            if t is Views:  # a list an earlier call gave: its packed batch (operands.py)
-                v, t = v.batch, PackedBatch
-            if t is PackedBatch:
-                key += (name, id(v))
-                batches.append(v)
-            elif v is None or t in _PLAIN:
-                key += (name, t, v)  # the type too: True == 1 == 1.0 as dict keys
-            else:
-                return None, None
-        key = tuple(key)
-        hit = self._seen.get(key)
-        if hit is None:
-            return key, None
-        refs, template, plan, recipe = hit
-        if len(refs) != len(batches) or any(r() is not b for r, b in zip(refs, batches)):
-            return key, None
-        if fields.get("overwrite") is True and not all(
-                getattr(b.data.flags, "writeable", True) for b in batches):
-            return key, None  # the slow path names the read-only operand
-        return key, (template, plan, recipe)
+    def submit(self, op: str | Op, *, after: Any = (), **fields: Any) -> Future:
+        """Submit any registered operation by name, with its request's fields (the methods
+        named after the operations call this)."""
+        o = self._op(op)
+        key = _key(o, fields)
+        if key is not None:
+            p = self._calls.get(key)
+            if p is not None:
+                fut = p._call(fields, after, bool(fields.get("overwrite", False)))
+                if fut is not None:
+                    return fut
+        req = validated(o.request, **fields)
+        overwrite = bool(getattr(req, "overwrite", False))
+        if self._coalescer is not None:
+            part = self._coalescer.offer(o, req, _deps(after), overwrite)
+            if part is not None:
+                return part
+        p = Prepared(self, o, req, self._plan(o, req), keep=False)
+        if key is not None:
+            calls = self._calls
+            calls[key] = p
+            if len(calls) > self.KNOWN:
+                calls.pop(next(iter(calls)), None)
+        return p._staged(req, after, overwrite)
 
-    def _remember(self, key: tuple, fields: dict, req, plan: Plan) -> None:
-        values = dict(req.__dict__)
-        refs = []
-        for name, v in fields.items():
-            if type(v) is Views:
-                v = v.batch
-            if type(v) is PackedBatch:
-                if values.get(name) is not v:
-                    return  # the request made something else of it: not rebuildable
-                values[name] = None  # held weakly, put back per call
-                refs.append(weakref.ref(v))
-        if len(self._seen) >= self.KNOWN:
-            self._seen.clear()
-        self._seen[key] = (tuple(refs), (values, req.__pydantic_fields_set__), plan, None)
+    def _op(self, op: str | Op) -> Op:
+        if isinstance(op, Op):
+            return op
+        if op not in OPS:
+            raise InputError([(None, f"unknown operation {op!r} (known: {', '.join(OPS)})")],
+                             what="submission")
+        return OPS[op]
 
-    # ------------------------------------------------------------------ the known-call replay
-    # A known call (above) on an asynchronous backend, with nothing to wait for and every
-    # operand a packed batch already on the backend's memory, replays what its second run
-    # decided: which buffers the kernels read, which outputs to allocate and how, the scalars,
-    # and the form of each output. No request, no memory checks, no staging. Measured on the
-    # 2-core VM with a null backend (docs/decisions.md#host-known-calls): a GEMM of three packed
-    # batches ~15.5 -> ~8 us a call.
-    def _learn(self, key: tuple, op: Op, req, overwrite: bool) -> None:
-        entry = self._seen.get(key)
-        if entry is None or entry[3] is not None:
-            return
-        recipe = self._recipe(op, req, overwrite)
-        if recipe is not None:
-            self._seen[key] = entry[:3] + (recipe,)
-
-    def _recipe(self, op: Op, req, overwrite: bool) -> tuple | None:
-        """What :meth:`_replay_known` needs to run ``op`` again on operands laid out as
-        ``req``'s (the same packed batches, or twins made with ``with_data``), or None where
-        a call must take the general path (a list operand, a host one, a synchronous
-        backend). Also used by callers that keep their own requests (vbatch.sparse)."""
-        if self._pool is not None:
-            return None
-        b = self.backend
-        ins = []
-        for name, operand, written in op._ins:
-            given = getattr(req, operand)
-            if given is None:
-                ins.append((name, None))
-                continue
-            if type(given) is not PackedBatch or given.kind != b.kind:
-                return None  # staged (uploaded or gathered) per call
-            if written and not overwrite and not given.cache().get(("fits", b.name)):
-                return None  # the memory check may have something to say next time
-            ins.append((name, operand))
-        outs = []
-        for name, operand, like, buf in op._outs:
-            given = getattr(req, operand)
-            if given is None:
-                m, n = buf.shape(req)
-                form = getattr(req, buf.form)
-                if type(form) is not PackedBatch or form.kind != b.kind:
-                    return None
-                order = form.order if type(form) is PackedBatch else "C"
-                outs.append((name, 0, b.buffer_maker(m, n, form.dtype, order, not buf.complete),
-                             form.frontend, _list_form(form)))
-            elif type(given) is not PackedBatch or given.kind != b.kind:
-                return None
-            elif overwrite:
-                outs.append((name, 2, like, None, _list_form(given)))
-            else:
-                outs.append((name, 1, like, given.frontend, _list_form(given)))
-        scalars = op.scalars(req) if op.scalars is not None else None
-        return tuple(ins), tuple(outs), scalars
-
-    def _replay_known(self, op: Op, plan: Plan, recipe: tuple, fields: dict) -> Future:
-        b = self.backend
-        ins, outs, scalars = recipe
-        staged: dict = {}
-        for name, field in ins:
-            if field is None:
-                staged[name] = None
-            else:
-                v = fields[field]
-                staged[name] = v.batch if type(v) is Views else v
-        try:
-            for name, how, arg, _, _ in outs:
-                if how == 0:
-                    staged[name] = arg()
-                elif how == 1:
-                    staged[name] = b.new_output(staged[arg])
-                else:
-                    staged[name] = staged[arg]
-            completion = b.run(plan, staged, self.config, scalars)
-        except BaseException as exc:  # noqa: BLE001 - delivered through the future, as _run_async
-            fut = Future(self, threaded=False)
-            fut._fail(exc)
-            return fut
-        fut = Future(self, threaded=False)  # (after the launch: the GPU's work hides it)
-        result = op.result
-
-        def finish(info: np.ndarray):
-            out = {}
-            for name, how, _, frontend, listed in outs:
-                work = b.batch_of(staged[name])
-                if how != 2:
-                    work = work.with_frontend(frontend)
-                out[name] = _give(work, listed)
-            return result(out, info, plan)
-
-        fut._completion, fut._finish = completion, finish
+    def _tail(self, completion: Completion) -> None:
         with self._lock:
             self._tails[completion.queue] = completion
-        return fut
 
-    def _submit(self, op: Op, req, batch, after, overwrite: bool, fast: bool,
-                plan: Plan | None = None) -> Future:
+    def _submit(self, op: Op, req, after, overwrite: bool, plan: Plan) -> Future:
+        """The staged road of a run (runtime/prepared.py): checks, ``after=``, staging."""
         deps = [] if type(after) is tuple and not after else _deps(after)
         for d in deps:
             settle = getattr(d, "_settle", None)  # a coalesced member still in its bucket
             if settle is not None:
                 settle()
-        if op is POTRF:
-            self._check_memory(batch, overwrite)
-        else:
-            for _, operand, written in op._ins:
-                given = getattr(req, operand)
-                if given is not None:
-                    self._check_memory(given, overwrite, written)
-        if plan is None:
-            plan = self._plan(op, req, batch, fast)
+        for _, operand, written in op._ins:
+            given = getattr(req, operand)
+            if given is not None:
+                self._check_memory(given, overwrite, written)
         fut = Future(self, threaded=self._pool is not None)
         job = (fut, op, req, overwrite, plan, deps)
         if self._pool is not None:
             self._pool.submit(self._run_sync, *job)
         else:
             self._run_async(*job)
-            if (fast and op is POTRF and not deps and type(batch) is PackedBatch
-                    and batch.kind == self.backend.kind and fut._error is None):
-                batch.cache()[(self._token, overwrite, type(batch.data))] = _Replay(plan)
-        return fut
-
-    # ------------------------------------------------------------------ the replay path
-    # A packed batch factored again on an asynchronous backend, with nothing to wait for:
-    # everything the general path decides (request, checks, plan, staging, the form of the
-    # result) was decided by the first such call and cannot have changed (a packed batch's
-    # layout is read-only), so the call is an output buffer, the backend's launch and a future.
-    # The general path costs ~11 us of Python per call before the backend (2-core VM, a null
-    # backend: docs/decisions.md#host-packed-replay); this one ~5 us (6.6 against 11.5 us a call,
-    # the stub's own ~2 us in both). Asynchronous backends only: on the CPU a call is a job on the
-    # runtime's worker thread, whose cost is the work itself.
-    def _replay(self, entry: "_Replay", batch: PackedBatch, overwrite: bool) -> Future:
-        # The launch first, then the Python objects of the call (the output's batch, the
-        # future, the finisher), which the GPU's work then hides. From the second replay of an
-        # entry the backend's fire() takes only the buffers' arrays (Backend.replayer).
-        b, plan = self.backend, entry.plan
-        try:
-            data = batch.data
-            fire = entry.fire
-            completion = None
-            if fire:
-                out_data = data if overwrite else b.new_data(data)
-                completion = fire((data, out_data))
-                if completion is not None:
-                    out = batch if overwrite else batch.with_data(out_data)
-            if completion is None:
-                out = batch if overwrite else b.new_output(batch)
-                buffers = {"a": batch, "l": out}
-                if fire is None:  # (before the run: what it raises, the run would)
-                    entry.fire = b.replayer(plan, buffers, self.config)
-                completion = b.run(plan, buffers, self.config)
-        except BaseException as exc:  # noqa: BLE001 - delivered through the future, as _run_async
-            fut = Future(self, threaded=False)
-            fut._fail(exc)
-            return fut
-        fut = Future(self, threaded=False)
-        # The factors in the caller's form, made while the GPU works: only info waits for it.
-        f = out if overwrite else out.with_frontend(batch.frontend)
-        factors = _give(f, _list_form(batch))
-        fut._completion = completion
-        fut._finish = lambda info: CholeskyResult(factors, info, plan)
-        with self._lock:
-            self._tails[completion.queue] = completion
         return fut
 
     def _check_memory(self, batch, overwrite: bool, written: bool = True) -> None:
@@ -802,72 +416,29 @@ class Runtime:
         # future's result() then raises DependencyError too.
         fut._attach(completion, finish, [(i, d) for i, d in enumerate(deps)
                                          if d.completion() in waits] if deps else None)
-        with self._lock:
-            self._tails[completion.queue] = completion
-
-
-_NO_CACHE: dict = {}
-
-
-class _Replay:
-    """A packed batch's replay entry (Runtime._replay): its plan and, once the backend has
-    one for it (Backend.replayer), the backend's ``fire``."""
-
-    __slots__ = ("plan", "fire")
-
-    def __init__(self, plan: Plan):
-        self.plan, self.fire = plan, None
-
-
-def _deps(after: Any) -> list:
-    """``after=`` as a list of futures; anything else is named before any work."""
-    deps = list(after) if isinstance(after, (list, tuple)) else [after]
-    bad = [(None, f"after[{i}] is a {type(d).__name__}, not a vbatch.Future")
-           for i, d in enumerate(deps) if not isinstance(d, Future)]
-    if bad:
-        raise InputError(bad, what="submission")
-    return deps
-
-
-_PACKED = object()  # (_list_form: an operand that came as a packed batch)
-
-
-def _list_form(form):
-    """The form of an operand's outputs: :data:`_PACKED` for a packed batch, else (a list, or
-    the Views an earlier call gave for one: outputs go back as a list too) which of its
-    problems came as 1-D arrays (None: none; ``MatrixList.vector``)."""
-    if type(form) is MatrixList:
-        return form.vector
-    if "_vb_views" in form.__dict__:
-        return form.__dict__.get("_vb_vector")
-    return _PACKED
-
-
-def _give(work: PackedBatch, form):
-    """``work`` in the form :func:`_list_form` said."""
-    return work if form is _PACKED else Views(work, form)
+        self._tail(completion)
 
 
 _PLAIN = frozenset({bool, int, float, str, np.float64, np.float32, np.int64, np.int32,
                     np.bool_})
 
 
-def _rebuild(cls, template: tuple, fields: dict):
-    """A request of ``cls`` from a validated one's fields (``template``), the batches of this
-    call put back in: what pydantic's model_construct does, without its per-field work."""
-    values, fields_set = template
-    values = dict(values)
+def _key(op: Op, fields: dict) -> tuple | None:
+    """A call's key in the runtime's prepared calls: the op, each packed batch's layout (the
+    cache its with_data twins share) and the other fields' values; None where an operand is
+    not a packed batch (a list is staged on every call anyway)."""
+    key = [op.name]
     for name, v in fields.items():
-        if type(v) is Views:
-            v = v.batch
-        if type(v) is PackedBatch:
-            values[name] = v
-    new = cls.__new__(cls)
-    object.__setattr__(new, "__dict__", values)
-    object.__setattr__(new, "__pydantic_fields_set__", fields_set)
-    object.__setattr__(new, "__pydantic_extra__", None)
-    object.__setattr__(new, "__pydantic_private__", None)
-    return new
+        t = type(v)
+        if t is Views:  # a list an earlier call gave: its packed batch (operands.py)
+            v, t = v.batch, PackedBatch
+        if t is PackedBatch:
+            key += (name, id(v.cache()))
+        elif v is None or t in _PLAIN:
+            key += (name, t, v)  # the type too: True == 1 == 1.0 as dict keys
+        else:
+            return None
+    return tuple(key)
 
 
 def _bytes(n: float) -> str:
@@ -900,41 +471,15 @@ def default_runtime() -> Runtime:
         return _default
 
 
-def cholesky(mats: Any, npiv: Any = None, *, after: Any = (), overwrite: bool = False) -> Future:
-    """:meth:`Runtime.cholesky` on the default runtime."""
-    return default_runtime().cholesky(mats, npiv, after=after, overwrite=overwrite)
+def prepare(op: str, **fields: Any) -> Prepared:
+    """:meth:`Runtime.prepare` on the default runtime."""
+    return default_runtime().prepare(op, **fields)
 
 
-def gemm(a: Any, b: Any, c: Any = None, **kw: Any) -> Future:
-    """:meth:`Runtime.gemm` on the default runtime."""
-    return default_runtime().gemm(a, b, c, **kw)
-
-
-def syrk(a: Any, c: Any = None, **kw: Any) -> Future:
-    """:meth:`Runtime.syrk` on the default runtime."""
-    return default_runtime().syrk(a, c, **kw)
-
-
-def syr2k(a: Any, b: Any, c: Any = None, **kw: Any) -> Future:
-    """:meth:`Runtime.syr2k` on the default runtime."""
-    return default_runtime().syr2k(a, b, c, **kw)
-
-
-def trsm(a: Any, b: Any, **kw: Any) -> Future:
-    """:meth:`Runtime.trsm` on the default runtime."""
-    return default_runtime().trsm(a, b, **kw)
-
-
-def trmm(a: Any, b: Any, **kw: Any) -> Future:
-    """:meth:`Runtime.trmm` on the default runtime."""
-    return default_runtime().trmm(a, b, **kw)
-
-
-def potrs(l: Any, b: Any, **kw: Any) -> Future:  # noqa: E741 - LAPACK's name
-    """:meth:`Runtime.potrs` on the default runtime."""
-    return default_runtime().potrs(l, b, **kw)
-
-
-def posv(a: Any, b: Any, **kw: Any) -> Future:
-    """:meth:`Runtime.posv` on the default runtime."""
-    return default_runtime().posv(a, b, **kw)
+# The operations' methods and module functions, made from the registry (vbatch.ops.op.caller):
+# ``rt.gemm(a, b, ...)`` is ``rt.submit("gemm", a=a, b=b, ...)`` with gemm's signature.
+API = tuple(op.api.__name__ for op in public())
+for _op in public():
+    setattr(Runtime, _op.api.__name__, caller(_op, "self.submit"))
+    globals()[_op.api.__name__] = caller(_op, "_runtime().submit", {"_runtime": default_runtime})
+del _op

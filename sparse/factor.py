@@ -15,7 +15,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from vbatch.core.batch import ListLike, PackedBatch, array_kind
-from vbatch.core.errors import InputError, validated
+from vbatch.core.errors import InputError
 from vbatch.sparse.analysis import (
     RELAX_WIDTH,
     RELAX_ZEROS,
@@ -156,7 +156,7 @@ class Factor:
                                 n=np.ones(len(u), np.int64), offset=roff,
                                 ld=np.maximum(u, 1), order="F")
         self._layouts: dict = {}  # the solve's right-hand-side layouts, per column count
-        self._requests: dict = {}  # validated requests and their plans (_submit)
+        self._prepared: dict = {}  # (op, right-hand-side columns) -> its prepared call
         # global permuted row -> its row in the matrices' stacked original numbering (the
         # solve's maps are made from it, once per column count: _layout)
         self._gperm = _stack([a.perm for a in an], self._row0[:-1])
@@ -184,36 +184,22 @@ class Factor:
         self.stats.factor_s = time.perf_counter() - t0
 
     def _submit(self, op, x):
-        """Submit ``op`` over this factor's fronts (and right-hand sides ``x``). The request
-        is validated and planned on the first call only: every field but ``x`` is this
-        factor's own and never changes, and ``x`` is always a twin (``with_data``) of one
-        layout per column count, so the request is copied with it put in and the plan reused.
-        The runtime's known-call path cannot see that (``parent`` and ``npiv`` are arrays);
-        validating a request of 40,000 fronts costs milliseconds, and a small matrix's whole
-        factorization is a fraction of one on the GPU."""
+        """Run ``op`` over this factor's fronts (and right-hand sides ``x``) as a prepared
+        call, made on the first run: every operand but ``x`` is this factor's own and never
+        changes, and ``x`` is always a twin (``with_data``) of one layout per column count, so
+        a later run replays it (no validation, no staging). Validating a request of 40,000
+        fronts costs milliseconds, and a small matrix's whole factorization is a fraction of
+        one on the GPU."""
         key = (op.name, None if x is None else int(x.n[0]) if x.k else 0)
-        hit = self._requests.get(key)
-        if hit is None:
+        p = self._prepared.get(key)
+        if p is None:
             fields = dict(a=self._work, rel=self._rel, parent=self._parent, npiv=self._width,
                           overwrite=True)
             if x is not None:
                 fields["x"] = x
-            req = validated(op.request, **fields)
-            hit = self._requests[key] = [req, self._rt._plan(op, req, req.a, False), None]
-        req, plan, recipe = hit
-        if recipe is not None:
-            # A later call replays the runtime's recipe (what to stage and allocate): no
-            # request copy, no memory checks, no staging. ~0.1 ms of a small matrix's factor
-            # and solve went to that Python (494_bus: 0.216 and 0.309 ms against cuDSS's
-            # 0.118 and 0.078; H100, 2026-11-25).
-            return self._rt._replay_known(op, plan, recipe,
-                                          {"a": self._work, "rel": self._rel, "x": x})
-        if x is not None:
-            req = req.model_copy(update={"x": x})
-        fut = self._rt._submit(op, req, req.a, (), True, False, plan)
-        if fut._error is None:
-            hit[2] = self._rt._recipe(op, req, True)
-        return fut
+            p = self._prepared[key] = self._rt.prepare(op, **fields)
+            return p.run()
+        return p.run() if x is None else p.run(x=x)
 
     def _matrix_info(self, finfo: np.ndarray) -> np.ndarray:
         info = np.zeros(len(self.analyses), np.int64)

@@ -51,7 +51,7 @@ def main() -> int:
                     packed = vbatch.pack(mats, order=order)
                     dev = packed.with_data(cupy.asarray(packed.data))
                     res = rt.cholesky(dev, p).result()
-                    if p is None:  # the replays (Runtime._replay; fire from the second on)
+                    if p is None:  # the replays (runtime/prepared.py; fire from the second on)
                         for _ in range(3):
                             res = rt.cholesky(dev).result()
                     host = res.factors.with_data(res.factors.data.get())

@@ -647,7 +647,7 @@ def test_a_repeated_packed_call_validates_and_plans_nothing_again(device, monkey
 @pytest.mark.gpu
 def test_a_known_call_replays_on_cuda_with_fresh_outputs(monkeypatch):
     """From its second run on, a known call on the GPU skips the request, the checks and the
-    staging (Runtime._replay_known): each call still gets its own output (earlier results stay
+    staging (Prepared._replay): each call still gets its own output (earlier results stay
     as they were), reads its operands' current contents, and keeps the output's form (a new
     output, an out-of-place one, one written in place, the Views of an earlier list result)."""
     import cupy

@@ -224,9 +224,9 @@ def test_a_joined_bucket_keeps_its_lists_addresses():
     a1 = np.arange(6, dtype=np.int64).reshape(3, 2)
     a2 = 10 + np.arange(3, dtype=np.int64).reshape(3, 1)
     joined = _joined([req([2, 3], a1), req([4], a2)])
-    assert joined.batch.n.tolist() == [2, 3, 4]
-    assert np.array_equal(joined.batch.addr, np.concatenate([a1, a2], axis=1))
-    assert _joined([req([2, 3], a1), req([4], None)]).batch.addr is None
+    assert joined["batch"].n.tolist() == [2, 3, 4]
+    assert np.array_equal(joined["batch"].addr, np.concatenate([a1, a2], axis=1))
+    assert _joined([req([2, 3], a1), req([4], None)])["batch"].addr is None
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -324,7 +324,7 @@ def test_a_launch_the_grid_cannot_hold_is_refused_at_submit(cupy, monkeypatch):
 
 
 def test_repeated_packed_calls_replay_the_first(cupy):
-    """A packed batch factored again takes the replay path (runtime._replay) and the pointer
+    """A packed batch factored again takes the replay road (runtime/prepared.py) and the pointer
     tables fixed on the device (kernels/cuda.py): results equal the first call's, with results
     kept alive (new outputs each time), several calls in flight (several info slots), in place,
     and a host sibling of the batch (same cache) still going through the general path."""
@@ -375,16 +375,16 @@ def test_repeated_packed_calls_replay_the_first(cupy):
     # From the second replay on, the calls went through the backend's fire (Backend.replayer),
     # which takes the buffers' addresses from each call: a batch of the same layout over other
     # data (with_data: the same cache, so the same replay entry) is factored from its own data.
-    entry = dev.cache()[(rt._token, False, cupy.ndarray)]
-    fire, fired = entry.fire, []
-    assert fire is not None
+    (entry,) = [p for p in rt._calls.values() if p.op.name == "potrf"]
+    fire, fired = entry._fire, []
+    assert fire
 
     def counted(datas):
         done = fire(datas)
         fired.append(done is not None)
         return done
 
-    entry.fire = counted
+    entry._fire = counted
     mats2 = spd_list(ns, np.float64, rng)
     sib = dev.with_data(cupy.asarray(pack(mats2, order="F").data))
     for _ in range(3):

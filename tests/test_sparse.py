@@ -1043,7 +1043,7 @@ def test_large_fronts_factor_in_blocks(device, dtype):
     bad[200, 200] = -50.0
     mats.append(sp.csr_matrix(bad))
     F = sparse.cholesky(mats, runtime=rt, dtype=dtype)
-    plan = F._requests[("frontal", None)][1]
+    plan = F._prepared[("frontal", None)].plan
     assert plan.counts().get("blas.gemm"), "no front was blocked"
     assert F.info[3] > 0 and not F.info[:3].any(), F.info
     plain = sparse.cholesky(mats[:3], runtime=Runtime(device), dtype=dtype)

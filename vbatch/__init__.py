@@ -53,26 +53,25 @@ from vbatch.ops import (  # noqa: E402
     reference,
     residual,
 )
+import vbatch.runtime as _runtime  # noqa: E402
 from vbatch.runtime import (  # noqa: E402
+    API,
     CholeskyResult,
     Config,
     DependencyError,
     Future,
     PosvResult,
+    Prepared,
     Runtime,
-    cholesky,
     cuda_status,
     default_runtime,
-    gemm,
     pack,
-    posv,
-    potrs,
-    syrk,
-    syr2k,
-    trmm,
-    trsm,
+    prepare,
 )
 from vbatch.scheduler import Launch, Plan, make_plan, plan_cholesky  # noqa: E402
+
+# cholesky, gemm, ...: one function per registered operation (vbatch.runtime.API)
+globals().update({_name: getattr(_runtime, _name) for _name in API})
 
 __version__ = "0.1.0"
 
@@ -87,22 +86,17 @@ __all__ = [
     "Launch",
     "PackedBatch",
     "Plan",
+    "Prepared",
     "Runtime",
-    "cholesky",
     "cholesky_flops",
     "cuda_status",
     "default_runtime",
     "make_plan",
     "pack",
     "plan_cholesky",
+    "prepare",
     "reference",
     "residual",
     "PosvResult",
-    "gemm",
-    "posv",
-    "potrs",
-    "syrk",
-    "syr2k",
-    "trmm",
-    "trsm",
+    *API,
 ]

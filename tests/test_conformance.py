@@ -1,17 +1,23 @@
-"""Contracts every op keeps on every backend, checked through one table of the ops.
+"""The conformance suite: every registered operation on every backend, from the registry.
 
-* A parameter is part of the plan: the same shapes called again with one parameter changed, on
-  one runtime, give that parameter's result (never a plan made for the other value).
+Each public op's ``example`` (vbatch.ops.op.Example, in its op module) gives float64 operands
+of given sizes, the parameter sets to try and the reference of every output; this module runs
+it through the op's Runtime method, the path a user takes. A new op gets all of it by
+registering. Checked:
+
+* every dtype, form (list, column-major and row-major pack) and array kind (the device's own,
+  torch's where installed), sizes 0, 1, tile - 1, tile, tile + 1 and past it in one batch,
+  against the float64 reference;
+* a parameter is part of the plan: the same shapes called again with one parameter changed, on
+  one runtime, give that parameter's result (never a plan made for the other value);
 * ``overwrite=True`` writes the caller's own arrays, down to 1 x 1; ``overwrite=False`` leaves
-  a packed input's buffer exactly as it was, padding and gaps included.
-* ``alpha = 0`` (trsm, trmm) and ``beta = 0`` (gemm, syrk, syr2k) read nothing they multiply:
-  NaN there does not reach the output, in list and packed form, on sizes past every small path.
-* ``Future.result(timeout=)`` raises ``TimeoutError`` while the work is held, then returns it.
-* A plan's launch groups run in the documented order: levels in order, and inside a launch
-  the task with the most work first.
-
-Each op's case (``CASES``) draws square operands of the given sizes (so that every parameter
-value fits the same shapes), calls the op and gives the float64 reference of each output.
+  a packed input's buffer exactly as it was, padding and gaps included;
+* a zero ``alpha``/``beta`` reads nothing it multiplies: NaN there does not reach the output;
+* ``Future.result(timeout=)`` raises ``TimeoutError`` while the work is held, then returns it;
+* a plan's launch groups run in the documented order (levels, then most work first);
+* a call ordered after a failed future raises DependencyError;
+* bad input is named (problem and operand) before any work;
+* a prepared call runs, rebinds operands of the same sizes, and names other sizes.
 """
 
 from __future__ import annotations
@@ -20,7 +26,6 @@ import concurrent.futures as cf
 import importlib.util
 import threading
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 import pytest
@@ -29,16 +34,9 @@ from _check import to_host
 from conftest import DEVICES
 from vbatch import PackedBatch, Runtime
 from vbatch.kernels.cpu import CpuBackend
-from vbatch.ops import (
-    gemm_reference,
-    potrs_reference,
-    reference,
-    syr2k_reference,
-    syrk_reference,
-    trmm_reference,
-    trsm_reference,
-)
 from vbatch.ops.generate import spd
+from vbatch.ops.op import OPS as REGISTERED
+from vbatch.ops.op import Example, public
 
 SIZES = [0, 1, 2, 7, 31, 32, 33, 70]  # around the CUDA kernels' 32-wide tiles; 70: past them
 
@@ -87,114 +85,36 @@ def _host_list(x):
     return [_host(a) for a in x]
 
 
-def _tri(rng, n, lower=True):
-    """A well-conditioned triangle (both halves filled: each op reads only its own)."""
-    t = rng.uniform(-1, 1, (n, n)) / max(n, 1)
-    np.fill_diagonal(t, rng.uniform(1, 2, n) * rng.choice([-1, 1], n))
-    return t
+OPS = [op.name for op in public()]
 
 
 @dataclass
 class Case:
-    """An op's operands (numpy, float64), what ``call`` passes, and the reference."""
+    """An op's example and how its Runtime method names the operands."""
 
-    name: str  # the op's registered name
-    fields: tuple  # its operands' request fields, in the order its Runtime method takes them
-    operands: dict  # field -> list of numpy arrays
-    outputs: Callable  # result -> list of output lists (host), in reference order
-    reference: Callable  # (operands, params) -> list of lists of float64 arrays
-    params: list  # parameter sets; each differs from the one before in one parameter
-    written: str  # the operand that overwrite=True writes
-    read: str | None = None  # an operand alpha = 0 / beta = 0 must not read
-    zero: str | None = None  # the scalar that is 0 there
+    name: str
+    ex: Example
+
+    def __getattr__(self, name):
+        return getattr(self.ex, name)
 
     def call(self, rt, operands: dict, params: dict):
         """The op through its Runtime method (the path a user takes; ``potrf``: cholesky)."""
-        method = getattr(rt, "cholesky" if self.name == "potrf" else self.name)
-        return method(*(operands[f] for f in self.fields), **params)
+        op = REGISTERED[self.name]
+        param = {f: p for p, f in op.fields}  # request field -> the method's parameter
+        return getattr(rt, op.api.__name__)(
+            **{param.get(f, f): v for f, v in operands.items()}, **params)
 
     def plan(self, rt, operands: dict, params: dict):
         return rt.plan_for(self.name, **operands, **params)
 
 
-def _spd_list(rng, sizes):
-    return [spd(n, np.float64, rng) for n in sizes]
-
-
-def _square(rng, sizes):
-    return [rng.uniform(-1, 1, (n, n)) for n in sizes]
-
-
 def make_case(op: str, rng, sizes) -> Case:
-    if op == "potrf":
-        return Case(
-            op, ("batch",), {"batch": _spd_list(rng, sizes)},
-            lambda r: [_host_list(r.factors)],
-            lambda o, p: [[reference(x, None if p.get("npiv") is None else p["npiv"][i])[0]
-                           for i, x in enumerate(o["batch"])]],
-            [{}, {"npiv": [min(5, n) for n in sizes]}, {"npiv": [n // 2 for n in sizes]}, {}],
-            "batch")
-    if op == "gemm":
-        ops = {"a": _square(rng, sizes), "b": _square(rng, sizes), "c": _square(rng, sizes)}
-        flags = ["trans_a", "trans_b"]
-        return Case(
-            op, ("a", "b", "c"), ops, lambda r: [_host_list(r)],
-            lambda o, p: [[gemm_reference(x, y, z, **p) for x, y, z in
-                           zip(o["a"], o["b"], o["c"])]],
-            _flips(flags, {"alpha": 1.0, "beta": 0.5}) + [{"alpha": -2.0, "beta": 0.5}],
-            "c", "c", "beta")
-    if op in ("syrk", "syr2k"):
-        ops = {"a": _square(rng, sizes), "c": _square(rng, sizes)}
-        if op == "syr2k":
-            ops["b"] = _square(rng, sizes)
-        fields = ("a", "b", "c") if op == "syr2k" else ("a", "c")
-        fn = syr2k_reference if op == "syr2k" else syrk_reference
-        return Case(
-            op, fields, ops, lambda r: [_host_list(r)],
-            lambda o, p: [[fn(*xs, **p) for xs in zip(*(o[f] for f in fields))]],
-            _flips(["trans", "lower"], {"alpha": 1.0, "beta": 0.5}), "c", "c", "beta")
-    if op in ("trsm", "trmm"):
-        ops = {"a": [_tri(rng, n) for n in sizes], "b": _square(rng, sizes)}
-        fn = trsm_reference if op == "trsm" else trmm_reference
-        base = {"alpha": 1.5, "side": "left"}
-        params = _flips(["lower", "trans_a", "unit_diagonal"], base)
-        params += [dict(params[-1], side="right")]
-        return Case(
-            op, ("a", "b"), ops, lambda r: [_host_list(r)],
-            lambda o, p: [[fn(x, y, **p) for x, y in zip(o["a"], o["b"])]],
-            params, "b", "b", "alpha")
-    if op == "potrs":
-        ls = [np.linalg.cholesky(x) for x in _spd_list(rng, sizes)]
-        ops = {"l": ls, "b": _square(rng, sizes)}
-        return Case(
-            op, ("l", "b"), ops, lambda r: [_host_list(r)],
-            lambda o, p: [[potrs_reference(x, y) for x, y in zip(o["l"], o["b"])]],
-            [{}], "b")
-    if op == "posv":
-        ops = {"a": _spd_list(rng, sizes), "b": _square(rng, sizes)}
-        return Case(
-            op, ("a", "b"), ops,
-            lambda r: [_host_list(r.factors), _host_list(r.solutions)],
-            lambda o, p: [[reference(x)[0] for x in o["a"]],
-                          [potrs_reference(reference(x)[0], y) for x, y in zip(o["a"], o["b"])]],
-            [{}], "b")
-    raise KeyError(op)
-
-
-def _flips(flags, base):
-    """Parameter sets that turn ``flags`` on one at a time, then off again one at a time."""
-    out, cur = [dict(base, **{f: False for f in flags})], {f: False for f in flags}
-    for f in flags + flags:
-        cur[f] = not cur[f]
-        out.append(dict(base, **cur))
-    return out
-
-
-OPS = ["potrf", "gemm", "syrk", "syr2k", "trsm", "trmm", "potrs", "posv"]
+    return Case(op, REGISTERED[op].example(rng, list(sizes)))
 
 
 def _check(case, res, params, dtype, where):
-    got = case.outputs(res)
+    got = [_host_list(x) for x in case.outputs(res)]
     want = case.reference(case.operands, params)
     tol = 50 * max(SIZES + [1]) * np.finfo(dtype).eps
     for g_list, w_list in zip(got, want):
@@ -212,7 +132,7 @@ KINDS = ["native"] + [k for k in ("torch",) if importlib.util.find_spec(k)]
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("kind", KINDS)
-@pytest.mark.parametrize("form", ["list", "packedF"])
+@pytest.mark.parametrize("form", ["list", "packedF", "packedC"])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("op", OPS)
 def test_every_op_in_every_dtype_form_and_array_kind(device, kind, form, dtype, op):
@@ -234,8 +154,7 @@ def test_every_op_in_every_dtype_form_and_array_kind(device, kind, form, dtype, 
                     for k, v in operands.items()}
     res = case.call(Runtime(device), operands, case.params[0]).result()
     if kind == "torch":  # (the outputs are torch's too)
-        given = res.factors if op == "potrf" else (
-            res.solutions if op == "posv" else res)
+        given = case.outputs(res)[-1]
         first = given[0] if form == "list" else given.buffer
         assert type(first).__module__.split(".")[0] == "torch", type(first)
     _check(case, res, case.params[0], dtype, f"{op} {kind} {form} {np.dtype(dtype).name}")
@@ -266,19 +185,15 @@ def test_overwrite_writes_the_callers_arrays_down_to_one_by_one(device, op):
         operands = {k: _form(v, "list", device, np.float64) for k, v in case.operands.items()}
         mine = list(operands[case.written])
         res = case.call(Runtime(device), operands, dict(params, overwrite=True)).result()
-        want = case.reference(case.operands, params)
-        # the output that replaces the written operand: the factors for cholesky, else the last
-        out = want[0] if op == "potrf" else want[-1]
-        if op == "posv":  # posv writes a (the factors) and b (the solutions)
-            out = want[1]
+        out = case.reference(case.operands, params)[-1]  # what replaces the written operand
         for i, (arr, w) in enumerate(zip(mine, out)):
             got = to_host(arr).astype(np.float64)
-            if op == "potrf":
-                got = np.tril(got)
+            if case.mask is not None:
+                got = case.mask(got)
             err = np.abs(got - w).max(initial=0.0) / max(np.abs(w).max(initial=0.0), 1.0)
             assert err <= 1e-12, f"{op} {params}, problem {i} (n {sizes[i]}): caller's array " \
                                  f"not written ({err:.2e})"
-        given = res.solutions if op == "posv" else (res.factors if op == "potrf" else res)
+        given = case.outputs(res)[-1]
         assert all(g is a for g, a in zip(given, mine)), f"{op}: not the caller's arrays back"
 
 
@@ -303,7 +218,8 @@ NAN_SIZES = [0, 1, 5, 32, 33, 70, 100, 130, 200]  # past the compiled small path
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("form", ["list", "packedF", "packedC"])
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
-@pytest.mark.parametrize("op", ["gemm", "syrk", "syr2k", "trsm", "trmm"])
+@pytest.mark.parametrize("op", [o.name for o in public()
+                                if o.example(np.random.default_rng(0), [1]).zero])
 def test_a_zero_scalar_reads_nothing_it_multiplies(device, form, dtype, op):
     """alpha = 0 in trsm/trmm gives zeros without reading b; beta = 0 in gemm/syrk/syr2k does
     not read c: NaN there never reaches the output."""
@@ -317,9 +233,9 @@ def test_a_zero_scalar_reads_nothing_it_multiplies(device, form, dtype, op):
     clean = dict(case.operands, **{case.read: [np.zeros_like(x) for x in case.operands[case.read]]})
     want = case.reference(clean, params)
     tol = 50 * max(NAN_SIZES) * np.finfo(dtype).eps
-    for i, (g, w) in enumerate(zip(case.outputs(res)[0], want[0])):
+    for i, (g, w) in enumerate(zip(_host_list(case.outputs(res)[0]), want[0])):
         g = np.asarray(g, np.float64)
-        if op in ("syrk", "syr2k"):  # the other triangle is c's own: NaN, as given
+        if case.zero == "beta" and "lower" in params:  # the other triangle: c's own, NaN
             keep = np.tril(np.ones(g.shape, bool)) if params["lower"] else \
                 np.triu(np.ones(g.shape, bool))
             g, w = g[keep], w[keep]
@@ -377,13 +293,6 @@ def test_launch_groups_are_in_level_order_with_the_most_work_first(device, op):
     assert groups, "no launch of two tasks or more: the order was not checked"
 
 
-def test_every_op_is_in_the_table():
-    """A new op gets these contracts by a case in make_case."""
-    from vbatch.ops.op import OPS as REGISTERED
-
-    assert set(REGISTERED) - {"frontal", "frontal_solve"} <= set(OPS), "an op without a case"
-
-
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("op", OPS)
 def test_after_a_failed_future_every_op_raises_a_dependency_error(device, op, monkeypatch):
@@ -412,3 +321,89 @@ def test_after_a_failed_future_every_op_raises_a_dependency_error(device, op, mo
     params = dict(case.params[0], after=[first])
     with pytest.raises(DependencyError, match=r"after\[0\] failed"):
         case.call(rt, operands, params).result(timeout=60)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("op", OPS)
+def test_bad_input_is_named_before_any_work(device, op, monkeypatch):
+    """A problem of the wrong shape or dtype raises InputError naming the problem (and the
+    operand, where the op has several), and nothing reaches the backend."""
+    from vbatch import InputError
+
+    rt = Runtime(device)
+    began = []
+    real = type(rt.backend).begin
+    monkeypatch.setattr(type(rt.backend), "begin",
+                        lambda self, *a, **kw: began.append(1) or real(self, *a, **kw))
+    case = make_case(op, np.random.default_rng(11), [3, 4, 5])
+    first = next(iter(case.operands))
+    for how in ("shape", "dtype"):
+        operands = {k: [_xp(device).asarray(a) for a in v] for k, v in case.operands.items()}
+        x = case.operands[first][1]
+        operands[first][1] = _xp(device).asarray(
+            np.zeros((x.shape[0] + 1, x.shape[1])) if how == "shape" else x.astype(np.int64))
+        with pytest.raises(InputError, match="problem 1") as err:
+            case.call(rt, operands, case.params[0])
+        if len(case.operands) > 1 and how == "dtype":
+            assert f"{first}:" in str(err.value), str(err.value)
+    assert not began
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("form", ["list", "packedF", "packedC"])
+@pytest.mark.parametrize("op", OPS)
+def test_a_prepared_call_runs_again_and_names_other_sizes(device, form, op):
+    """rt.prepare plans once; run() repeats the call (the replay road on the GPU, packed), on
+    the operands it was prepared with or on new ones of the same sizes in any form; operands
+    of other sizes are named problem by problem, never planned again; overwrite is per run."""
+    from vbatch import InputError
+
+    sizes = [0, 1, 31, 33, 5]
+    case = make_case(op, np.random.default_rng(9), sizes)
+    params = case.params[-1]
+    rt = Runtime(device)
+    operands = {k: _form(v, form, device, np.float64) for k, v in case.operands.items()}
+    p = rt.prepare(op, **operands, **params)
+    assert p.plan is rt.plan_for(op, **operands, **params)
+    for run in range(3):
+        _check(case, p.run().result(), params, np.float64, f"{op} {form}, run {run}")
+    other = "packedF" if form == "list" else "list"
+    case2 = make_case(op, np.random.default_rng(10), sizes)
+    for f in (form, other):
+        new = {k: _form(v, f, device, np.float64) for k, v in case2.operands.items()}
+        _check(case2, p.run(**new).result(), params, np.float64, f"{op} {form}, rebound {f}")
+    bigger = make_case(op, np.random.default_rng(12), [0, 1, 31, 34, 5])
+    new = {k: _form(v, form, device, np.float64) for k, v in bigger.operands.items()}
+    first = next(iter(new))
+    with pytest.raises(InputError, match=rf"problem 3: {first} is 34 x 34; prepared for 33 x 33"):
+        p.run(**new)
+    with pytest.raises(InputError, match="not an operand"):
+        p.run(alpha=2.0)
+    if form == "list":  # overwrite per run: the caller's arrays of the written operand
+        mine = {k: _form(v, "list", device, np.float64) for k, v in case2.operands.items()}
+        res = p.run(**mine, overwrite=True).result()
+        given = case.outputs(res)[-1]
+        assert all(g is a for g, a in zip(given, mine[case.written]))
+        _check(case2, res, params, np.float64, f"{op}, overwrite=True")
+
+
+def test_every_ops_methods_and_functions_come_from_its_registration():
+    """Runtime methods, module functions and vbatch.distributed.Runtime methods carry each
+    op's own signature (then after=, overwrite=) and docstring."""
+    import inspect
+
+    import vbatch
+
+    owners = [Runtime, vbatch]
+    if importlib.util.find_spec("distributed"):
+        import vbatch.distributed
+
+        owners.append(vbatch.distributed.Runtime)
+    for op in public():
+        want = list(inspect.signature(op.api).parameters) + ["after", "overwrite"]
+        for owner in owners:
+            fn = getattr(owner, op.api.__name__)
+            got = [p for p in inspect.signature(fn).parameters if p != "self"]
+            assert got == want, (owner, op.name, got)
+            assert inspect.cleandoc(op.api.__doc__) in fn.__doc__
+    assert set(vbatch.API) == {op.api.__name__ for op in public()}

@@ -1,0 +1,288 @@
+"""A prepared call: one operation validated and planned once, run as often as wanted.
+
+    p = rt.prepare("gemm", a=a, b=b, alpha=2.0)   # validates and plans, here
+    f1 = p.run()                                   # the operands it was prepared with
+    f2 = p.run(b=b2, after=[f1])                   # b rebound to new data of the same sizes
+
+Every call goes through one: ``rt.gemm(...)`` finds the prepared call of its operation,
+parameters and packed batches (by layout) in the runtime's cache, or prepares one. A run takes
+one of two roads, by what the call's first run found (never by operation):
+
+* **replay**: on an asynchronous backend, with nothing to wait for, every operand a packed batch
+  of the prepared layout in the backend's memory: the backend's ``fire`` on the operands' arrays,
+  the outputs allocated as the first run allocated them. No request, no check, no staging
+  (docs/decisions.md#host-packed-replay);
+* **staged**: the request (put together without validation where every operand is a packed
+  batch of the prepared layout, else validated), memory checks, ``after=``, staging (a list
+  gathered, a host batch uploaded), the plan's launches (``Runtime._submit``).
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+import numpy as np
+
+from vbatch.core.batch import MatrixList, PackedBatch, Views
+from vbatch.core.errors import InputError, validated
+from vbatch.runtime.future import Future
+
+_PACKED = object()  # (_list_form: an operand that came as a packed batch)
+
+
+class Prepared:
+    """One call of ``op``, validated and planned (:meth:`Runtime.prepare`).
+
+    ``run(**operands)`` runs it, each named operand rebound to new data of the same sizes and
+    dtype (a list or a packed batch, either); other sizes are an :class:`~vbatch.InputError`
+    naming the problem and operand, never a new plan. ``after=`` and ``overwrite=`` are per
+    run. ``plan`` is the plan every run executes."""
+
+    __slots__ = ("runtime", "op", "plan", "_req", "_values", "_fset", "_operands", "_layout",
+                 "_sizes", "_sig", "_overwrite", "_scalars", "_recipe", "_fire")
+
+    def __init__(self, runtime: Any, op: Any, req: Any, plan: Any, keep: bool = True):
+        self.runtime, self.op, self.plan = runtime, op, plan
+        self._operands = tuple(dict.fromkeys(operand for _, operand, _ in op._ins))
+        self._overwrite = bool(getattr(req, "overwrite", False))
+        self._sig = op.signature(req)
+        self._scalars = op.scalars(req) if op.scalars is not None else None
+        values = dict(req.__dict__)
+        layout, sizes = {}, {}
+        for name in self._operands:
+            v = values[name]
+            if v is not None:
+                sizes[name] = (v.m, v.n, v.dtype)
+            if type(v) is PackedBatch:
+                # The layout's own arrays: a batch with these very objects is this layout (a
+                # twin made by with_data, or the batch itself), checked by identity per run.
+                # Held weakly: a kept entry must not hold a dropped batch's metadata either.
+                layout[name] = tuple(map(weakref.ref, (v.m, v.n, v.offset, v.ld)))
+            values[name] = None  # held by the request of a kept call only
+        self._values, self._fset = values, req.__pydantic_fields_set__
+        self._layout, self._sizes = layout, sizes
+        # A call kept by its caller holds its operands; the runtime's cache does not (an entry
+        # must not keep device memory alive), so its runs name every operand.
+        self._req = req if keep else None
+        self._recipe: Any = None  # what a replay needs (_learn); False: this call never replays
+        self._fire: Any = None  # the backend's replayer, made on the first replay
+
+    def __repr__(self) -> str:
+        return (f"Prepared({self.op.name}, {len(self.plan.launches)} launches, "
+                f"operands {', '.join(self._operands)})")
+
+    # ------------------------------------------------------------------ public
+    def run(self, *, after: Any = (), overwrite: bool | None = None, **operands: Any) -> Future:
+        """Run the call: the operands it was prepared with, or those named here (the same
+        sizes and dtype). ``overwrite``: None keeps the prepared value."""
+        bad = [n for n in operands if n not in self._operands]
+        if bad:
+            raise InputError([(None, f"{n!r} is not an operand of {self.op.name} (operands: "
+                                     f"{', '.join(self._operands)}); its other fields are fixed "
+                                     "when the call is prepared") for n in bad], what="run")
+        given = {n: getattr(self._req, n) for n in self._operands}
+        given.update(operands)
+        ow = self._overwrite if overwrite is None else bool(overwrite)
+        return self._call(given, after, ow)
+
+    # ------------------------------------------------------------------ the two roads
+    def _call(self, given: dict, after: Any, ow: bool) -> Future | None:
+        """A run on ``given`` (every operand by name). Called by the runtime's cache with
+        ``given`` the call's fields: None there when an operand is not of the prepared layout
+        (the runtime then prepares anew)."""
+        batches = self._bind(given, ow) if ow == self._overwrite else None
+        if batches is not None:
+            if self._recipe and type(after) is tuple and not after:
+                fut = self._replay(batches, ow)
+                if fut is not None:
+                    return fut
+            req = _rebuild(self.op.request, (self._values, self._fset), batches)
+        elif self._req is None:
+            return None
+        elif ow == self._overwrite and all(given[n] is getattr(self._req, n)
+                                           for n in self._operands):
+            req = self._req  # the operands it was prepared with (a list's, say)
+        else:
+            fields = dict(self._values)
+            fields.update((n, given[n]) for n in self._operands)
+            fields["overwrite"] = ow
+            req = validated(self.op.request, **fields)
+            self._check_sizes(req)
+        return self._staged(req, after, ow)
+
+    def _bind(self, given: dict, ow: bool) -> dict | None:
+        """The operands as packed batches of the prepared layouts (a list's views as their
+        batch), or None where one is not (or is read-only and would be overwritten)."""
+        out = {}
+        layout = self._layout
+        for name in self._operands:
+            v = given.get(name)
+            lay = layout.get(name)
+            if v is None:
+                if lay is not None or name in self._sizes:
+                    return None
+                out[name] = None
+                continue
+            if type(v) is Views:
+                v = v.batch
+            if (lay is None or type(v) is not PackedBatch or v.m is not lay[0]()
+                    or v.n is not lay[1]() or v.offset is not lay[2]() or v.ld is not lay[3]()):
+                return None
+            if ow and not getattr(v.data.flags, "writeable", True):
+                return None  # validation names the read-only operand
+            out[name] = v
+        return out
+
+    def _staged(self, req: Any, after: Any, ow: bool) -> Future:
+        rt = self.runtime
+        fut = rt._submit(self.op, req, after, ow, self.plan)
+        if (self._recipe is None and fut._error is None and ow == self._overwrite
+                and type(after) is tuple and not after):
+            self._recipe = self._learn(req, ow) or False
+        return fut
+
+    def _learn(self, req: Any, ow: bool) -> tuple | None:
+        """What :meth:`_replay` needs to run again on operands of this layout: per input
+        buffer its operand, per output how it is made (0: a new buffer of its sizes, 1: a new
+        buffer laid out as the input it replaces, 2: that input itself) and the operand whose
+        form it comes back in. None where a run must be staged (a list or host operand, a
+        synchronous backend, a batch the memory check may refuse)."""
+        rt = self.runtime
+        if not rt.backend.asynchronous:
+            return None
+        b = rt.backend
+        ins = []
+        for name, operand, written in self.op._ins:
+            given = getattr(req, operand)
+            if given is None:
+                ins.append((name, None))
+                continue
+            if type(given) is not PackedBatch or given.kind != b.kind:
+                return None
+            if written and not ow and not given.cache().get(("fits", b.name)):
+                return None
+            ins.append((name, operand))
+        outs = []
+        for name, operand, like, buf in self.op._outs:
+            given = getattr(req, operand)
+            if given is None:
+                m, n = buf.shape(req)
+                form = getattr(req, buf.form)
+                if type(form) is not PackedBatch or form.kind != b.kind:
+                    return None
+                outs.append((name, 0, b.buffer_maker(m, n, form.dtype, form.order,
+                                                     not buf.complete), buf.form))
+            else:
+                outs.append((name, 2 if ow else 1, like, operand))
+        return tuple(ins), tuple(outs), type(getattr(req, ins[0][1]).data)
+
+    def _replay(self, batches: dict, ow: bool) -> Future | None:
+        # The launch first, then the Python objects of the call (the future, the finisher),
+        # which the GPU's work then hides.
+        rt = self.runtime
+        b = rt.backend
+        ins, outs, kind = self._recipe
+        staged: dict = {}
+        for name, operand in ins:
+            if operand is None:
+                staged[name] = None
+                continue
+            v = batches[operand]
+            if type(v.data) is not kind:
+                return None  # a twin elsewhere (a host copy): staged
+            staged[name] = v
+        try:
+            for name, how, arg, _ in outs:
+                staged[name] = arg() if how == 0 else (
+                    b.new_output(staged[arg]) if how == 1 else staged[arg])
+            fire = self._fire
+            if fire is None:  # (before the run: what it raises, the run would)
+                fire = self._fire = b.replayer(self.plan, staged, rt.config,
+                                               self._scalars) or False
+            completion = None
+            if fire:
+                completion = fire(tuple(None if s is None else s.data
+                                        for s in staged.values()))
+            if completion is None:
+                completion = b.run(self.plan, staged, rt.config, self._scalars)
+        except BaseException as exc:  # noqa: BLE001 - delivered through the future
+            fut = Future(rt, threaded=False)
+            fut._fail(exc)
+            return fut
+        fut = Future(rt, threaded=False)
+        result, plan = self.op.result, self.plan
+
+        def finish(info: np.ndarray):
+            out = {}
+            for name, how, _, form in outs:
+                src = batches[form]
+                work = b.batch_of(staged[name])
+                if how != 2:
+                    work = work.with_frontend(src.frontend)
+                out[name] = _give(work, _list_form(src))
+            return result(out, info, plan)
+
+        fut._completion, fut._finish = completion, finish
+        rt._tail(completion)
+        return fut
+
+    def _check_sizes(self, req: Any) -> None:
+        """Operands rebound to other sizes or dtype than prepared: named, problem by problem."""
+        if self.op.signature(req) == self._sig and all(
+                getattr(req, n).dtype == s[2] for n, s in self._sizes.items()):
+            return
+        problems = []
+        for name in self._operands:
+            v, s = getattr(req, name), self._sizes.get(name)
+            if v is None or s is None:
+                if (v is None) != (s is None):
+                    problems.append((None, f"{name}: prepared {'with' if s else 'without'} "
+                                           "it, run " + ("without" if s else "with") + " it"))
+                continue
+            m, n, dtype = s
+            if v.dtype != dtype:
+                problems.append((None, f"{name} is {v.dtype}; prepared for {dtype}"))
+            elif v.k != len(m):
+                problems.append((None, f"{name} has {v.k} problems; prepared for {len(m)}"))
+            else:
+                for i in np.flatnonzero((v.m != m) | (v.n != n))[:20].tolist():
+                    problems.append((i, f"{name} is {v.m[i]} x {v.n[i]}; prepared for "
+                                        f"{m[i]} x {n[i]} (prepare another call for other "
+                                        "sizes)"))
+        raise InputError(problems or [(None, "the call's sizes differ from the prepared ones")],
+                         what="run")
+
+
+def _list_form(form):
+    """The form of an operand's outputs: :data:`_PACKED` for a packed batch, else (a list, or
+    the Views an earlier call gave for one: outputs go back as a list too) which of its
+    problems came as 1-D arrays (None: none; ``MatrixList.vector``)."""
+    if type(form) is MatrixList:
+        return form.vector
+    if "_vb_views" in form.__dict__:
+        return form.__dict__.get("_vb_vector")
+    return _PACKED
+
+
+def _give(work: PackedBatch, form):
+    """``work`` in the form :func:`_list_form` said."""
+    return work if form is _PACKED else Views(work, form)
+
+
+def _rebuild(cls, template: tuple, fields: dict):
+    """A request of ``cls`` from a validated one's fields (``template``), the batches of this
+    call put back in: what pydantic's model_construct does, without its per-field work."""
+    values, fields_set = template
+    values = dict(values)
+    for name, v in fields.items():
+        if type(v) is Views:
+            v = v.batch
+        if type(v) is PackedBatch:
+            values[name] = v
+    new = cls.__new__(cls)
+    object.__setattr__(new, "__dict__", values)
+    object.__setattr__(new, "__pydantic_fields_set__", fields_set)
+    object.__setattr__(new, "__pydantic_extra__", None)
+    object.__setattr__(new, "__pydantic_private__", None)
+    return new
