@@ -42,14 +42,17 @@ class Buffer:
     it takes that input's layout and, when the caller overwrites, its memory. Where that input is
     absent, the output is new: ``shape(request) -> (m, n)`` gives its sizes and it comes back in
     the form of the request field ``form`` (a list for a list, ...). ``complete``: the op's
-    kernels write every element of such a new output, so it need not be zeroed first."""
+    kernels write every element of such a new output, so it need not be zeroed first.
+    ``scratch``: a new buffer of ``shape(request)`` the kernels work in and the caller never
+    sees (no operand; laid out as the field ``form``'s batch)."""
 
     name: str
-    operand: str
+    operand: str | None
     output: bool = False
     shape: Callable[[Any], tuple] | None = None
     form: str | None = None
     complete: bool = False
+    scratch: bool = False
 
 
 @dataclass(frozen=True)
@@ -81,13 +84,15 @@ class Op:
         # What staging a submission needs, computed once (it runs on every call's hot path):
         # the inputs as (buffer, operand, written when overwriting), the outputs as (buffer,
         # operand, the input buffer whose layout it takes, the Buffer).
-        ins, outs = self.inputs(), self.outputs()
+        ins = self.inputs()
+        outs = tuple(b for b in self.outputs() if not b.scratch)
         written = {o.operand for o in outs}
         object.__setattr__(self, "_ins", tuple((b.name, b.operand, b.operand in written)
                                                for b in ins))
         object.__setattr__(self, "_outs", tuple(
             (o.name, o.operand, next(b.name for b in ins if b.operand == o.operand), o)
             for o in outs))
+        object.__setattr__(self, "_scratch", tuple(b for b in self.buffers if b.scratch))
         object.__setattr__(self, "names", tuple(b.name for b in self.buffers))
         if not self.families:
             object.__setattr__(self, "families", (self.name,))

@@ -146,8 +146,9 @@ class Prepared:
         """What :meth:`_replay` needs to run again on operands of this layout: per input
         buffer its operand, per output how it is made (0: a new buffer of its sizes, 1: a new
         buffer laid out as the input it replaces, 2: that input itself) and the operand whose
-        form it comes back in. None where a run must be staged (a list or host operand, a
-        synchronous backend, a batch the memory check may refuse)."""
+        form it comes back in (None: a scratch buffer, not given back). None where a run must
+        be staged (a list or host operand, a synchronous backend, a batch the memory check may
+        refuse)."""
         rt = self.runtime
         if not rt.backend.asynchronous:
             return None
@@ -175,6 +176,12 @@ class Prepared:
                                                      not buf.complete), buf.form))
             else:
                 outs.append((name, 2 if ow else 1, like, operand))
+        for buf in self.op._scratch:  # (no form: never given back)
+            form = getattr(req, buf.form)
+            if type(form) is not PackedBatch or form.kind != b.kind:
+                return None
+            outs.append((buf.name, 0, b.buffer_maker(*buf.shape(req), form.dtype, form.order,
+                                                     not buf.complete), None))
         return tuple(ins), tuple(outs), type(getattr(req, ins[0][1]).data)
 
     def _replay(self, batches: dict, ow: bool) -> Future | None:
@@ -216,6 +223,8 @@ class Prepared:
         def finish(info: np.ndarray):
             out = {}
             for name, how, _, form in outs:
+                if form is None:
+                    continue
                 src = batches[form]
                 work = b.batch_of(staged[name])
                 if how != 2:

@@ -325,6 +325,11 @@ class Runtime:
                 if type(given) is MatrixList:
                     lists = lists or {}
                     lists[name] = given
+        for buf in op._scratch:
+            form = getattr(req, buf.form)
+            m, n = buf.shape(req)
+            staged[buf.name] = b.new_buffer(m, n, form.dtype, form.order if type(form) is
+                                            PackedBatch else "C", not buf.complete)
         scalars = op.scalars(req) if op.scalars is not None else None
         ex = b.begin(plan, staged, self.config, scalars)
         b.launch_all(ex, plan.launches)
