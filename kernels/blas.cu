@@ -13,7 +13,8 @@
 //   bits 0-2 / 3-5 / 6-8 / 9-11: the buffers of operands 0..3 (7: absent)
 //   bits 12-15: each operand's view has contiguous rows
 //   bits 16-17: GEMM: the triangle of the output written (0 all, 1 lower, 2 upper);
-//               diagonal blocks: bit 16 lower, bit 17 unit diagonal
+//               diagonal blocks: bit 16 lower, bit 17 unit diagonal;
+//               copies: the source is symmetric, that triangle read (0 none, 1 lower, 2 upper)
 //   bits 18-19: alpha (0 the call's, 1 -1, 2 +1); bits 20-21: beta (0 the call's, 1 0, 2 +1)
 //   bit 22: skip problems whose info is set (a solve after a failed factorization)
 
@@ -876,7 +877,8 @@ blas_trsv(const unsigned long long* tbl, const long long* meta, const int* imeta
 }
 
 // X[:mm, :nn] := alpha S[:mm, :nn] on views (operand 0 S, operand 1 X); alpha = 0 writes zeros
-// without reading S (BLAS), and a copy onto itself with alpha = 1 does nothing. Tiles of CT x CT
+// without reading S (BLAS), and a copy onto itself with alpha = 1 does nothing. A symmetric
+// source (L.tri) is read in its one triangle: S(c, i) stands for S(i, c) outside it. Tiles of CT x CT
 // (a multiple of 32; blas_cuda.COPY_TILE)
 // (blockIdx.y), threads along the destination's contiguous dimension, every load of a thread in
 // flight before its stores. Tiles of 32 x 32 (4 elements a thread) spent most of a block in
@@ -892,7 +894,7 @@ blas_copy(const unsigned long long* tbl, const long long* meta, const int* imeta
   const BlasLaunch L = blas_launch(tbl, extra);
   const View<T> S = view_of<T>(tbl, meta, K, q, L.slot[0], L.row[0]);
   const View<T> X = view_of<T>(tbl, meta, K, q, L.slot[1], L.row[1]);
-  if (L.alpha == 1.0 && S.p == X.p && S.row == X.row) return;
+  if (L.alpha == 1.0 && S.p == X.p && S.row == X.row && L.tri == 0) return;
   const int tiles_n = (nn + CT - 1) / CT;
   const int tm = blockIdx.y / tiles_n, tn = blockIdx.y % tiles_n;
   if (tm * CT >= mm) return;
@@ -905,7 +907,8 @@ blas_copy(const unsigned long long* tbl, const long long* meta, const int* imeta
     for (int f = 0; f < F; ++f) {
       const int i = tm * CT + (X.row ? slow + 8 * e : fast + 32 * f);
       const int c = tn * CT + (X.row ? fast + 32 * f : slow + 8 * e);
-      v[e][f] = (i < mm && c < nn && L.alpha != 0.0) ? S(i, c) : T(0);
+      const bool mirror = L.tri != 0 && (L.tri == 1 ? i < c : i > c);
+      v[e][f] = (i < mm && c < nn && L.alpha != 0.0) ? (mirror ? S(c, i) : S(i, c)) : T(0);
     }
 #pragma unroll
   for (int e = 0; e < E; ++e)

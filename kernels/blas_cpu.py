@@ -174,6 +174,12 @@ def _copy(ex, lk, p, q, r0, mm, k0, kk, nn, c0) -> None:
     src = _view(ex, p["src"], q, p["t"])[:mm, :nn]
     dst = _view(ex, p["dst"], q, p["t"])[:mm, :nn]
     alpha = _scalar(ex, p["alpha"])
+    if p["sym"]:  # src's one triangle, mirrored (a square block)
+        tri = np.tril if p["sym"] == "lower" else np.triu
+        half = tri(src)
+        np.multiply(half + tri(src, -1 if p["sym"] == "lower" else 1).T,
+                    dst.dtype.type(alpha), out=dst)
+        return
     if alpha == 0.0:
         dst[...] = 0  # BLAS: with alpha = 0, B is not read
     elif alpha == 1.0:
@@ -334,7 +340,7 @@ def _run_diag(ex, lk, p, rows, skip) -> bool:
 
 def _run_copy(ex, lk, p, rows, skip) -> bool:
     src, dst = _layout(ex, p["src"]), _layout(ex, p["dst"])
-    if src is None or dst is None:
+    if src is None or dst is None or p["sym"]:  # (a symmetric copy: the views' path)
         return False
     _copy_small(rows, *src, *dst, bool(p["t"]), _scalar(ex, p["alpha"]))
     return True

@@ -308,7 +308,7 @@ def selection(lc, plan, dtype, layouts: dict, config) -> Selection:
                      * ((a[:, 4] + COPY_TILE - 1) // COPY_TILE)).max())
         extra = encode([_slot(plan, p["src"]), _slot(plan, p["dst"])],
                        [_row(layouts, p["src"], p["t"]), _row(layouts, p["dst"], p["t"])],
-                       0, p["alpha"], "one")
+                       {"": 0, "lower": 1, "upper": 2}[p["sym"]], p["alpha"], "one")
         sel = Selection(copy_name(T), (lc.count, tiles), (256,), 0, extra)
     else:
         raise ValueError(f"cuda backend: the blas family has no launch kind {lc.kind!r}")

@@ -142,10 +142,11 @@ _TRI_GEMM = {u: dc_replace(_BASE[GEMM], **dict(zip(("flops", "traffic"), _tri_ge
              for u in ("lower", "upper")}
 
 
-def copy_kind(src: str, dst: str, t: int, alpha: str) -> TaskKind:
+def copy_kind(src: str, dst: str, t: int, alpha: str, sym: str = "") -> TaskKind:
     """``dst := alpha src`` on views transposed when ``t``; ``alpha`` is ``"alpha"`` (the
-    call's) or ``"one"``."""
-    return kind(_BASE[COPY], (COPY,), src=src, dst=dst, t=int(t), alpha=alpha)
+    call's) or ``"one"``. ``sym`` ("lower"/"upper"): src is symmetric, only that triangle
+    read; dst gets the whole matrix (SYMM's operand, for a GEMM)."""
+    return kind(_BASE[COPY], (COPY,), src=src, dst=dst, t=int(t), alpha=alpha, sym=sym)
 
 
 def gemm_kind(a: str, b: str, c: str, o: str, ta: int, tb: int, tc: int, alpha: str, beta: str,
@@ -275,14 +276,17 @@ def single_graph(kd: TaskKind, m: np.ndarray, n: np.ndarray, kk: np.ndarray) -> 
 
 
 def pair_graph(k1: TaskKind, k2: TaskKind, m: np.ndarray, n: np.ndarray,
-               kk: np.ndarray) -> TaskGraph:
+               kk: np.ndarray, first: tuple | None = None) -> TaskGraph:
     """Two tasks per non-empty problem, ``(0, m, 0, kk, n)`` of ``k1`` then of ``k2``, the
-    second after the first (SYR2K's two products into one triangle)."""
+    second after the first (SYR2K's two products into one triangle). ``first``: the first
+    task's own ``(m, n, kk)`` (SYMM's symmetric copy, then its GEMM)."""
     m, n, kk = (np.asarray(x, dtype=np.int64) for x in (m, n, kk))
     q = np.flatnonzero((m > 0) & (n > 0))
     args = np.zeros((2 * len(q), len(ARGS)), dtype=np.int64)
     args[:, 1], args[:, 3], args[:, 4] = np.repeat(m[q], 2), np.repeat(kk[q], 2), \
         np.repeat(n[q], 2)
+    if first is not None:
+        args[0::2, 1], args[0::2, 4], args[0::2, 3] = (np.asarray(x, np.int64)[q] for x in first)
     first = np.arange(0, 2 * len(q), 2, dtype=np.int64)
     cnt = np.full(len(q), 2, np.int64)
     return TaskGraph(kinds=(k1, k2), kind=np.tile(np.array([0, 1], np.int8), len(q)),
@@ -794,4 +798,93 @@ POTRS_OP = register_op(Op(
     buffers=(Buffer("l", "l"), Buffer("b", "b"), Buffer("x", "b", output=True)),
     graph=potrs_graph, signature=_sig("l", "b"), result=_first, scalars=_scalars,
     families=(FAMILY,), doc="A X = B from the Cholesky factor L of A",
+))
+
+
+# ----------------------------------------------------------------------------- symm
+class SymmRequest(_Request):
+    """``C := alpha A B + beta C`` (``side="left"``) or ``alpha B A + beta C``, A symmetric,
+    only its ``lower`` (or upper) triangle read. ``c=None``: a new output of B's shape
+    (``beta`` must then be 0)."""
+
+    a: Any
+    b: Any
+    c: Any = None
+    alpha: float = 1.0
+    beta: float = 0.0
+    side: str = "left"
+    lower: bool = True
+    overwrite: bool = False
+
+    @model_validator(mode="before")
+    @classmethod
+    def _check(cls, v: dict) -> dict:
+        v = _parsed(cls, v, ("alpha", "beta"))
+        v["side"] = choice(v.get("side", "left"), "side", ("left", "right"))
+        v = _parsed(cls, v, (), ("lower", "overwrite"))
+        a = operand(v.get("a"), "a", square=True)
+        b = operand(v.get("b"), "b")
+        c = None if v.get("c") is None else operand(v["c"], "c")
+        together(a=a, b=b, c=c)
+        need = b.m if v["side"] == "left" else b.n
+        checks = [(a.n != need, lambda i: f"a is {a.n[i]} x {a.n[i]} but b is {b.m[i]} x "
+                                          f"{b.n[i]} (side={v['side']!r} needs a of order "
+                                          f"{need[i]})")]
+        if c is not None:
+            checks.append(((c.m != b.m) | (c.n != b.n),
+                           lambda i: f"c is {c.m[i]} x {c.n[i]} but b is {b.m[i]} x {b.n[i]}"))
+        shape_rule(checks)
+        _output_into(v, c)
+        v.update(a=a, b=b, c=c)
+        return v
+
+
+def symm_graph(req: SymmRequest, opts: dict) -> TaskGraph:
+    """Per problem: A's triangle mirrored into a scratch buffer (a copy, memory-bound), then
+    one GEMM on it, which takes the GEMM kernels' speed (docs/decisions.md#symm)."""
+    has_c = req.c is not None
+    m, n = req.b.m, req.b.n
+    order = req.a.n
+    full = copy_kind("a", "s", 0, "one", sym="lower" if req.lower else "upper")
+    x, y = ("s", "b") if req.side == "left" else ("b", "s")
+    g = gemm_kind(x, y, "c" if has_c else "", "out", 0, 0, 0, "alpha",
+                  "beta" if has_c else "zero")
+    return pair_graph(full, g, m, n, order, first=(order, order, order))
+
+
+def symm_reference(a, b, c=None, alpha=1.0, beta=0.0, side="left", lower=True):
+    a = np.asarray(a, np.float64)
+    tri = np.tril if lower else np.triu
+    full = tri(a) + tri(a, -1 if lower else 1).T
+    b = np.asarray(b, np.float64)
+    out = alpha * (full @ b if side == "left" else b @ full)
+    if c is not None and beta != 0.0:
+        out = out + beta * np.asarray(c, np.float64)
+    return out
+
+
+def symm(a: Any, b: Any, c: Any = None, *, alpha: float = 1.0, beta: float = 0.0,
+         side: str = "left", lower: bool = True):
+    """``C := alpha A B + beta C`` (``side="left"``) or ``alpha B A + beta C`` per problem,
+    A symmetric with only its ``lower`` (or upper) triangle read, as SciPy's ``dsymm``.
+    ``c=None``: a new output (``beta`` must be 0). ``result()``: the outputs, in the form of
+    ``c`` (or ``b``)."""
+
+
+def symm_example(rng, sizes) -> Example:
+    ops = {f: square(rng, sizes) for f in ("a", "b", "c")}
+    params = flips(["lower"], {"alpha": 1.5, "beta": 0.5, "side": "left"})
+    params.append(dict(params[-1], side="right"))
+    return Example(ops, params, _each(symm_reference, "a", "b", "c"), _one, "c", "c", "beta")
+
+
+SYMM_OP = register_op(Op(
+    name="symm", api=symm, example=symm_example, request=SymmRequest,
+    buffers=(Buffer("a", "a"), Buffer("b", "b"), Buffer("c", "c"),
+             Buffer("s", None, output=True, scratch=True, form="a", complete=True,
+                    shape=lambda r: (r.a.n, r.a.n)),
+             Buffer("out", "c", output=True, shape=lambda r: (r.b.m, r.b.n), form="b",
+                    complete=True)),
+    graph=symm_graph, signature=_sig("a", "b", "c", "side", "lower"), result=_first,
+    scalars=_scalars, families=(FAMILY,), doc="C := alpha A B + beta C, A symmetric",
 ))
