@@ -114,9 +114,11 @@ def main(argv=None) -> int:
                 row = {"op": op, "dist": dist, "nmax": nmax, "k": len(n)}
                 for form in FORMS:
                     ops = {f: _form(v, form) for f, v in host.items()}
-                    row[form] = _median_ms(lambda: _call(rt, op, ops).result(), args.reps)
+                    row[form] = _median_ms(lambda op=op, ops=ops: _call(rt, op, ops).result(),
+                                           args.reps)
                     if form == "packedF":
-                        row["host_us"] = _host_us(lambda: _call(rt, op, ops), args.reps)
+                        row["host_us"] = _host_us(lambda op=op, ops=ops: _call(rt, op, ops),
+                                                  args.reps)
                 rows.append(row)
                 print(f"{op:6} {dist:8} {nmax:5} " + " ".join(
                     f"{f} {row[f]:8.3f}" for f in FORMS) + f"  host {row['host_us']:6.1f} us",

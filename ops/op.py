@@ -146,16 +146,18 @@ def public() -> list[Op]:
     return [op for op in OPS.values() if op.api is not None]
 
 
-def caller(op: Op, target: str, namespace: dict | None = None) -> Callable:
+def caller(op: Op, target: str, namespace: dict | None = None,
+           by_name: bool = True) -> Callable:
     """A function with ``op``'s public signature (its api's parameters, then ``after=`` and
     ``overwrite=``), name and docstring, whose body is ``return <target>(op, after=...,
     <field>=<parameter>, ...)``. ``target`` starting with ``self.`` makes a method.
 
     Generated as source, not as ``*args, **kwargs`` bound per call: binding through
-    ``inspect.Signature.bind`` costs ~3 us, more than a whole known call's own path."""
+    ``inspect.Signature.bind`` costs ~3 us, more than a whole known call's own path.
+    ``by_name=False`` passes the Op itself (no lookup by name in the call)."""
     sig = inspect.signature(op.api)
     rename = dict(op.fields)
-    ns = dict(namespace or {}, _op=op.name)
+    ns = dict(namespace or {}, _op=op.name if by_name else op)
     params, fields, star = [], [], False
     for i, p in enumerate(sig.parameters.values()):
         if p.kind is p.KEYWORD_ONLY and not star:

@@ -46,7 +46,8 @@ class Prepared:
         self.runtime, self.op, self.plan = runtime, op, plan
         self._operands = tuple(dict.fromkeys(operand for _, operand, _ in op._ins))
         self._overwrite = bool(getattr(req, "overwrite", False))
-        self._sig = op.signature(req)
+        # (what a rebinding is checked against: only a kept call validates one)
+        self._sig = op.signature(req) if keep else None
         self._scalars = op.scalars(req) if op.scalars is not None else None
         values = dict(req.__dict__)
         layout, sizes = {}, {}
@@ -165,7 +166,7 @@ class Prepared:
                 return None
             ins.append((name, operand))
         outs = []
-        for name, operand, like, buf in self.op._outs:
+        for name, operand, _, buf in self.op._outs:
             given = getattr(req, operand)
             if given is None:
                 m, n = buf.shape(req)
@@ -174,8 +175,8 @@ class Prepared:
                     return None
                 outs.append((name, 0, b.buffer_maker(m, n, form.dtype, form.order,
                                                      not buf.complete), buf.form))
-            else:
-                outs.append((name, 2 if ow else 1, like, operand))
+            else:  # (it replaces the input of its operand: made from that batch)
+                outs.append((name, 2 if ow else 1, operand, operand))
         for buf in self.op._scratch:  # (no form: never given back)
             form = getattr(req, buf.form)
             if type(form) is not PackedBatch or form.kind != b.kind:
@@ -185,56 +186,75 @@ class Prepared:
         return tuple(ins), tuple(outs), type(getattr(req, ins[0][1]).data)
 
     def _replay(self, batches: dict, ow: bool) -> Future | None:
-        # The launch first, then the Python objects of the call (the future, the finisher),
-        # which the GPU's work then hides.
+        # The launch first, on the buffers' arrays alone; then the Python objects of the call
+        # (the outputs' batches, the future, the finisher), which the GPU's work then hides.
         rt = self.runtime
         b = rt.backend
         ins, outs, kind = self._recipe
-        staged: dict = {}
-        for name, operand in ins:
+        datas = []
+        for _, operand in ins:
             if operand is None:
-                staged[name] = None
+                datas.append(None)
                 continue
-            v = batches[operand]
-            if type(v.data) is not kind:
+            d = batches[operand].data
+            if type(d) is not kind:
                 return None  # a twin elsewhere (a host copy): staged
-            staged[name] = v
+            datas.append(d)
+        made = []  # (the new buffers made whole by their makers)
         try:
-            for name, how, arg, _ in outs:
-                staged[name] = arg() if how == 0 else (
-                    b.new_output(staged[arg]) if how == 1 else staged[arg])
+            for _, how, arg, _ in outs:
+                if how == 0:
+                    buf = arg()
+                    made.append(buf)
+                    datas.append(buf.data)
+                else:
+                    d = batches[arg].data
+                    datas.append(b.new_data(d) if how == 1 else d)
             fire = self._fire
             if fire is None:  # (before the run: what it raises, the run would)
-                fire = self._fire = b.replayer(self.plan, staged, rt.config,
-                                               self._scalars) or False
-            completion = None
-            if fire:
-                completion = fire(tuple(None if s is None else s.data
-                                        for s in staged.values()))
+                fire = self._fire = b.replayer(self.plan, self._buffers(batches, datas, made),
+                                               rt.config, self._scalars) or False
+            completion = fire(tuple(datas)) if fire else None
             if completion is None:
-                completion = b.run(self.plan, staged, rt.config, self._scalars)
+                completion = b.run(self.plan, self._buffers(batches, datas, made), rt.config,
+                                   self._scalars)
         except BaseException as exc:  # noqa: BLE001 - delivered through the future
             fut = Future(rt, threaded=False)
             fut._fail(exc)
             return fut
         fut = Future(rt, threaded=False)
         result, plan = self.op.result, self.plan
+        first = len(ins)
 
         def finish(info: np.ndarray):
             out = {}
-            for name, how, _, form in outs:
-                if form is None:
-                    continue
-                src = batches[form]
-                work = b.batch_of(staged[name])
-                if how != 2:
-                    work = work.with_frontend(src.frontend)
-                out[name] = _give(work, _list_form(src))
+            made_it = iter(made)
+            for j, (name, how, arg, form) in enumerate(outs):
+                if how == 0:
+                    work = next(made_it)
+                    if form is None:
+                        continue  # a scratch buffer
+                    work = work.with_frontend(batches[form].frontend)
+                elif how == 1:
+                    work = batches[arg].with_data(datas[first + j])
+                else:
+                    work = batches[arg]
+                out[name] = _give(work, _list_form(batches[form]))
             return result(out, info, plan)
 
         fut._completion, fut._finish = completion, finish
         rt._tail(completion)
         return fut
+
+    def _buffers(self, batches: dict, datas: list, made: list) -> dict:
+        """The replay's buffers as batches, by name, in the order of ``datas``."""
+        ins, outs, _ = self._recipe
+        out = {name: None if operand is None else batches[operand] for name, operand in ins}
+        made_it = iter(made)
+        for j, (name, how, arg, _) in enumerate(outs):
+            out[name] = next(made_it) if how == 0 else (
+                batches[arg].with_data(datas[len(ins) + j]) if how == 1 else batches[arg])
+        return out
 
     def _check_sizes(self, req: Any) -> None:
         """Operands rebound to other sizes or dtype than prepared: named, problem by problem."""

@@ -188,7 +188,7 @@ class Runtime:
     def submit(self, op: str | Op, *, after: Any = (), **fields: Any) -> Future:
         """Submit any registered operation by name, with its request's fields (the methods
         named after the operations call this)."""
-        o = self._op(op)
+        o = op if type(op) is Op else self._op(op)
         key = _key(o, fields)
         if key is not None:
             p = self._calls.get(key)
@@ -433,14 +433,19 @@ def _key(op: Op, fields: dict) -> tuple | None:
     cache its with_data twins share) and the other fields' values; None where an operand is
     not a packed batch (a list is staged on every call anyway)."""
     key = [op.name]
+    put = key.append
     for name, v in fields.items():
         t = type(v)
         if t is Views:  # a list an earlier call gave: its packed batch (operands.py)
             v, t = v.batch, PackedBatch
         if t is PackedBatch:
-            key += (name, id(v.cache()))
+            c = v.__dict__.get("_vb_cache")
+            put(name)
+            put(id(c if c is not None else v.cache()))
         elif v is None or t in _PLAIN:
-            key += (name, t, v)  # the type too: True == 1 == 1.0 as dict keys
+            put(name)
+            put(t)  # the type too: True == 1 == 1.0 as dict keys
+            put(v)
         else:
             return None
     return tuple(key)
@@ -485,6 +490,6 @@ def prepare(op: str, **fields: Any) -> Prepared:
 # ``rt.gemm(a, b, ...)`` is ``rt.submit("gemm", a=a, b=b, ...)`` with gemm's signature.
 API = tuple(op.api.__name__ for op in public())
 for _op in public():
-    setattr(Runtime, _op.api.__name__, caller(_op, "self.submit"))
+    setattr(Runtime, _op.api.__name__, caller(_op, "self.submit", by_name=False))
     globals()[_op.api.__name__] = caller(_op, "_runtime().submit", {"_runtime": default_runtime})
 del _op
