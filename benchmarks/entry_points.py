@@ -3,7 +3,7 @@ row-major pack, for POTRF, GEMM, TRSM and POSV on the harness's size distributio
 time of one packed call.
 
     python benchmarks/entry_points.py [--nmax 32 128 512] [--dist uniform skewed] [--reps 7]
-                                      [--json FILE]
+                                      [--ops ...] [--forms list packedF packedC] [--json FILE]
 
 For a before/after comparison of two trees on one GPU, run it under each tree's PYTHONPATH one
 right after the other (``--tag`` names the tree in the JSON) and compare the medians (METHOD.md:
@@ -98,6 +98,7 @@ def main(argv=None) -> int:
     ap.add_argument("--nmax", type=int, nargs="+", default=[32, 128, 512])
     ap.add_argument("--dist", nargs="+", default=["uniform", "skewed"])
     ap.add_argument("--ops", nargs="+", default=list(OPS), choices=OPS)
+    ap.add_argument("--forms", nargs="+", default=list(FORMS), choices=FORMS)
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--seed", type=int, default=5)
     ap.add_argument("--tag", default="")
@@ -112,7 +113,7 @@ def main(argv=None) -> int:
             for op in args.ops:
                 host = _operands(op, n, rng)
                 row = {"op": op, "dist": dist, "nmax": nmax, "k": len(n)}
-                for form in FORMS:
+                for form in args.forms:
                     ops = {f: _form(v, form) for f, v in host.items()}
                     row[form] = _median_ms(lambda op=op, ops=ops: _call(rt, op, ops).result(),
                                            args.reps)
@@ -121,7 +122,8 @@ def main(argv=None) -> int:
                                                   args.reps)
                 rows.append(row)
                 print(f"{op:6} {dist:8} {nmax:5} " + " ".join(
-                    f"{f} {row[f]:8.3f}" for f in FORMS) + f"  host {row['host_us']:6.1f} us",
+                    f"{f} {row[f]:8.3f}" for f in args.forms)
+                    + f"  host {row.get('host_us', float('nan')):6.1f} us",
                     flush=True)
     if args.json:
         with open(args.json, "w") as fh:
