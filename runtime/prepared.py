@@ -19,7 +19,6 @@ one of two roads, by what the call's first run found (never by operation):
 
 from __future__ import annotations
 
-import weakref
 from typing import Any
 
 import numpy as np
@@ -29,6 +28,23 @@ from vbatch.core.errors import InputError, validated
 from vbatch.runtime.future import Future
 
 _PACKED = object()  # (_list_form: an operand that came as a packed batch)
+_NONE: dict = {}
+
+
+class _Layout:
+    """A layout's token: one per packed batch's cache (which its with_data twins share). A
+    call key holding it cannot be matched by a later layout, as an id could."""
+
+    __slots__ = ("__weakref__",)
+
+
+def layout_token(batch: PackedBatch) -> _Layout:
+    """The token of ``batch``'s layout (made on first use)."""
+    c = batch.cache()
+    t = c.get("layout")
+    if t is None:
+        t = c["layout"] = _Layout()
+    return t
 
 
 class Prepared:
@@ -56,10 +72,7 @@ class Prepared:
             if v is not None:
                 sizes[name] = (v.m, v.n, v.dtype)
             if type(v) is PackedBatch:
-                # The layout's own arrays: a batch with these very objects is this layout (a
-                # twin made by with_data, or the batch itself), checked by identity per run.
-                # Held weakly: a kept entry must not hold a dropped batch's metadata either.
-                layout[name] = tuple(map(weakref.ref, (v.m, v.n, v.offset, v.ld)))
+                layout[name] = layout_token(v)
             values[name] = None  # held by the request of a kept call only
         self._values, self._fset = values, req.__pydantic_fields_set__
         self._layout, self._sizes = layout, sizes
@@ -88,13 +101,20 @@ class Prepared:
         return self._call(given, after, ow)
 
     # ------------------------------------------------------------------ the two roads
-    def _call(self, given: dict, after: Any, ow: bool) -> Future | None:
+    def _call(self, given: dict, after: Any, ow: bool, known: bool = False) -> Future | None:
         """A run on ``given`` (every operand by name). Called by the runtime's cache with
-        ``given`` the call's fields: None there when an operand is not of the prepared layout
-        (the runtime then prepares anew)."""
-        batches = self._bind(given, ow) if ow == self._overwrite else None
+        ``given`` the call's fields (``known``: found by its layouts): None there when an
+        operand cannot be bound (the runtime then prepares anew)."""
+        same = ow == self._overwrite
+        replay = same and self._recipe and type(after) is tuple and not after
+        if replay and known:  # (the layouts are known: nothing to bind first)
+            fut = self._replay(given, ow)
+            if fut is not None:
+                return fut
+            replay = False
+        batches = self._bind(given, ow, known) if same else None
         if batches is not None:
-            if self._recipe and type(after) is tuple and not after:
+            if replay:
                 fut = self._replay(batches, ow)
                 if fut is not None:
                     return fut
@@ -112,9 +132,11 @@ class Prepared:
             self._check_sizes(req)
         return self._staged(req, after, ow)
 
-    def _bind(self, given: dict, ow: bool) -> dict | None:
+    def _bind(self, given: dict, ow: bool, known: bool) -> dict | None:
         """The operands as packed batches of the prepared layouts (a list's views as their
-        batch), or None where one is not (or is read-only and would be overwritten)."""
+        batch), or None where one is not (or is read-only and would be overwritten).
+        ``known``: the caller found this call by a key holding the operands' layout tokens,
+        so their layouts are known to be the prepared ones."""
         out = {}
         layout = self._layout
         for name in self._operands:
@@ -127,8 +149,8 @@ class Prepared:
                 continue
             if type(v) is Views:
                 v = v.batch
-            if (lay is None or type(v) is not PackedBatch or v.m is not lay[0]()
-                    or v.n is not lay[1]() or v.offset is not lay[2]() or v.ld is not lay[3]()):
+            if lay is None or type(v) is not PackedBatch or (
+                    not known and v.__dict__.get("_vb_cache", _NONE).get("layout") is not lay):
                 return None
             if ow and not getattr(v.data.flags, "writeable", True):
                 return None  # validation names the read-only operand
@@ -185,31 +207,40 @@ class Prepared:
                                                      not buf.complete), None))
         return tuple(ins), tuple(outs), type(getattr(req, ins[0][1]).data)
 
-    def _replay(self, batches: dict, ow: bool) -> Future | None:
+    def _replay(self, given: dict, ow: bool) -> Future | None:
+        """The replay road on ``given`` (operand -> a packed batch of the prepared layout, or
+        the views of one); None where it cannot (an operand elsewhere, or read-only and to be
+        overwritten)."""
         # The launch first, on the buffers' arrays alone; then the Python objects of the call
-        # (the outputs' batches, the future, the finisher), which the GPU's work then hides.
+        # (the outputs' batches, the future), which the GPU's work then hides.
         rt = self.runtime
         b = rt.backend
         ins, outs, kind = self._recipe
+        batches = {}
         datas = []
-        for _, operand in ins:
-            if operand is None:
+        for _, o in ins:
+            if o is None:
                 datas.append(None)
                 continue
-            d = batches[operand].data
-            if type(d) is not kind:
-                return None  # a twin elsewhere (a host copy): staged
+            v = given[o]
+            if type(v) is Views:
+                v = v.batch
+            d = v.data
+            if type(d) is not kind or (ow and not getattr(d.flags, "writeable", True)):
+                return None  # a twin elsewhere (a host copy): staged; read-only: named
+            batches[o] = v
             datas.append(d)
         made = []  # (the new buffers made whole by their makers)
         try:
             for _, how, arg, _ in outs:
-                if how == 0:
+                if how == 1:
+                    datas.append(b.new_data(batches[arg].data))
+                elif how == 2:
+                    datas.append(batches[arg].data)
+                else:
                     buf = arg()
                     made.append(buf)
                     datas.append(buf.data)
-                else:
-                    d = batches[arg].data
-                    datas.append(b.new_data(d) if how == 1 else d)
             fire = self._fire
             if fire is None:  # (before the run: what it raises, the run would)
                 fire = self._fire = b.replayer(self.plan, self._buffers(batches, datas, made),
@@ -222,27 +253,27 @@ class Prepared:
             fut = Future(rt, threaded=False)
             fut._fail(exc)
             return fut
+        # The outputs in the caller's form, made while the GPU works: only info waits.
+        out = {}
+        j = len(ins)
+        k = 0
+        for name, how, arg, form in outs:
+            if how == 1:
+                work = batches[arg].with_data(datas[j])
+            elif how == 2:
+                work = batches[arg]
+            else:
+                work = made[k]
+                k += 1
+                if form is None:
+                    j += 1
+                    continue  # a scratch buffer
+                work = work.with_frontend(batches[form].frontend)
+            j += 1
+            out[name] = _give(work, _list_form(batches[form]))
         fut = Future(rt, threaded=False)
         result, plan = self.op.result, self.plan
-        first = len(ins)
-
-        def finish(info: np.ndarray):
-            out = {}
-            made_it = iter(made)
-            for j, (name, how, arg, form) in enumerate(outs):
-                if how == 0:
-                    work = next(made_it)
-                    if form is None:
-                        continue  # a scratch buffer
-                    work = work.with_frontend(batches[form].frontend)
-                elif how == 1:
-                    work = batches[arg].with_data(datas[first + j])
-                else:
-                    work = batches[arg]
-                out[name] = _give(work, _list_form(batches[form]))
-            return result(out, info, plan)
-
-        fut._completion, fut._finish = completion, finish
+        fut._completion, fut._finish = completion, lambda info: result(out, info, plan)
         rt._tail(completion)
         return fut
 

@@ -30,7 +30,7 @@ from vbatch.core.errors import InputError, validated
 from vbatch.ops.op import OPS, Op, caller, public
 from vbatch.runtime.config import Config
 from vbatch.runtime.future import DependencyError, Future, _deps  # noqa: F401 - re-exported
-from vbatch.runtime.prepared import Prepared, _give, _list_form
+from vbatch.runtime.prepared import _NONE, Prepared, _give, _list_form, layout_token
 from vbatch.runtime.device import resolve_device
 from vbatch.runtime.tune import tuned_options
 from vbatch.scheduler.plan import Plan, make_plan
@@ -193,7 +193,7 @@ class Runtime:
         if key is not None:
             p = self._calls.get(key)
             if p is not None:
-                fut = p._call(fields, after, bool(fields.get("overwrite", False)))
+                fut = p._call(fields, after, bool(fields.get("overwrite", False)), True)
                 if fut is not None:
                     return fut
         req = validated(o.request, **fields)
@@ -429,9 +429,10 @@ _PLAIN = frozenset({bool, int, float, str, np.float64, np.float32, np.int64, np.
 
 
 def _key(op: Op, fields: dict) -> tuple | None:
-    """A call's key in the runtime's prepared calls: the op, each packed batch's layout (the
-    cache its with_data twins share) and the other fields' values; None where an operand is
-    not a packed batch (a list is staged on every call anyway)."""
+    """A call's key in the runtime's prepared calls: the op, each packed batch's layout token
+    (its with_data twins share it) and the other fields' values; None where an operand is not
+    a packed batch (a list is staged on every call anyway). The key holds the tokens, so a
+    key found is a call on those very layouts."""
     key = [op.name]
     put = key.append
     for name, v in fields.items():
@@ -439,9 +440,8 @@ def _key(op: Op, fields: dict) -> tuple | None:
         if t is Views:  # a list an earlier call gave: its packed batch (operands.py)
             v, t = v.batch, PackedBatch
         if t is PackedBatch:
-            c = v.__dict__.get("_vb_cache")
             put(name)
-            put(id(c if c is not None else v.cache()))
+            put(v.__dict__.get("_vb_cache", _NONE).get("layout") or layout_token(v))
         elif v is None or t in _PLAIN:
             put(name)
             put(t)  # the type too: True == 1 == 1.0 as dict keys
