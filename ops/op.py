@@ -147,18 +147,24 @@ def public() -> list[Op]:
 
 
 def caller(op: Op, target: str, namespace: dict | None = None,
-           by_name: bool = True) -> Callable:
+           keyed: bool = False) -> Callable:
     """A function with ``op``'s public signature (its api's parameters, then ``after=`` and
-    ``overwrite=``), name and docstring, whose body is ``return <target>(op, after=...,
-    <field>=<parameter>, ...)``. ``target`` starting with ``self.`` makes a method.
+    ``overwrite=``), name and docstring. Its body is ``return <target>(name, after=...,
+    <field>=<parameter>, ...)``; ``target`` starting with ``self.`` makes a method.
+
+    ``keyed``: the body is ``return <target>(key, op, fields, after)`` instead, ``key`` the
+    call's key built inline from the arguments by the namespace's ``_lay`` (an operand's
+    layout) and ``_val`` (another value), ``fields`` the request's fields as a dict: a
+    runtime's methods find their prepared call without a loop over the fields
+    (vbatch.runtime.Runtime._run).
 
     Generated as source, not as ``*args, **kwargs`` bound per call: binding through
-    ``inspect.Signature.bind`` costs ~3 us, more than a whole known call's own path.
-    ``by_name=False`` passes the Op itself (no lookup by name in the call)."""
+    ``inspect.Signature.bind`` costs ~3 us, more than a whole known call's own path."""
     sig = inspect.signature(op.api)
     rename = dict(op.fields)
-    ns = dict(namespace or {}, _op=op.name if by_name else op)
-    params, fields, star = [], [], False
+    operands = {b.operand for b in op.inputs()}
+    ns = dict(namespace or {}, _op=op, _name=op.name)
+    params, fields, keys, star = [], [], [], False
     for i, p in enumerate(sig.parameters.values()):
         if p.kind is p.KEYWORD_ONLY and not star:
             params.append("*")
@@ -168,14 +174,22 @@ def caller(op: Op, target: str, namespace: dict | None = None,
             ns[f"_d{i}"] = p.default
             text += f"=_d{i}"
         params.append(text)
-        fields.append(f"{rename.get(p.name, p.name)}={p.name}")
+        field = rename.get(p.name, p.name)
+        fields.append((field, p.name))
+        keys.append(f"_lay({p.name})" if field in operands else f"_val({p.name})")
     if not star:
         params.append("*")
     params += ["after=()", "overwrite=False"]
     if target.startswith("self."):
         params.insert(0, "self")
-    src = (f"def {op.api.__name__}({', '.join(params)}):\n"
-           f"    return {target}(_op, after=after, overwrite=overwrite, {', '.join(fields)})\n")
+    if keyed:
+        items = ", ".join(f"{f!r}: {p}" for f, p in fields + [("overwrite", "overwrite")])
+        body = (f"{target}((_name, {', '.join(keys)}, _val(overwrite)), _op, "
+                f"{{{items}}}, after)")
+    else:
+        body = (f"{target}(_name, after=after, overwrite=overwrite, "
+                f"{', '.join(f'{f}={p}' for f, p in fields)})")
+    src = f"def {op.api.__name__}({', '.join(params)}):\n    return {body}\n"
     exec(src, ns)  # noqa: S102 - the source is built above from a registered op's signature
     fn = ns[op.api.__name__]
     fn.__doc__ = inspect.cleandoc(op.api.__doc__ or "") + _TAIL

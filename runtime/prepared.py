@@ -216,7 +216,7 @@ class Prepared:
         rt = self.runtime
         b = rt.backend
         ins, outs, kind = self._recipe
-        batches = {}
+        batches = given  # (operand -> its batch: a copy only where views came)
         datas = []
         for _, o in ins:
             if o is None:
@@ -224,11 +224,12 @@ class Prepared:
                 continue
             v = given[o]
             if type(v) is Views:
-                v = v.batch
+                if batches is given:
+                    batches = dict(given)
+                v = batches[o] = v.batch
             d = v.data
             if type(d) is not kind or (ow and not getattr(d.flags, "writeable", True)):
                 return None  # a twin elsewhere (a host copy): staged; read-only: named
-            batches[o] = v
             datas.append(d)
         made = []  # (the new buffers made whole by their makers)
         try:

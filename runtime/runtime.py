@@ -187,15 +187,26 @@ class Runtime:
 
     def submit(self, op: str | Op, *, after: Any = (), **fields: Any) -> Future:
         """Submit any registered operation by name, with its request's fields (the methods
-        named after the operations call this)."""
+        named after the operations take the same road, their key built inline)."""
         o = op if type(op) is Op else self._op(op)
-        key = _key(o, fields)
+        return self._run(_key(o, fields), o, fields, after)
+
+    def _run(self, key: tuple | None, o: Op, fields: dict, after: Any) -> Future:
+        """A call: its prepared call found by ``key`` and run, or prepared (and kept under
+        ``key``, where it has one: a key holding ``_NOKEY`` has none)."""
         if key is not None:
             p = self._calls.get(key)
             if p is not None:
-                fut = p._call(fields, after, bool(fields.get("overwrite", False)), True)
+                ow = fields.get("overwrite", False) is True
+                if p._recipe and ow == p._overwrite and type(after) is tuple and not after:
+                    fut = p._replay(fields, ow)  # (the key holds the layouts: nothing to bind)
+                    if fut is not None:
+                        return fut
+                fut = p._call(fields, after, ow, True)
                 if fut is not None:
                     return fut
+            elif _NOKEY in key:
+                key = None
         req = validated(o.request, **fields)
         overwrite = bool(getattr(req, "overwrite", False))
         if self._coalescer is not None:
@@ -429,26 +440,48 @@ _PLAIN = frozenset({bool, int, float, str, np.float64, np.float32, np.int64, np.
 
 
 def _key(op: Op, fields: dict) -> tuple | None:
-    """A call's key in the runtime's prepared calls: the op, each packed batch's layout token
-    (its with_data twins share it) and the other fields' values; None where an operand is not
-    a packed batch (a list is staged on every call anyway). The key holds the tokens, so a
-    key found is a call on those very layouts."""
-    key = [op.name]
+    """A call's key in the runtime's prepared calls: the op, the fields' names, each packed
+    batch's layout token (its with_data twins share it) and the other fields' values (with
+    their types: True == 1 == 1.0 as dict keys); None where an operand is not a packed batch
+    (a list is staged on every call anyway). The key holds the tokens, so a key found is a
+    call on those very layouts."""
+    key = [op.name, *fields]
     put = key.append
-    for name, v in fields.items():
+    for v in fields.values():
         t = type(v)
-        if t is Views:  # a list an earlier call gave: its packed batch (operands.py)
-            v, t = v.batch, PackedBatch
-        if t is PackedBatch:
-            put(name)
+        if t is PackedBatch or t is Views:
+            if t is Views:  # a list an earlier call gave: its packed batch (operands.py)
+                v = v.batch
             put(v.__dict__.get("_vb_cache", _NONE).get("layout") or layout_token(v))
-        elif v is None or t in _PLAIN:
-            put(name)
-            put(t)  # the type too: True == 1 == 1.0 as dict keys
+        elif v is None:
+            put(None)
+        elif t in _PLAIN:
+            put(t)
             put(v)
         else:
             return None
     return tuple(key)
+
+
+_NOKEY = object()  # (in a key: an argument that cannot be keyed, as a list)
+
+
+def _lay(v: Any) -> Any:
+    """An operand in a generated method's key: its layout token, None, or _NOKEY."""
+    t = type(v)
+    if t is Views:
+        v, t = v.batch, PackedBatch
+    if t is PackedBatch:
+        return v.__dict__.get("_vb_cache", _NONE).get("layout") or layout_token(v)
+    return None if v is None else _NOKEY
+
+
+def _val(v: Any) -> Any:
+    """Another argument in a generated method's key (with its type: True == 1 as keys)."""
+    if v is None:
+        return None
+    t = type(v)
+    return (t, v) if t in _PLAIN else _NOKEY
 
 
 def _bytes(n: float) -> str:
@@ -489,7 +522,9 @@ def prepare(op: str, **fields: Any) -> Prepared:
 # The operations' methods and module functions, made from the registry (vbatch.ops.op.caller):
 # ``rt.gemm(a, b, ...)`` is ``rt.submit("gemm", a=a, b=b, ...)`` with gemm's signature.
 API = tuple(op.api.__name__ for op in public())
+_KEYS = {"_lay": _lay, "_val": _val}
 for _op in public():
-    setattr(Runtime, _op.api.__name__, caller(_op, "self.submit", by_name=False))
-    globals()[_op.api.__name__] = caller(_op, "_runtime().submit", {"_runtime": default_runtime})
+    setattr(Runtime, _op.api.__name__, caller(_op, "self._run", _KEYS, keyed=True))
+    globals()[_op.api.__name__] = caller(_op, "_runtime()._run",
+                                         dict(_KEYS, _runtime=default_runtime), keyed=True)
 del _op
