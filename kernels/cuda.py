@@ -754,7 +754,7 @@ class CudaBackend(Backend):
         with nothing to wait for. The plan's device state, the buffers' table slots and the
         device are resolved here once, so a call is its slot, its table, the graph's launch and
         the completion: run() without _prepare's memo and the buffers' batches (about 3 us of a
-        36 us call's issue on the H200 host, stamped; docs/decisions.md#host-packed-replay).
+        36 us call's issue on the H200 host, stamped; docs/decisions.md#host-prepared-calls).
         None where a buffer is on another device than the current one; ``fire`` returns None
         from a call made under another current device (the caller then takes the general path,
         its output allocated again)."""

@@ -11,7 +11,7 @@ one of two roads, by what the call's first run found (never by operation):
 * **replay**: on an asynchronous backend, with nothing to wait for, every operand a packed batch
   of the prepared layout in the backend's memory: the backend's ``fire`` on the operands' arrays,
   the outputs allocated as the first run allocated them. No request, no check, no staging
-  (docs/decisions.md#host-packed-replay);
+  (docs/decisions.md#host-prepared-calls);
 * **staged**: the request (put together without validation where every operand is a packed
   batch of the prepared layout, else validated), memory checks, ``after=``, staging (a list
   gathered, a host batch uploaded), the plan's launches (``Runtime._submit``).

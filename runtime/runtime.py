@@ -181,7 +181,7 @@ class Runtime:
     # Prepared calls kept per runtime, by the call's key (_key): the first runs of a call
     # prepare it; later ones with the same batches (or their twins) run it. Validating a GEMM
     # request through pydantic costs ~24 us and finding its plan by size signature ~38 us
-    # (2-core VM, docs/decisions.md#host-known-calls); a kept call's run ~3 us before the
+    # (2-core VM, docs/decisions.md#host-prepared-calls); a kept call's run ~3 us before the
     # backend. Entries hold no batch, so they never keep device memory alive.
     KNOWN = 256
 
