@@ -11,7 +11,7 @@ same process order, medians, ratios). It uses only API that every tree of the pr
 
 Cases: k = 2000 problems (500 at Nmax >= 512), sizes drawn with ``ops/generate.py``'s
 distributions; GEMM m, n, k each drawn; TRSM 16 right-hand sides; POSV one. float64, data on the
-GPU. ``ms``: the call and ``result()``, synchronized, median of --reps after three warm-ups.
+GPU. ``ms``: the call and ``result()``, synchronized, median of --reps after --warmup calls.
 ``host_us``: the time to issue one packed column-major call (nothing synchronized inside it),
 median over --reps x 20 calls, each followed by a synchronization outside the timed span.
 """
@@ -36,8 +36,8 @@ def _sync():
     cupy.cuda.get_current_stream().synchronize()
 
 
-def _median_ms(fn, reps):
-    for _ in range(3):
+def _median_ms(fn, reps, warmup=3):
+    for _ in range(warmup):
         fn()
         _sync()
     ts = []
@@ -100,6 +100,7 @@ def main(argv=None) -> int:
     ap.add_argument("--ops", nargs="+", default=list(OPS), choices=OPS)
     ap.add_argument("--forms", nargs="+", default=list(FORMS), choices=FORMS)
     ap.add_argument("--reps", type=int, default=7)
+    ap.add_argument("--warmup", type=int, default=3, help="untimed calls before each median")
     ap.add_argument("--seed", type=int, default=5)
     ap.add_argument("--tag", default="")
     ap.add_argument("--json", default=None)
@@ -116,7 +117,7 @@ def main(argv=None) -> int:
                 for form in args.forms:
                     ops = {f: _form(v, form) for f, v in host.items()}
                     row[form] = _median_ms(lambda op=op, ops=ops: _call(rt, op, ops).result(),
-                                           args.reps)
+                                           args.reps, args.warmup)
                     if form == "packedF":
                         row["host_us"] = _host_us(lambda op=op, ops=ops: _call(rt, op, ops),
                                                   args.reps)
