@@ -215,10 +215,11 @@ class Runtime:
                 return part
         p = Prepared(self, o, req, self._plan(o, req), keep=False)
         if key is not None:
-            calls = self._calls
-            calls[key] = p
-            if len(calls) > self.KNOWN:
-                calls.pop(next(iter(calls)), None)
+            with self._lock:  # (iterating to evict while another thread inserts would raise)
+                calls = self._calls
+                calls[key] = p
+                if len(calls) > self.KNOWN:
+                    calls.pop(next(iter(calls)), None)
         return p._staged(req, after, overwrite)
 
     def _op(self, op: str | Op) -> Op:

@@ -334,3 +334,34 @@ def test_the_suite_never_reads_the_users_tune_file():
 
     assert not [k for k in os.environ if k.startswith("VBATCH_") and k != "VBATCH_TUNE_FILE"
                 and k[len("VBATCH_"):].lower() in Config.model_fields]
+
+
+def test_kept_calls_from_many_threads_evict_without_error():
+    """Threads calling with new packed batches fill and evict the runtime's kept calls at
+    once: every call gives its own factor, and a kept call's batch is never another's."""
+    rt = Runtime("cpu")
+    rt.KNOWN = 4
+    rng = np.random.default_rng(3)
+    mats = spd_list([1, 5, 33], np.float64, rng)
+    want = [np.linalg.cholesky(a) for a in mats]
+    errors: list = []
+
+    def work(seed: int) -> None:
+        try:
+            for i in range(25):
+                packed = vbatch.pack([a * (1 + (seed + i) % 3) for a in mats])
+                res = rt.cholesky(packed).result(timeout=60)
+                for j, w in enumerate(want):
+                    got = np.asarray(res.factors.matrix(j))
+                    scale = np.sqrt(1 + (seed + i) % 3)
+                    assert np.allclose(np.tril(got), w * scale, atol=1e-10), (seed, i, j)
+        except BaseException as exc:  # noqa: BLE001 - reported by the test below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(s,)) for s in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not errors, errors[0]
+    assert len(rt._calls) <= rt.KNOWN
