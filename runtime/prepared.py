@@ -121,7 +121,7 @@ class Prepared:
             req = _rebuild(self.op.request, (self._values, self._fset), batches)
         elif self._req is None:
             return None
-        elif ow == self._overwrite and all(given[n] is getattr(self._req, n)
+        elif same and all(given[n] is getattr(self._req, n)
                                            for n in self._operands):
             req = self._req  # the operands it was prepared with (a list's, say)
         else:
@@ -187,24 +187,21 @@ class Prepared:
             if written and not ow and not given.cache().get(("fits", b.name)):
                 return None
             ins.append((name, operand))
-        outs = []
-        for name, operand, _, buf in self.op._outs:
-            given = getattr(req, operand)
-            if given is None:
-                m, n = buf.shape(req)
-                form = getattr(req, buf.form)
-                if type(form) is not PackedBatch or form.kind != b.kind:
-                    return None
-                outs.append((name, 0, b.buffer_maker(m, n, form.dtype, form.order,
-                                                     not buf.complete), buf.form))
-            else:  # (it replaces the input of its operand: made from that batch)
-                outs.append((name, 2 if ow else 1, operand, operand))
-        for buf in self.op._scratch:  # (no form: never given back)
+        def maker(buf):  # a new buffer laid out from its sizes, as its form field's batch
             form = getattr(req, buf.form)
             if type(form) is not PackedBatch or form.kind != b.kind:
                 return None
-            outs.append((buf.name, 0, b.buffer_maker(*buf.shape(req), form.dtype, form.order,
-                                                     not buf.complete), None))
+            return b.buffer_maker(*buf.shape(req), form.dtype, form.order, not buf.complete)
+
+        outs = []
+        for name, operand, _, buf in self.op._outs:
+            if getattr(req, operand) is not None:  # (it replaces its operand's input)
+                outs.append((name, 2 if ow else 1, operand, operand))
+                continue
+            outs.append((name, 0, maker(buf), buf.form))
+        outs += [(buf.name, 0, maker(buf), None) for buf in self.op._scratch]  # (not given back)
+        if any(how == 0 and make is None for _, how, make, _ in outs):
+            return None
         return tuple(ins), tuple(outs), type(getattr(req, ins[0][1]).data)
 
     def _replay(self, given: dict, ow: bool) -> Future | None:

@@ -197,12 +197,7 @@ class Runtime:
         if key is not None:
             p = self._calls.get(key)
             if p is not None:
-                ow = fields.get("overwrite", False) is True
-                if p._recipe and ow == p._overwrite and type(after) is tuple and not after:
-                    fut = p._replay(fields, ow)  # (the key holds the layouts: nothing to bind)
-                    if fut is not None:
-                        return fut
-                fut = p._call(fields, after, ow, True)
+                fut = p._call(fields, after, fields.get("overwrite", False) is True, True)
                 if fut is not None:
                     return fut
             elif _NOKEY in key:
@@ -328,20 +323,14 @@ class Runtime:
         for name, operand, like, buf in op._outs:
             given = getattr(req, operand)
             if given is None:  # a new output (GEMM without c): laid out from its sizes
-                m, n = buf.shape(req)
-                form = getattr(req, buf.form)
-                order = form.order if type(form) is PackedBatch else "C"
-                staged[name] = b.new_buffer(m, n, form.dtype, order, not buf.complete)
+                staged[name] = _new_buffer(b, req, buf)
             else:
                 staged[name] = staged[like] if overwrite else b.new_output(staged[like])
                 if type(given) is MatrixList:
                     lists = lists or {}
                     lists[name] = given
         for buf in op._scratch:
-            form = getattr(req, buf.form)
-            m, n = buf.shape(req)
-            staged[buf.name] = b.new_buffer(m, n, form.dtype, form.order if type(form) is
-                                            PackedBatch else "C", not buf.complete)
+            staged[buf.name] = _new_buffer(b, req, buf)
         scalars = op.scalars(req) if op.scalars is not None else None
         ex = b.begin(plan, staged, self.config, scalars)
         b.launch_all(ex, plan.launches)
@@ -462,6 +451,14 @@ def _key(op: Op, fields: dict) -> tuple | None:
         else:
             return None
     return tuple(key)
+
+
+def _new_buffer(b, req, buf):
+    """A new output or scratch buffer of ``buf``'s sizes, laid out as its ``form`` field."""
+    m, n = buf.shape(req)
+    form = getattr(req, buf.form)
+    return b.new_buffer(m, n, form.dtype, form.order if type(form) is PackedBatch else "C",
+                        not buf.complete)
 
 
 _NOKEY = object()  # (in a key: an argument that cannot be keyed, as a list)
