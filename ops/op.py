@@ -152,11 +152,12 @@ def caller(op: Op, target: str, namespace: dict | None = None,
     ``overwrite=``), name and docstring. Its body is ``return <target>(name, after=...,
     <field>=<parameter>, ...)``; ``target`` starting with ``self.`` makes a method.
 
-    ``keyed``: the body is ``return <target>(key, op, fields, after)`` instead, ``key`` the
-    call's key built inline from the arguments by the namespace's ``_lay`` (an operand's
-    layout) and ``_val`` (another value), ``fields`` the request's fields as a dict: a
-    runtime's methods find their prepared call without a loop over the fields
-    (vbatch.runtime.Runtime._run).
+    ``keyed``: ``target`` is then a runtime (``self``, or an expression giving one), and the
+    body finds the call's prepared call in its ``_calls`` by the call's key, built inline from
+    the arguments by the namespace's ``_lay`` (an operand's layout) and ``_val`` (another
+    value), and runs it; on a miss (or a run it cannot take) it calls ``<target>._run(key,
+    op, fields, after)`` (vbatch.runtime.Runtime._run). A repeated call is then one dict
+    lookup from the run, with no loop over the fields and no call in between.
 
     Generated as source, not as ``*args, **kwargs`` bound per call: binding through
     ``inspect.Signature.bind`` costs ~3 us, more than a whole known call's own path."""
@@ -176,26 +177,47 @@ def caller(op: Op, target: str, namespace: dict | None = None,
         params.append(text)
         field = rename.get(p.name, p.name)
         fields.append((field, p.name))
-        keys.append(f"_lay({p.name})" if field in operands else f"_val({p.name})")
+        keys.append(_lay_of(p.name) if field in operands else _val_of(p.name))
     if not star:
         params.append("*")
     params += ["after=()", "overwrite=False"]
-    if target.startswith("self."):
+    if target.split(".")[0] == "self":
         params.insert(0, "self")
     if keyed:
         items = ", ".join(f"{f!r}: {p}" for f, p in fields + [("overwrite", "overwrite")])
-        body = (f"{target}((_name, {', '.join(keys)}, _val(overwrite)), _op, "
-                f"{{{items}}}, after)")
+        body = (f"rt = {target}\n"
+                f"    key = (_name, {', '.join(keys)}, {_val_of('overwrite')})\n"
+                f"    fields = {{{items}}}\n"
+                "    p = rt._calls.get(key)\n"
+                "    if p is not None:\n"
+                "        fut = p._call(fields, after, overwrite is True, True)\n"
+                "        if fut is not None:\n"
+                "            return fut\n"
+                "    return rt._run(key, _op, fields, after)")
     else:
-        body = (f"{target}(_name, after=after, overwrite=overwrite, "
+        body = (f"return {target}(_name, after=after, overwrite=overwrite, "
                 f"{', '.join(f'{f}={p}' for f, p in fields)})")
-    src = f"def {op.api.__name__}({', '.join(params)}):\n    return {body}\n"
+    src = f"def {op.api.__name__}({', '.join(params)}):\n    {body}\n"
     exec(src, ns)  # noqa: S102 - the source is built above from a registered op's signature
     fn = ns[op.api.__name__]
     fn.__doc__ = inspect.cleandoc(op.api.__doc__ or "") + _TAIL
     fn.__annotations__ = {**op.api.__annotations__, "after": "Any", "overwrite": "bool",
                           "return": "Future"}
     return fn
+
+
+def _lay_of(name: str) -> str:
+    """A keyed caller's expression for an operand's layout: a packed batch's token read
+    inline (a call to ``_lay`` costs as much as the rest of the key), else ``_lay``."""
+    return (f"(type({name}) is _PB and {name}.__dict__.get('_vb_cache', _NONE).get('layout') "
+            f"or _lay({name}))")
+
+
+def _val_of(name: str) -> str:
+    """A keyed caller's expression for another argument: None and a bool inline, else
+    ``_val``."""
+    return (f"(None if {name} is None else (bool, {name}) if type({name}) is bool else "
+            f"_val({name}))")
 
 
 _TAIL = """

@@ -56,7 +56,7 @@ class Prepared:
     run. ``plan`` is the plan every run executes."""
 
     __slots__ = ("runtime", "op", "plan", "_req", "_values", "_fset", "_operands", "_layout",
-                 "_sizes", "_sig", "_overwrite", "_scalars", "_recipe", "_fire")
+                 "_sizes", "_sig", "_overwrite", "_scalars", "_replay", "_fire")
 
     def __init__(self, runtime: Any, op: Any, req: Any, plan: Any, keep: bool = True):
         self.runtime, self.op, self.plan = runtime, op, plan
@@ -79,7 +79,7 @@ class Prepared:
         # A call kept by its caller holds its operands; the runtime's cache does not (an entry
         # must not keep device memory alive), so its runs name every operand.
         self._req = req if keep else None
-        self._recipe: Any = None  # what a replay needs (_learn); False: this call never replays
+        self._replay: Any = None  # the replay road (_learn); False: this call never replays
         self._fire: Any = None  # the backend's replayer, made on the first replay
 
     def __repr__(self) -> str:
@@ -106,16 +106,16 @@ class Prepared:
         ``given`` the call's fields (``known``: found by its layouts): None there when an
         operand cannot be bound (the runtime then prepares anew)."""
         same = ow == self._overwrite
-        replay = same and self._recipe and type(after) is tuple and not after
+        replay = self._replay if same and type(after) is tuple and not after else None
         if replay and known:  # (the layouts are known: nothing to bind first)
-            fut = self._replay(given, ow)
+            fut = replay(given, ow)
             if fut is not None:
                 return fut
-            replay = False
+            replay = None
         batches = self._bind(given, ow, known) if same else None
         if batches is not None:
             if replay:
-                fut = self._replay(batches, ow)
+                fut = replay(batches, ow)
                 if fut is not None:
                     return fut
             req = _rebuild(self.op.request, (self._values, self._fset), batches)
@@ -160,17 +160,17 @@ class Prepared:
     def _staged(self, req: Any, after: Any, ow: bool) -> Future:
         rt = self.runtime
         fut = rt._submit(self.op, req, after, ow, self.plan)
-        if (self._recipe is None and fut._error is None and ow == self._overwrite
+        if (self._replay is None and fut._error is None and ow == self._overwrite
                 and type(after) is tuple and not after):
-            self._recipe = self._learn(req, ow) or False
+            self._replay = self._learn(req, ow) or False
         return fut
 
-    def _learn(self, req: Any, ow: bool) -> tuple | None:
-        """What :meth:`_replay` needs to run again on operands of this layout: per input
-        buffer its operand, per output how it is made (0: a new buffer of its sizes, 1: a new
-        buffer laid out as the input it replaces, 2: that input itself) and the operand whose
-        form it comes back in (None: a scratch buffer, not given back). None where a run must
-        be staged (a list or host operand, a synchronous backend, a batch the memory check may
+    def _learn(self, req: Any, ow: bool) -> Any:
+        """The replay of runs on operands of this layout (:func:`_replayer`): per input buffer
+        its operand, per output how it is made (0: a new buffer of its sizes, 1: a new buffer
+        laid out as the input it replaces, 2: that input itself) and the operand whose form it
+        comes back in (None: a scratch buffer, not given back). None where a run must be
+        staged (a list or host operand, a synchronous backend, a batch the memory check may
         refuse)."""
         rt = self.runtime
         if not rt.backend.asynchronous:
@@ -187,6 +187,7 @@ class Prepared:
             if written and not ow and not given.cache().get(("fits", b.name)):
                 return None
             ins.append((name, operand))
+
         def maker(buf):  # a new buffer laid out from its sizes, as its form field's batch
             form = getattr(req, buf.form)
             if type(form) is not PackedBatch or form.kind != b.kind:
@@ -200,90 +201,30 @@ class Prepared:
                 continue
             outs.append((name, 0, maker(buf), buf.form))
         outs += [(buf.name, 0, maker(buf), None) for buf in self.op._scratch]  # (not given back)
-        if any(how == 0 and make is None for _, how, make, _ in outs):
+        inputs = {o for _, o in ins}
+        if any(how == 0 and make is None or form is not None and form not in inputs
+               for _, how, make, form in outs):
             return None
-        return tuple(ins), tuple(outs), type(getattr(req, ins[0][1]).data)
+        return _replayer(self, ins, outs, type(getattr(req, ins[0][1]).data))
 
-    def _replay(self, given: dict, ow: bool) -> Future | None:
-        """The replay road on ``given`` (operand -> a packed batch of the prepared layout, or
-        the views of one); None where it cannot (an operand elsewhere, or read-only and to be
-        overwritten)."""
-        # The launch first, on the buffers' arrays alone; then the Python objects of the call
-        # (the outputs' batches, the future), which the GPU's work then hides.
+    def _first(self, datas: tuple, buffers: dict) -> Any:
+        """A replay's launch where the backend's ``fire`` has not been made yet (made here,
+        before the run: what it raises, the run would) or cannot take it (then run on the
+        buffers' batches, by name in the order of ``datas``)."""
         rt = self.runtime
         b = rt.backend
-        ins, outs, kind = self._recipe
-        batches = given  # (operand -> its batch: a copy only where views came)
-        datas = []
-        for _, o in ins:
-            if o is None:
-                datas.append(None)
-                continue
-            v = given[o]
-            if type(v) is Views:
-                if batches is given:
-                    batches = dict(given)
-                v = batches[o] = v.batch
-            d = v.data
-            if type(d) is not kind or (ow and not getattr(d.flags, "writeable", True)):
-                return None  # a twin elsewhere (a host copy): staged; read-only: named
-            datas.append(d)
-        made = []  # (the new buffers made whole by their makers)
-        try:
-            for _, how, arg, _ in outs:
-                if how == 1:
-                    datas.append(b.new_data(batches[arg].data))
-                elif how == 2:
-                    datas.append(batches[arg].data)
-                else:
-                    buf = arg()
-                    made.append(buf)
-                    datas.append(buf.data)
-            fire = self._fire
-            if fire is None:  # (before the run: what it raises, the run would)
-                fire = self._fire = b.replayer(self.plan, self._buffers(batches, datas, made),
-                                               rt.config, self._scalars) or False
-            completion = fire(tuple(datas)) if fire else None
-            if completion is None:
-                completion = b.run(self.plan, self._buffers(batches, datas, made), rt.config,
-                                   self._scalars)
-        except BaseException as exc:  # noqa: BLE001 - delivered through the future
-            fut = Future(rt, threaded=False)
-            fut._fail(exc)
-            return fut
-        # The outputs in the caller's form, made while the GPU works: only info waits.
-        out = {}
-        j = len(ins)
-        k = 0
-        for name, how, arg, form in outs:
-            if how == 1:
-                work = batches[arg].with_data(datas[j])
-            elif how == 2:
-                work = batches[arg]
-            else:
-                work = made[k]
-                k += 1
-                if form is None:
-                    j += 1
-                    continue  # a scratch buffer
-                work = work.with_frontend(batches[form].frontend)
-            j += 1
-            out[name] = _give(work, _list_form(batches[form]))
-        fut = Future(rt, threaded=False)
-        result, plan = self.op.result, self.plan
-        fut._completion, fut._finish = completion, lambda info: result(out, info, plan)
-        rt._tail(completion)
-        return fut
+        if self._fire is None:
+            self._fire = b.replayer(self.plan, buffers, rt.config, self._scalars) or False
+            if self._fire:
+                done = self._fire(datas)
+                if done is not None:
+                    return done
+        return b.run(self.plan, buffers, rt.config, self._scalars)
 
-    def _buffers(self, batches: dict, datas: list, made: list) -> dict:
-        """The replay's buffers as batches, by name, in the order of ``datas``."""
-        ins, outs, _ = self._recipe
-        out = {name: None if operand is None else batches[operand] for name, operand in ins}
-        made_it = iter(made)
-        for j, (name, how, arg, _) in enumerate(outs):
-            out[name] = next(made_it) if how == 0 else (
-                batches[arg].with_data(datas[len(ins) + j]) if how == 1 else batches[arg])
-        return out
+    def _failed(self, exc: BaseException) -> Future:
+        fut = Future(self.runtime, threaded=False)
+        fut._fail(exc)
+        return fut
 
     def _check_sizes(self, req: Any) -> None:
         """Operands rebound to other sizes or dtype than prepared: named, problem by problem."""
@@ -310,6 +251,79 @@ class Prepared:
                                         "sizes)"))
         raise InputError(problems or [(None, "the call's sizes differ from the prepared ones")],
                          what="run")
+
+
+_CODE: dict = {}  # a replay's source -> its compiled code (one per shape of call)
+
+
+def _replayer(p: Prepared, ins: tuple, outs: tuple, kind: type) -> Any:
+    """``replay(given, ow) -> Future | None``: the replay road of ``p`` on ``given`` (operand ->
+    a packed batch of the prepared layout, or the views of one), None where it cannot take it
+    (an operand elsewhere, or read-only and to be overwritten).
+
+    Written as straight-line source from the recipe (``ins``, ``outs``: Prepared._learn), as
+    the runtime's methods are (vbatch.ops.op.caller): the same steps for every op, without a
+    loop or a branch per buffer on a road whose whole budget is a few microseconds
+    (docs/decisions.md#host-prepared-calls). The launch comes first, on the buffers' arrays
+    alone; then the Python objects of the call (the outputs' batches, the future), which the
+    GPU's work then hides."""
+    rt = p.runtime
+    ns = {"Views": Views, "kind": kind, "new_data": rt.backend.new_data, "p": p, "rt": rt,
+          "Future": Future, "give": _give, "form": _list_form, "result": p.op.result,
+          "plan": p.plan, "tails": rt._tails}
+    var: dict = {}  # operand -> the variable of its batch
+    src = ["def replay(given, ow):"]
+    for _, o in ins:
+        if o is None or o in var:
+            continue
+        v = var[o] = f"v{len(var)}"
+        src += [f"    {v} = given[{o!r}]",
+                f"    if type({v}) is Views:",  # (a list an earlier call gave: its batch)
+                f"        {v} = {v}.batch",
+                f"    if type({v}.data) is not kind or ow and not getattr({v}.data.flags, "
+                "'writeable', True):",
+                "        return None"]
+    datas = ["None" if o is None else f"{var[o]}.data" for _, o in ins]
+    buffers = [f"{name!r}: " + ("None" if o is None else var[o]) for name, o in ins]
+    make, back = [], []
+    for j, (name, how, arg, form) in enumerate(outs):
+        if how == 0:
+            ns[f"make{j}"] = arg
+            make.append(f"        o{j} = make{j}()")
+            datas.append(f"o{j}.data")
+            buffers.append(f"{name!r}: o{j}")
+            work = f"o{j}.with_frontend({var[form]}.frontend)" if form else None
+        elif how == 1:
+            make.append(f"        o{j} = new_data({var[arg]}.data)")
+            datas.append(f"o{j}")
+            buffers.append(f"{name!r}: {var[arg]}.with_data(o{j})")
+            work = f"{var[arg]}.with_data(o{j})"
+        else:
+            datas.append(f"{var[arg]}.data")
+            buffers.append(f"{name!r}: {var[arg]}")
+            work = var[arg]
+        if work is not None:
+            back.append(f"{name!r}: give({work}, form({var[form]}))")
+    src += ["    try:", *make,
+            f"        datas = ({', '.join(datas)},)",
+            "        fire = p._fire",
+            "        c = fire(datas) if fire else None",
+            "        if c is None:",
+            f"            c = p._first(datas, {{{', '.join(buffers)}}})",
+            "    except BaseException as exc:  # noqa: BLE001 - delivered through the future",
+            "        return p._failed(exc)",
+            f"    out = {{{', '.join(back)}}}",
+            "    fut = Future(rt, threaded=False)",
+            "    fut._completion = c",
+            "    fut._finish = lambda info: result(out, info, plan)",
+            "    tails[c.queue] = c  # (Runtime._tail)",
+            "    return fut"]
+    text = "\n".join(src) + "\n"
+    code = _CODE.get(text)
+    if code is None:
+        code = _CODE[text] = compile(text, "<vbatch replay>", "exec")
+    exec(code, ns)  # noqa: S102 - the source is built above from an op's registered buffers
+    return ns["replay"]
 
 
 def _list_form(form):

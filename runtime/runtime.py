@@ -189,19 +189,19 @@ class Runtime:
         """Submit any registered operation by name, with its request's fields (the methods
         named after the operations take the same road, their key built inline)."""
         o = op if type(op) is Op else self._op(op)
-        return self._run(_key(o, fields), o, fields, after)
+        key = _key(o, fields)
+        p = None if key is None else self._calls.get(key)
+        if p is not None:
+            fut = p._call(fields, after, fields.get("overwrite", False) is True, True)
+            if fut is not None:
+                return fut
+        return self._run(key, o, fields, after)
 
     def _run(self, key: tuple | None, o: Op, fields: dict, after: Any) -> Future:
-        """A call: its prepared call found by ``key`` and run, or prepared (and kept under
-        ``key``, where it has one: a key holding ``_NOKEY`` has none)."""
-        if key is not None:
-            p = self._calls.get(key)
-            if p is not None:
-                fut = p._call(fields, after, fields.get("overwrite", False) is True, True)
-                if fut is not None:
-                    return fut
-            elif _NOKEY in key:
-                key = None
+        """A call whose key found no prepared call it could run: prepared, and kept under
+        ``key`` where it has one (a key holding ``_NOKEY`` has none)."""
+        if key is not None and _NOKEY in key:
+            key = None
         req = validated(o.request, **fields)
         overwrite = bool(getattr(req, "overwrite", False))
         if self._coalescer is not None:
@@ -226,8 +226,8 @@ class Runtime:
         return OPS[op]
 
     def _tail(self, completion: Completion) -> None:
-        with self._lock:
-            self._tails[completion.queue] = completion
+        # (one dict store, atomic without the lock; wait() copies the values in one step)
+        self._tails[completion.queue] = completion
 
     def _submit(self, op: Op, req, after, overwrite: bool, plan: Plan) -> Future:
         """The staged road of a run (runtime/prepared.py): checks, ``after=``, staging."""
@@ -290,8 +290,7 @@ class Runtime:
         if self._pool is not None:
             self._pool.submit(lambda: None).result()  # one FIFO worker: a barrier
             return
-        with self._lock:
-            tails = list(self._tails.values())
+        tails = list(self._tails.values())
         for c in tails:
             c.sync()
 
@@ -520,9 +519,9 @@ def prepare(op: str, **fields: Any) -> Prepared:
 # The operations' methods and module functions, made from the registry (vbatch.ops.op.caller):
 # ``rt.gemm(a, b, ...)`` is ``rt.submit("gemm", a=a, b=b, ...)`` with gemm's signature.
 API = tuple(op.api.__name__ for op in public())
-_KEYS = {"_lay": _lay, "_val": _val}
+_KEYS = {"_lay": _lay, "_val": _val, "_PB": PackedBatch, "_NONE": _NONE}
 for _op in public():
-    setattr(Runtime, _op.api.__name__, caller(_op, "self._run", _KEYS, keyed=True))
-    globals()[_op.api.__name__] = caller(_op, "_runtime()._run",
+    setattr(Runtime, _op.api.__name__, caller(_op, "self", _KEYS, keyed=True))
+    globals()[_op.api.__name__] = caller(_op, "_runtime()",
                                          dict(_KEYS, _runtime=default_runtime), keyed=True)
 del _op
