@@ -18,31 +18,35 @@ import sys as _sys
 
 # Installed, the subpackages sit inside this folder (setuptools package-dir mapping). Run from a
 # source checkout (`python -m vbatch` in the repository root puts the root on sys.path ahead of
-# site-packages) they sit beside it, at the repository root. Load exactly those four under their
-# vbatch.* names (not the whole root: benchmarks/ and tests/ are not part of the package). All
-# four are registered before any runs, since they import one another.
+# site-packages) they sit beside it, at the repository root: a finder maps exactly those (not the
+# whole root: benchmarks/ and tests/ are not part of the package) to their vbatch.* names, each
+# loaded when first imported, as an installed one is (`import vbatch` loads neither
+# vbatch.sparse nor vbatch.distributed).
 _here = _os.path.dirname(_os.path.abspath(__file__))
 _root = _os.path.dirname(_here)
 # vbatch.<name>: folder. vbatch.distributed lives in cluster/ (a root folder named distributed/
 # would hide Dask's own package whenever the root is on sys.path; cluster/__init__.py).
 _SUBPACKAGES = {"ops": "ops", "scheduler": "scheduler", "kernels": "kernels",
                 "runtime": "runtime", "sparse": "sparse", "distributed": "cluster"}
+
+
+class _Checkout:
+    """A meta-path finder for the subpackages of a source checkout (see above)."""
+
+    @staticmethod
+    def find_spec(name, path=None, target=None):
+        top, _, rest = name.partition(".")[2].partition(".")
+        if not name.startswith("vbatch.") or top not in _SUBPACKAGES or rest:
+            return None  # (their modules are found through the package's __path__)
+        folder = _os.path.join(_root, _SUBPACKAGES[top])
+        return _ilu.spec_from_file_location(name, _os.path.join(folder, "__init__.py"),
+                                            submodule_search_locations=[folder])
+
+
 if not _os.path.isdir(_os.path.join(_here, "runtime")) and _os.path.isfile(
     _os.path.join(_root, "runtime", "__init__.py")
 ):
-    _pending = []
-    for _name in _SUBPACKAGES:
-        if f"vbatch.{_name}" in _sys.modules:
-            continue
-        _dir = _os.path.join(_root, _SUBPACKAGES[_name])
-        _spec = _ilu.spec_from_file_location(f"vbatch.{_name}", _os.path.join(_dir, "__init__.py"),
-                                             submodule_search_locations=[_dir])
-        _mod = _ilu.module_from_spec(_spec)
-        _sys.modules[_spec.name] = _mod
-        globals()[_name] = _mod
-        _pending.append((_spec, _mod))
-    for _spec, _mod in _pending:
-        _spec.loader.exec_module(_mod)
+    _sys.meta_path.insert(0, _Checkout)
 
 from vbatch.core.batch import PackedBatch  # noqa: E402
 from vbatch.core.errors import InputError  # noqa: E402
