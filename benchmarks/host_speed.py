@@ -1,6 +1,6 @@
 """Host-side speed: planning time, and the CPU backend against a scipy loop, side by side.
 
-    python benchmarks/host_speed.py [--reps 9] [--json FILE] [--only cpu|planning]
+    python benchmarks/host_speed.py [--reps 9] [--json FILE] [--only cpu|planning|tiny]
 
 Planning: k = 5,000 sizes uniform on [1, 512], both policies, nb 32 and 64, full and partial.
 
@@ -12,6 +12,10 @@ The packed form is prepared beforehand, as a user factoring the same layout agai
 form includes packing the list and the result views. Each vbatch run is followed by a loop run,
 so a slow patch of a shared machine hits both; medians are reported, with the ratio
 vbatch / loop (below 1: vbatch is faster).
+
+Tiny calls: 10 matrices of 8 x 8 on the CPU, one call each of POTRF, GEMM, TRSM and POSV, us,
+median of 200 calls after 20, against a scipy loop doing the same (``scipy.linalg.cholesky``,
+``dgemm``, ``solve_triangular``, ``cho_factor`` + ``cho_solve``), list and packed forms.
 """
 
 from __future__ import annotations
@@ -112,24 +116,64 @@ def cpu_backend(reps: int, nbs=(None,)) -> list[dict]:
     return rows
 
 
+def tiny(reps: int = 200) -> list[dict]:
+    rng = np.random.default_rng(0)
+    a = spd_list([8] * 10, np.float64, rng)
+    b = [rng.standard_normal((8, 8)) for _ in range(10)]
+    lower = [np.tril(x) for x in scipy.linalg.cholesky(np.stack(a), lower=True)]
+    pa, pb, pl = (vbatch.pack(x, order="F") for x in (a, b, lower))
+    rt = vbatch.Runtime("cpu")
+    sl = scipy.linalg
+    cases = {
+        "potrf": (lambda: [sl.cholesky(x, lower=True) for x in a],
+                  lambda: rt.cholesky(a).result(), lambda: rt.cholesky(pa).result()),
+        "gemm": (lambda: [scipy.linalg.blas.dgemm(1.0, x, y) for x, y in zip(a, b)],
+                 lambda: rt.gemm(a, b).result(), lambda: rt.gemm(pa, pb).result()),
+        "trsm": (lambda: [sl.solve_triangular(x, y, lower=True) for x, y in zip(lower, b)],
+                 lambda: rt.trsm(lower, b).result(), lambda: rt.trsm(pl, pb).result()),
+        "posv": (lambda: [sl.cho_solve(sl.cho_factor(x, lower=True), y) for x, y in zip(a, b)],
+                 lambda: rt.posv(a, b).result(), lambda: rt.posv(pa, pb).result()),
+    }
+    rows = []
+    for op, fns in cases.items():
+        times: list[list[float]] = [[], [], []]
+        for fn in fns:
+            for _ in range(20):
+                fn()
+        for _ in range(reps):  # (the three alternated: a slow patch hits all of them)
+            for t, fn in zip(times, fns):
+                t0 = time.perf_counter()
+                fn()
+                t.append(time.perf_counter() - t0)
+        loop, lst, packed = (float(np.median(t) * 1e6) for t in times)
+        rows.append(dict(op=op, loop_us=loop, list_us=lst, packed_us=packed))
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=9)
     ap.add_argument("--json", help="also write the numbers here")
-    ap.add_argument("--only", choices=("cpu", "planning"))
+    ap.add_argument("--only", choices=("cpu", "planning", "tiny"))
     ap.add_argument("--nb", type=int, nargs="+", help="CPU panel widths to compare "
                                                      "(default: the backend's)")
     args = ap.parse_args()
     out: dict = {"machine": f"{platform.machine()}, {os.cpu_count()} cores, "
                             f"numpy {np.__version__}, scipy {scipy.__version__}"}
     print(out["machine"])
-    if args.only != "cpu":
+    if args.only in (None, "tiny"):
+        out["tiny"] = tiny()
+        print("tiny CPU calls, 10 matrices of 8 x 8 (median us)")
+        for r in out["tiny"]:
+            print(f"  {r['op']:6} loop {r['loop_us']:7.1f}  list {r['list_us']:7.1f}  "
+                  f"packed {r['packed_us']:7.1f}")
+    if args.only not in ("cpu", "tiny"):
         out["planning"] = planning(args.reps)
         print("planning, k = 5000, uniform Nmax = 512 (median ms)")
         for r in out["planning"]:
             print(f"  {r['policy']} nb={r['nb']:<3} {r['npiv']:<7} {r['ms']:7.2f} ms  "
                   f"{r['launches']:4d} launches")
-    if args.only != "planning":
+    if args.only in (None, "cpu"):
         out["cpu_backend"] = cpu_backend(args.reps, tuple(args.nb) if args.nb else (None,))
         print("CPU backend vs a scipy.linalg.cholesky loop, float64 (median ms; ratio = "
               "vbatch / loop)")

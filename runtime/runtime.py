@@ -7,7 +7,8 @@ A submission goes through the same stages for every operation and backend::
         -> begin -> one backend launch per plan launch -> flush -> end -> Future
 
 On the CPU the stages after planning run on the runtime's worker thread, so a submission returns
-at once and ``after=`` dependencies are waited for there. On CUDA they run in the caller's thread
+at once and ``after=`` dependencies are waited for there (a small call with nothing queued before
+it runs in the caller's thread: ``INLINE_FLOPS``). On CUDA they run in the caller's thread
 and only enqueue work; dependencies become stream waits on events, and ``Future.result`` is the
 single synchronization point, where ``info`` is read back once.
 """
@@ -55,6 +56,9 @@ class Runtime:
         self.config = Config.resolve(config, **options)  # (its precedence: runtime/config.py)
         self._check_kernel_options()
         self._pool = None
+        # Calls handed to the worker and not yet run: while there are any, a call goes behind
+        # them (a caller's calls run in order; the backend keeps concurrent ones apart).
+        self._queued = 0
         if not self.backend.asynchronous:
             # One worker: submissions run in order, so an `after=` dependency on this runtime is
             # always ahead in the queue and waiting for it cannot deadlock.
@@ -240,13 +244,23 @@ class Runtime:
             given = getattr(req, operand)
             if given is not None:
                 self._check_memory(given, overwrite, written)
-        fut = Future(self, threaded=self._pool is not None)
-        job = (fut, op, req, overwrite, plan, deps)
-        if self._pool is not None:
-            self._pool.submit(self._run_sync, *job)
+        if self._pool is None:
+            fut = Future(self, threaded=False)
+            self._run_async(fut, op, req, overwrite, plan, deps)
+        elif not deps and not self._queued and plan.flops() <= self.INLINE_FLOPS:
+            fut = Future(self, threaded=False)
+            self._run_sync(fut, op, req, overwrite, plan, deps)
         else:
-            self._run_async(*job)
+            fut = Future(self, threaded=True)
+            with self._lock:
+                self._queued += 1
+            self._pool.submit(self._job, fut, op, req, overwrite, plan, deps)
         return fut
+
+    # On a synchronous backend a call this small (in flops) runs in the caller's thread when
+    # the worker has nothing queued: handing it over costs more than the work
+    # (docs/decisions.md#cpu-inline-calls).
+    INLINE_FLOPS = 1 << 18
 
     def _check_memory(self, batch, overwrite: bool, written: bool = True) -> None:
         """Refuse, before any work, a batch the backend's memory cannot stage: a problem whose
@@ -380,6 +394,14 @@ class Runtime:
 
         return completion, finish
 
+    def _job(self, *job) -> None:
+        """A call on the worker thread."""
+        try:
+            self._run_sync(*job)
+        finally:
+            with self._lock:
+                self._queued -= 1
+
     def _run_sync(self, fut: Future, op, req, overwrite: bool, plan: Plan, deps: list) -> None:
         try:
             for i, d in enumerate(deps):
@@ -387,9 +409,14 @@ class Runtime:
                 if exc is not None:
                     raise DependencyError(f"after[{i}] failed: {exc!r}") from exc
             completion, finish = self._execute(op, req, overwrite, plan, [])
-            fut._cf.set_result(finish(completion.wait()))
+            value = finish(completion.wait())
         except BaseException as exc:  # noqa: BLE001 - delivered through the future
-            fut._cf.set_exception(exc)
+            fut._fail(exc)
+            return
+        if fut._cf is not None:
+            fut._cf.set_result(value)
+        else:
+            fut._value = value
 
     def _run_async(self, fut: Future, op, req, overwrite: bool, plan: Plan, deps: list) -> None:
         waits: list[Completion] = []

@@ -114,6 +114,20 @@ class Plan:
         """The kernel families of its launches, in order of first use."""
         return tuple(dict.fromkeys(lc.family for lc in self.launches))
 
+    def flops(self) -> float:
+        """The arithmetic of all its tasks (kept in ``cache``)."""
+        f = self.cache.get("flops")
+        if f is None:
+            t = self.tasks
+            f = 0.0
+            for code, kind in enumerate(self.kinds):
+                sel = t.kind == code
+                if sel.any():
+                    f += float(np.sum(kind.flops(t.args[sel], t.rows[sel], t.cols[sel],
+                                                 t.width[sel])))
+            self.cache["flops"] = f
+        return f
+
     def problems(self) -> np.ndarray:
         """The problems (caller's indices) that have at least one task, ascending."""
         return np.unique(self.tasks.problem)

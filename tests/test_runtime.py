@@ -11,7 +11,7 @@ import vbatch
 from vbatch import DependencyError, Runtime
 from vbatch.kernels.cpu import CpuBackend
 from vbatch.ops.generate import spd_list
-from _check import plan_npiv
+from _check import check_factor, plan_npiv
 from conftest import DEVICES
 from vbatch.runtime.device import cuda_status
 
@@ -47,6 +47,9 @@ def journal(monkeypatch):
 
     monkeypatch.setattr(CpuBackend, "begin", spy_begin)
     monkeypatch.setattr(CpuBackend, "end", spy_end)
+    # Every call on the worker thread (a small one with nothing queued would run in the caller's:
+    # test_a_small_cpu_call_runs_in_the_callers_thread_unless_work_is_queued).
+    monkeypatch.setattr(Runtime, "INLINE_FLOPS", -1)
     return events, hold
 
 
@@ -365,3 +368,33 @@ def test_kept_calls_from_many_threads_evict_without_error():
         t.join(120)
     assert not errors, errors[0]
     assert len(rt._calls) <= rt.KNOWN
+
+
+def test_a_small_cpu_call_runs_in_the_callers_thread_unless_work_is_queued(journal, monkeypatch):
+    """Runtime.INLINE_FLOPS: a small call with nothing queued runs where it is made (its future
+    done on return); behind a queued call it goes to the worker, and the two run in order."""
+    events, hold = journal
+    monkeypatch.setattr(Runtime, "INLINE_FLOPS", 1 << 18)
+    where = []
+    hold_fn = lambda: where.append(threading.current_thread())  # noqa: E731
+    rt = Runtime("cpu")
+    small, big = batch(3), spd_list([90, 90], np.float64, np.random.default_rng(4))
+    ps, pb = rt.plan_for("potrf", batch=small), rt.plan_for("potrf", batch=big)
+    assert ps.flops() <= Runtime.INLINE_FLOPS < pb.flops()
+    hold[id(ps)] = hold_fn
+    f = rt.cholesky(small)
+    assert f.done() and where == [threading.current_thread()]
+    release = threading.Event()
+    hold[id(pb)] = release
+    fb = rt.cholesky(big)  # held on the worker
+    fs = rt.cholesky(small)  # queued behind it
+    assert not fs.done()
+    release.set()
+    for fut, mats in ((fb, big), (fs, small), (f, small)):
+        res = fut.result(timeout=60)
+        assert not res.info.any()
+        for a, f_ in zip(mats, res.factors):
+            check_factor(a, f_, np.float64)
+    assert where[1] is not threading.current_thread()
+    order = [e for e in events if e[1] in (id(ps), id(pb))]
+    assert order[2:] == [("begin", id(pb)), ("end", id(pb)), ("begin", id(ps)), ("end", id(ps))]
