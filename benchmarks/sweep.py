@@ -1,0 +1,224 @@
+"""The sweep: every entry point at every size on a fine grid, anchors side by side, raw results
+kept one file per run, and a report that reads them.
+
+    python benchmarks/sweep.py run --out FILE [--ops potrf gemm] [--nmax 8:512:8 640 768 1024]
+        [--dist uniform lognormal skewed equal] [--dtype float64 float32]
+        [--forms packedF packedC list prepared] [--k 2000] [--reps 11] [--magma LIB]
+    python benchmarks/sweep.py report FILE [FILE ...]
+
+``run`` times, for each op, dtype, distribution and Nmax (``A:B:S`` is a range, B included):
+vbatch's column-major pack (packedF), row-major pack (packedC), list of CuPy arrays (list) and
+prepared call on the column-major pack (prepared), and MAGMA's vbatched routine on the same
+column-major buffers (``--magma``: libmagma_vb.so, ../shared/anchors/magma/README.md). k problems
+per cell (500 from Nmax 768), sizes U[1, Nmax] (uniform), lognormal around Nmax / 4, 1% at
+Nmax and the rest U[1, Nmax / 10] (skewed), or all Nmax (equal). GEMM: m, n and k each drawn,
+C = A B. Times: the call and its result, synchronized, ms, median of --reps after 3 warm-ups;
+MAGMA's POTRF on its input restored (untimed) before each call. Each cell's rows are written
+as soon as it is measured, so a run cut short keeps what it measured.
+
+``report`` prints, per op and dtype: the worst ratio of each vbatch form against each anchor
+(above 1: vbatch slower), every cell where vbatch's column-major pack loses to an anchor, and
+the worst row-major / column-major ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections import defaultdict
+
+import numpy as np
+
+FORMS = ("packedF", "packedC", "list", "prepared")
+DISTS = ("uniform", "lognormal", "skewed", "equal")
+
+
+def _grid(items: list[str]) -> list[int]:
+    out = []
+    for it in items:
+        if ":" in it:
+            a, b, s = (int(x) for x in it.split(":"))
+            out += list(range(a, b + 1, s))
+        else:
+            out.append(int(it))
+    return out
+
+
+def _sizes(dist: str, k: int, nmax: int, rng) -> np.ndarray:
+    if dist == "uniform":
+        n = rng.integers(1, nmax + 1, k)
+    elif dist == "lognormal":
+        n = np.rint(rng.lognormal(np.log(max(nmax / 4, 1)), 0.8, k))
+    elif dist == "skewed":
+        n = rng.integers(1, max(nmax // 10, 1) + 1, k)
+        n[rng.choice(k, max(k // 100, 1), replace=False)] = nmax
+    elif dist == "equal":
+        n = np.full(k, nmax)
+    else:
+        raise ValueError(dist)
+    return np.clip(n, 1, nmax).astype(np.int64)
+
+
+def _ms(fn, reps: int, before=None) -> float:
+    import cupy
+
+    sync = cupy.cuda.get_current_stream().synchronize
+    ts = []
+    for i in range(reps + 3):
+        if before is not None:
+            before()
+            sync()
+        t0 = time.perf_counter()
+        fn()
+        sync()
+        if i >= 3:
+            ts.append(time.perf_counter() - t0)
+    return float(np.median(ts) * 1e3)
+
+
+def _cell(op, dtype, dist, nmax, k, forms, reps, rt, magma, rng) -> dict:
+    import cupy
+
+    import vbatch
+    from vbatch.ops.generate import spd_packed
+
+    n = _sizes(dist, k, nmax, rng)
+    out = {}
+    if op == "potrf":
+        host = spd_packed(n, dtype, rng, order="F")
+        ops = {"packedF": host.with_data(cupy.asarray(host.data))}
+        # (symmetric matrices: the same buffer read row-major is the same batch)
+        ops["packedC"] = vbatch.PackedBatch.from_buffer(ops["packedF"].data, n, order="C")
+        ops["list"] = [ops["packedF"].matrix(i).copy() for i in range(k)]
+
+        def call(x):
+            return rt.cholesky(x).result()
+
+        prep = rt.prepare("potrf", batch=ops["packedF"]) if "prepared" in forms else None
+    else:
+        m, kk = rng.permutation(n), rng.permutation(n)
+        a = [rng.uniform(-1, 1, (int(i), int(j))).astype(dtype) for i, j in zip(m, kk)]
+        b = [rng.uniform(-1, 1, (int(j), int(i))).astype(dtype) for i, j in zip(n, kk)]
+        ops = {}
+        for form in ("F", "C"):
+            pa, pb = (vbatch.pack(x, order=form) for x in (a, b))
+            ops["packed" + form] = tuple(p.with_data(cupy.asarray(p.data)) for p in (pa, pb))
+        ops["list"] = ([cupy.asarray(x) for x in a], [cupy.asarray(x) for x in b])
+
+        def call(x):
+            return rt.gemm(*x).result()
+
+        prep = rt.prepare("gemm", a=ops["packedF"][0], b=ops["packedF"][1]) \
+            if "prepared" in forms else None
+    for form in forms:
+        if form == "prepared":
+            out[form] = _ms(lambda: prep.run().result(), reps)
+        else:
+            out[form] = _ms(lambda x=ops[form]: call(x), reps)
+    if magma is not None and magma.has(op, dtype):
+        if op == "potrf":
+            work = ops["packedF"].with_data(ops["packedF"].data.copy())
+            call_m = magma.prepare_potrf(work)
+            src = ops["packedF"].data
+            out["magma"] = _ms(lambda: magma.potrf_vbatched(call_m), reps,
+                               before=lambda: work.data.__setitem__(Ellipsis, src))
+        else:
+            pa, pb = ops["packedF"]
+            c = vbatch.PackedBatch.from_buffer(cupy.zeros(int((pa.m * pb.n).sum()), dtype),
+                                               pb.n, order="F", m=pa.m)
+            call_m = magma.prepare_gemm(pa, pb, c, alpha=1.0, beta=0.0)
+            out["magma"] = _ms(lambda: magma.gemm_vbatched(call_m), reps)
+    return out
+
+
+def run(args) -> int:
+    import cupy
+
+    import vbatch
+
+    magma = None
+    if args.magma:
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        from cuda_potrf import load_magma
+
+        magma = load_magma(args.magma)
+    rt = vbatch.Runtime("cuda")
+    meta = {"device": cupy.cuda.runtime.getDeviceProperties(0)["name"].decode(),
+            "args": vars(args), "magma": bool(magma)}
+    rows = []
+    for op in args.ops:
+        for dtype in args.dtype:
+            for dist in args.dist:
+                for nmax in _grid(args.nmax):
+                    k = args.k if nmax < 768 else min(args.k, 500)
+                    rng = np.random.default_rng(nmax * 7 + len(rows))
+                    ms = _cell(op, np.dtype(dtype), dist, nmax, k, args.forms, args.reps, rt,
+                               magma, rng)
+                    rows.append(dict(op=op, dtype=dtype, dist=dist, nmax=nmax, k=k, ms=ms))
+                    print(f"{op:5} {dtype:7} {dist:9} {nmax:5} " + " ".join(
+                        f"{f} {v:7.3f}" for f, v in ms.items()), flush=True)
+                    with open(args.out, "w") as fh:
+                        json.dump({"meta": meta, "rows": rows}, fh)
+    return 0
+
+
+def report(files: list[str]) -> int:
+    rows = [r for f in files for r in json.load(open(f))["rows"]]
+    by = defaultdict(list)
+    for r in rows:
+        by[(r["op"], r["dtype"])].append(r)
+    for (op, dtype), rs in by.items():
+        print(f"== {op} {dtype}: {len(rs)} cells")
+        anchors = sorted({a for r in rs for a in r["ms"] if a not in FORMS})
+        forms = [f for f in FORMS if any(f in r["ms"] for r in rs)]
+        for anchor in anchors:
+            for form in forms:
+                pairs = [(r["ms"][form] / r["ms"][anchor], r) for r in rs
+                         if form in r["ms"] and anchor in r["ms"]]
+                if not pairs:
+                    continue
+                worst, r = max(pairs, key=lambda p: p[0])
+                losing = sum(1 for q, _ in pairs if q > 1)
+                print(f"  {form:8} / {anchor}: worst {worst:5.2f}x ({r['dist']} Nmax "
+                      f"{r['nmax']}), behind in {losing} of {len(pairs)} cells")
+            lose = sorted(((r["ms"]["packedF"] / r["ms"][anchor], r) for r in rs
+                           if "packedF" in r["ms"] and anchor in r["ms"]
+                           and r["ms"]["packedF"] > r["ms"][anchor]),
+                          key=lambda p: (p[1]["dist"], p[1]["nmax"]))
+            for q, r in lose:
+                print(f"    behind {anchor}: {r['dist']:9} Nmax {r['nmax']:5}  "
+                      f"{r['ms']['packedF']:.3f} vs {r['ms'][anchor]:.3f} ({q:.2f}x)")
+        pairs = [(r["ms"]["packedC"] / r["ms"]["packedF"], r) for r in rs
+                 if "packedC" in r["ms"] and "packedF" in r["ms"]]
+        if pairs:
+            q, r = max(pairs, key=lambda p: p[0])
+            over = sum(1 for x, _ in pairs if x > 1.05)
+            print(f"  row-major / column-major: worst {q:.2f}x ({r['dist']} Nmax {r['nmax']}); "
+                  f"over 1.05 in {over} of {len(pairs)} cells")
+    return 0
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("run")
+    r.add_argument("--out", required=True)
+    r.add_argument("--ops", nargs="+", default=["potrf", "gemm"], choices=["potrf", "gemm"])
+    r.add_argument("--nmax", nargs="+", default=["8:512:8", "640", "768", "1024"])
+    r.add_argument("--dist", nargs="+", default=list(DISTS), choices=DISTS)
+    r.add_argument("--dtype", nargs="+", default=["float64", "float32"])
+    r.add_argument("--forms", nargs="+", default=list(FORMS), choices=FORMS)
+    r.add_argument("--k", type=int, default=2000)
+    r.add_argument("--reps", type=int, default=11)
+    r.add_argument("--magma", default=os.environ.get("VBATCH_MAGMA"))
+    p = sub.add_parser("report")
+    p.add_argument("files", nargs="+")
+    args = ap.parse_args(argv)
+    return run(args) if args.cmd == "run" else report(args.files)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
