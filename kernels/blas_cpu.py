@@ -91,9 +91,7 @@ def finish(backend, ex) -> np.ndarray:
 # ------------------------------------------------------------------ views
 def _matrix(view, q: int) -> np.ndarray:
     """Problem ``q`` of a staged buffer as a numpy array (the buffer's own orientation)."""
-    if view.batch is not None:
-        return view.batch._view(q)
-    return np.asarray(view.keep[0][q])
+    return view.batch._view(q)
 
 
 def _view(ex, name: str, q: int, t: int) -> np.ndarray:
@@ -161,7 +159,7 @@ def run(backend, ex, lc, whole: bool, tasks: list) -> None:
         if isinstance(task, np.ndarray):  # a table of small tasks (_tabled)
             if _COMPILED[lc.kind](ex, lc.kind, p, task, skip):
                 continue
-            rows = [tuple(r) for r in task.tolist()]  # a list's operands: the views' path
+            rows = [tuple(r) for r in task.tolist()]  # (a symmetric copy: the views' path)
         else:
             rows = (task,)
         for row in rows:
@@ -309,17 +307,13 @@ def _diag(ex, lk, p, q, r0, mm, k0, kk, nn, c0) -> None:
 
 # ------------------------------------------------------------------ compiled small tasks
 def _layout(ex, name: str):
-    """A packed operand as the compiled loops read it (:func:`jit.packed`), or None for a
-    list's arrays (no one buffer: the views' path)."""
-    b = ex.buffers[name].batch
-    return None if b is None else jit.packed(b)
+    """A staged operand as the compiled loops read it (:func:`jit.packed`)."""
+    return jit.packed(ex.buffers[name].batch)
 
 
 def _run_gemm(ex, lk, p, rows, skip) -> bool:
     names = [p["a"], p["b"], p["o"]] + ([p["c"]] if p["c"] else [])
     lay = {nm: _layout(ex, nm) for nm in names}
-    if any(v is None for v in lay.values()):
-        return False
     c = lay[p["c"]] if p["c"] else lay[p["o"]]
     beta = _scalar(ex, p["beta"]) if p["c"] else 0.0
     uplo = {"": 0, "lower": 1, "upper": 2}[p["uplo"]]
@@ -331,17 +325,15 @@ def _run_gemm(ex, lk, p, rows, skip) -> bool:
 
 def _run_diag(ex, lk, p, rows, skip) -> bool:
     t, x = _layout(ex, p["t"]), _layout(ex, p["x"])
-    if t is None or x is None:
-        return False
     _diag_small(rows, ex.info, bool(skip), *t, bool(p["tt"]), *x, bool(p["tx"]),
                 bool(p["lower"]), bool(p["unit"]), lk == TRSM)
     return True
 
 
 def _run_copy(ex, lk, p, rows, skip) -> bool:
-    src, dst = _layout(ex, p["src"]), _layout(ex, p["dst"])
-    if src is None or dst is None or p["sym"]:  # (a symmetric copy: the views' path)
+    if p["sym"]:  # (a symmetric copy: the views' path)
         return False
+    src, dst = _layout(ex, p["src"]), _layout(ex, p["dst"])
     _copy_small(rows, *src, *dst, bool(p["t"]), _scalar(ex, p["alpha"]))
     return True
 

@@ -59,8 +59,8 @@ class Work:
 @dataclass
 class View:
     """Where a staged buffer's matrices are: problem ``q``'s A(0, 0) at ``base + off[q]``
-    (bytes), leading dimension ``ld[q]``, in ``order``. A packed batch has one base; a list's
-    arrays are read where they are (base 0, ``off`` their addresses)."""
+    (bytes), leading dimension ``ld[q]``, in ``order``, in the packed batch ``batch`` (a list is
+    staged as a packed copy)."""
 
     base: int
     off: list
@@ -69,7 +69,7 @@ class View:
     dtype: np.dtype
     m: np.ndarray
     n: np.ndarray
-    batch: PackedBatch | None = None  # the buffer itself (packed)
+    batch: PackedBatch | None = None  # the buffer itself
     keep: object = None  # what must stay alive while kernels read it
     from_list: bool = False  # laid out from a list's sizes alone (back to back)
 
@@ -186,10 +186,10 @@ class CpuBackend(Backend):
             if batch.kind != "numpy":
                 xp = array_module(batch.kind)
                 batch = MatrixList(mats=[xp.asnumpy(m) for m in batch.mats])
-            if writable:
-                # Factored in a packed buffer of our own, then written back (scatter).
-                return self._view(pack(batch, order="C"), from_list=True)
-            return self._list_view(batch)
+            # Copied into a packed buffer of our own (written back by scatter where it is
+            # written): the compiled loops read one buffer, where a list's arrays read where
+            # they are cost a view and a BLAS call a task (docs/decisions.md#cpu-inline-calls).
+            return self._view(pack(batch, order="C"), from_list=True)
         if batch.kind != "numpy":
             batch = batch.with_data(array_module(batch.kind).asnumpy(batch.data))  # ours
         return self._view(batch)
@@ -214,28 +214,6 @@ class CpuBackend(Backend):
             hit = cache["cpu-view"] = ((batch.offset * isz).tolist(), batch.ld.tolist())
         return View(batch.data.ctypes.data, hit[0], hit[1], batch.order, batch.dtype, batch.m,
                     batch.n, batch, batch, from_list)
-
-    @staticmethod
-    def _list_view(mats: MatrixList) -> View:
-        """Each array read where it is. The layout is the one most arrays have (so that lacpy
-        reads them as they are); the others are copied to it first."""
-        isz = mats.dtype.itemsize
-        m, n = mats.m, mats.n
-        row = sum(1 for a in mats.mats if a.strides[-1] == isz) * 2 >= len(mats.mats)
-        addr = [0] * len(n)
-        ld = np.maximum(n if row else m, 1).tolist()
-        keep = [mats.mats]
-        for i, (a, r, c) in enumerate(zip(mats.mats, m.tolist(), n.tolist())):
-            if not (r and c):
-                continue
-            rs, cs = a.strides
-            if not ((cs == isz and rs >= c * isz) if row else (rs == isz and cs >= r * isz)):
-                a = np.ascontiguousarray(a) if row else np.asfortranarray(a)
-                rs, cs = a.strides
-                keep.append(a)
-            addr[i] = a.ctypes.data
-            ld[i] = (rs if row else cs) // isz
-        return View(0, addr, ld, "C" if row else "F", mats.dtype, m, n, None, keep)
 
     def new_buffer(self, m, n, dtype, order: str, zero: bool = True) -> View:
         # (zeros always: on the host they cost nothing that matters)

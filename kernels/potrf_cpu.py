@@ -142,13 +142,12 @@ def prepare(backend, plan, launches) -> State:
 class Small:
     """A chunk's small whole problems, decided once per plan: ``table`` their ``(q, n, p)``
     rows for the loop in place; ``copy`` those within the out-of-place limit and ``rest`` the
-    others' tasks (LAPACK's path out of place); ``tasks`` all of them as tasks (a list's
-    input, which the loop cannot read). Deciding per call cost ~15 us of numpy a chunk."""
+    others' tasks (LAPACK's path out of place). Deciding per call cost ~15 us of numpy a
+    chunk."""
 
     table: np.ndarray
     copy: np.ndarray
     rest: list
-    tasks: list
 
 
 def _tabled(tasks: list, small: dict, n: np.ndarray) -> list:
@@ -162,7 +161,7 @@ def _tabled(tasks: list, small: dict, n: np.ndarray) -> list:
     uu = nn - pp
     copy = pp**3 / 3 + pp * pp * uu + pp * uu * uu <= SMALL_FLOPS_COPY
     rest = [t for t, c in zip(mine, copy.tolist()) if not c]
-    return [Small(table, table[copy], rest, mine)] + [t for t in tasks if not small[t]]
+    return [Small(table, table[copy], rest)] + [t for t in tasks if not small[t]]
 
 
 # ------------------------------------------------------------------ running tasks
@@ -172,9 +171,7 @@ def run(backend, ex, lc, whole: bool, tasks: list) -> None:
     c = backend.calls(out.dtype, out.order)
     if tasks and isinstance(tasks[0], Small):  # small whole problems (_tabled)
         sm, tasks = tasks[0], tasks[1:]
-        if a.batch is None:  # a list's arrays: no one buffer for the loop to read
-            tasks = sm.tasks + tasks
-        elif a is out:
+        if a is out:
             _small(ex, a, out, sm.table)
         else:  # out of place, LAPACK's path is cheaper: its crossover is lower
             if len(sm.copy):
