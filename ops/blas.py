@@ -505,10 +505,24 @@ class PotrsRequest(_Request):
 
 
 # ----------------------------------------------------------------------------- graphs
+def _order(x) -> str:
+    """The order an operand is staged in (a list: that of its packed copy)."""
+    return x.order if isinstance(x, PackedBatch) else x.packed_order
+
+
 def gemm_graph(req: GemmRequest, opts: dict) -> TaskGraph:
     m, n, k = req.sizes()
-    kd = gemm_kind("a", "b", "c" if req.c is not None else "", "out", req.trans_a, req.trans_b,
-                   0, "alpha", "beta" if req.c is not None else "zero")
+    has_c = req.c is not None
+    c, beta = ("c", "beta") if has_c else ("", "zero")
+    ta, tb = int(req.trans_a), int(req.trans_b)
+    out = _order(req.c) if has_c else (req.a.order if isinstance(req.a, PackedBatch) else "C")
+    rows = ((_order(req.a) == "C") != ta) + ((_order(req.b) == "C") != tb) + (out == "C")
+    if rows >= 2:
+        # O^T = op(B)^T op(A)^T over the same buffers reads each view the other way round: a
+        # row-major call runs the column-major kernels (docs/decisions.md#row-major-gemm).
+        kd = gemm_kind("b", "a", c, "out", 1 - tb, 1 - ta, 1, "alpha", beta)
+        return single_graph(kd, n, m, k)
+    kd = gemm_kind("a", "b", c, "out", ta, tb, 0, "alpha", beta)
     return single_graph(kd, m, n, k)
 
 

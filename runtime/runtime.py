@@ -155,7 +155,8 @@ class Runtime:
         order = batch.order if type(batch) is PackedBatch else getattr(batch, "packed_order",
                                                                           None)
         opts = self.plan_options(batch.dtype, op.name, order)
-        sig = (op.name, id(opts), op.signature(req))
+        # (the operands' orders too: a graph may take another form for another layout)
+        sig = (op.name, id(opts), op.signature(req), _orders(op, req))
         with self._lock:
             plan = self._plans.get(sig)
             if plan is not None:
@@ -477,6 +478,16 @@ def _key(op: Op, fields: dict) -> tuple | None:
         else:
             return None
     return tuple(key)
+
+
+def _orders(op: Op, req) -> tuple:
+    """The order each input operand is staged in (a list: its packed copy's)."""
+    out = []
+    for _, operand, _ in op._ins:
+        v = getattr(req, operand)
+        t = type(v)
+        out.append(v.order if t is PackedBatch else v.packed_order if t is MatrixList else None)
+    return tuple(out)
 
 
 def _new_buffer(b, req, buf):

@@ -890,3 +890,23 @@ def test_one_dimensional_right_hand_sides_as_scipy_takes_them(device, coalesce):
     assert all(x is m for x, m in zip(back, mine))
     for i, m in enumerate(mine):
         assert m.shape == B[i].shape and np.allclose(_to_host(m), got[i], rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("orders", ["CCC", "CCF", "FFF", "CFC"])
+def test_a_mostly_row_major_gemm_is_planned_as_its_transpose(orders):
+    """Where two or more of A, B and the output are read row-wise, the GEMM is planned as
+    O^T = op(B)^T op(A)^T over the same buffers (every view the other way round), and still
+    computes O = op(A) op(B) + C."""
+    rng = np.random.default_rng(3)
+    shapes = [(3, 5, 4), (0, 2, 2), (33, 31, 32)]
+    A = [rng.standard_normal((m, k)) for m, n, k in shapes]
+    B = [rng.standard_normal((k, n)) for m, n, k in shapes]
+    C = [rng.standard_normal((m, n)) for m, n, k in shapes]
+    a, b, c = (vbatch.pack(x, order=o) for x, o in zip((A, B, C), orders))
+    rt = vbatch.Runtime("cpu")
+    (kd,) = rt.plan_for("gemm", a=a, b=b, c=c).kinds
+    swapped = orders.count("C") >= 2
+    assert (kd.param["a"], kd.param["tc"]) == (("b", 1) if swapped else ("a", 0))
+    out = rt.gemm(a, b, c, beta=1.0).result()
+    for i, (x, y, z) in enumerate(zip(A, B, C)):
+        np.testing.assert_allclose(out.matrix(i), x @ y + z, rtol=1e-12, atol=1e-12)
