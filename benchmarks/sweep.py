@@ -1,7 +1,7 @@
 """The sweep: every entry point at every size on a fine grid, anchors side by side, raw results
 kept one file per run, and a report that reads them.
 
-    python benchmarks/sweep.py run --out FILE [--ops potrf gemm] [--nmax 8:512:8 640 768 1024]
+    python benchmarks/sweep.py run --out FILE [--ops potrf gemm syrk trsm] [--nmax 8:512:8 ...]
         [--dist uniform lognormal skewed equal] [--dtype float64 float32]
         [--forms packedF packedC list prepared] [--k 2000] [--reps 11] [--magma LIB]
     python benchmarks/sweep.py report FILE [FILE ...]
@@ -9,12 +9,14 @@ kept one file per run, and a report that reads them.
 ``run`` times, for each op, dtype, distribution and Nmax (``A:B:S`` is a range, B included):
 vbatch's column-major pack (packedF), row-major pack (packedC), list of CuPy arrays (list) and
 prepared call on the column-major pack (prepared), and MAGMA's vbatched routine on the same
-column-major buffers (``--magma``: libmagma_vb.so, ../shared/anchors/magma/README.md). k problems
-per cell (500 from Nmax 768), sizes U[1, Nmax] (uniform), lognormal around Nmax / 4, 1% at
-Nmax and the rest U[1, Nmax / 10] (skewed), or all Nmax (equal). GEMM: m, n and k each drawn,
-C = A B. Times: the call and its result, synchronized, ms, median of --reps after 3 warm-ups;
-MAGMA's POTRF on its input restored (untimed) before each call. Each cell's rows are written
-as soon as it is measured, so a run cut short keeps what it measured.
+column-major buffers (``--magma``: libmagma_vb.so, ../shared/anchors/magma/README.md; POTRF,
+GEMM and TRSM: MAGMA's SYRK binding is untested, so SYRK has no anchor). k problems per cell
+(500 from Nmax 768), sizes U[1, Nmax] (uniform), lognormal around Nmax / 4, 1% at Nmax and the
+rest U[1, Nmax / 10] (skewed), or all Nmax (equal). GEMM: C = A B, m, n and k each drawn; SYRK:
+C = A A^T, A n x k, k drawn; TRSM: L X = B, 16 right-hand sides. Times: the call and its
+result, synchronized, ms, median of --reps after 3 warm-ups; MAGMA's POTRF and TRSM on their
+input restored (untimed) before each call. Each cell's rows are written as soon as it is
+measured, so a run cut short keeps what it measured.
 
 ``report`` prints, per op and dtype: the worst ratio of each vbatch form against each anchor
 (above 1: vbatch slower), every cell where vbatch's column-major pack loses to an anchor, and
@@ -32,6 +34,8 @@ from collections import defaultdict
 
 import numpy as np
 
+OPS = ("potrf", "gemm", "syrk", "trsm")
+ANCHORED = ("potrf", "gemm", "trsm")  # (MAGMA's routines the anchors run)
 FORMS = ("packedF", "packedC", "list", "prepared")
 DISTS = ("uniform", "lognormal", "skewed", "equal")
 
@@ -60,6 +64,21 @@ def _sizes(dist: str, k: int, nmax: int, rng) -> np.ndarray:
     else:
         raise ValueError(dist)
     return np.clip(n, 1, nmax).astype(np.int64)
+
+
+def _host(op: str, n: np.ndarray, dtype, rng) -> dict:
+    """Host operands of one cell: GEMM's A (m x k) and B (k x n), m, n and k each drawn;
+    SYRK's A (n x k); TRSM's lower triangle (n x n, well conditioned) and 16 right-hand sides."""
+    def u(r, c):
+        return rng.uniform(-1, 1, (int(r), int(c))).astype(dtype)
+
+    if op == "gemm":
+        m, kk = rng.permutation(n), rng.permutation(n)
+        return {"a": [u(i, j) for i, j in zip(m, kk)], "b": [u(j, i) for i, j in zip(n, kk)]}
+    if op == "syrk":
+        return {"a": [u(i, j) for i, j in zip(n, rng.permutation(n))]}
+    return {"a": [np.tril(u(i, i)) / max(int(i), 1) + 2 * np.eye(int(i), dtype=dtype)
+                  for i in n], "b": [u(i, 16) for i in n]}
 
 
 def _ms(fn, reps: int, before=None) -> float:
@@ -99,38 +118,42 @@ def _cell(op, dtype, dist, nmax, k, forms, reps, rt, magma, rng) -> dict:
 
         prep = rt.prepare("potrf", batch=ops["packedF"]) if "prepared" in forms else None
     else:
-        m, kk = rng.permutation(n), rng.permutation(n)
-        a = [rng.uniform(-1, 1, (int(i), int(j))).astype(dtype) for i, j in zip(m, kk)]
-        b = [rng.uniform(-1, 1, (int(j), int(i))).astype(dtype) for i, j in zip(n, kk)]
+        host = _host(op, n, dtype, rng)
         ops = {}
         for form in ("F", "C"):
-            pa, pb = (vbatch.pack(x, order=form) for x in (a, b))
-            ops["packed" + form] = tuple(p.with_data(cupy.asarray(p.data)) for p in (pa, pb))
-        ops["list"] = ([cupy.asarray(x) for x in a], [cupy.asarray(x) for x in b])
+            ops["packed" + form] = {f: (lambda p: p.with_data(cupy.asarray(p.data)))(
+                vbatch.pack(v, order=form)) for f, v in host.items()}
+        ops["list"] = {f: [cupy.asarray(x) for x in v] for f, v in host.items()}
+        method = getattr(rt, op)
 
         def call(x):
-            return rt.gemm(*x).result()
+            return method(**x).result()
 
-        prep = rt.prepare("gemm", a=ops["packedF"][0], b=ops["packedF"][1]) \
-            if "prepared" in forms else None
+        prep = rt.prepare(op, **ops["packedF"]) if "prepared" in forms else None
     for form in forms:
         if form == "prepared":
             out[form] = _ms(lambda: prep.run().result(), reps)
         else:
             out[form] = _ms(lambda x=ops[form]: call(x), reps)
-    if magma is not None and magma.has(op, dtype):
+    if magma is not None and op in ANCHORED and magma.has(op, dtype):
         if op == "potrf":
             work = ops["packedF"].with_data(ops["packedF"].data.copy())
             call_m = magma.prepare_potrf(work)
             src = ops["packedF"].data
             out["magma"] = _ms(lambda: magma.potrf_vbatched(call_m), reps,
                                before=lambda: work.data.__setitem__(Ellipsis, src))
-        else:
-            pa, pb = ops["packedF"]
+        elif op == "gemm":
+            pa, pb = ops["packedF"]["a"], ops["packedF"]["b"]
             c = vbatch.PackedBatch.from_buffer(cupy.zeros(int((pa.m * pb.n).sum()), dtype),
                                                pb.n, order="F", m=pa.m)
             call_m = magma.prepare_gemm(pa, pb, c, alpha=1.0, beta=0.0)
             out["magma"] = _ms(lambda: magma.gemm_vbatched(call_m), reps)
+        else:  # trsm: X over a copy of B, restored (untimed) before each call
+            pa, pb = ops["packedF"]["a"], ops["packedF"]["b"]
+            work = pb.with_data(pb.data.copy())
+            call_m = magma.prepare_trsm(pa, work)
+            out["magma"] = _ms(lambda: magma.trsm_vbatched(call_m), reps,
+                               before=lambda: work.data.__setitem__(Ellipsis, pb.data))
     return out
 
 
@@ -206,7 +229,7 @@ def main(argv=None) -> int:
     sub = ap.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run")
     r.add_argument("--out", required=True)
-    r.add_argument("--ops", nargs="+", default=["potrf", "gemm"], choices=["potrf", "gemm"])
+    r.add_argument("--ops", nargs="+", default=list(OPS), choices=OPS)
     r.add_argument("--nmax", nargs="+", default=["8:512:8", "640", "768", "1024"])
     r.add_argument("--dist", nargs="+", default=list(DISTS), choices=DISTS)
     r.add_argument("--dtype", nargs="+", default=["float64", "float32"])
