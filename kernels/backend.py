@@ -160,7 +160,7 @@ class Backend(ABC):
     @abstractmethod
     def stage_input(self, batch: PackedBatch | MatrixList, writable: bool) -> Any:
         """Where kernels read an input: the caller's packed buffer when it is on this
-        backend's memory, else a copy; a list read where it is (CPU) or packed (CUDA).
+        backend's memory, else a copy; a list packed (gathered into one buffer).
         ``writable``: an output will be written over it, so it must be a packed buffer that is
         the caller's (packed, ``overwrite``) or our own copy (a list, written back after)."""
 
@@ -256,8 +256,8 @@ class Backend(ABC):
         """``fire(datas) -> Completion | None``: :meth:`run` on buffers laid out as
         ``buffers``, given only their data arrays in the order
         of ``buffers``, with what run() resolves per call resolved once; ``fire`` returns None
-        where it cannot (the caller then uses run()). None where there is none, now or ever
-        (here: a backend without one); the runtime's packed replay then calls run() and asks
-        again at its next replay. A backend that has one also has
+        where it cannot (the caller then uses run()). None where there is none (here: a backend
+        without one); the prepared call then calls run() on every replay. A backend that has
+        one also has
         ``new_data(like)``: an uninitialized array of the kind, shape and dtype of ``like``."""
         return None

@@ -11,9 +11,9 @@ launch spread over the other cores, runs before the others with the BLAS's own t
 Each op picks its default panel width so that the blocked plan (threaded tasks) is used only
 where a problem is large enough to need threads inside it.
 
-Inputs are read where they are: a packed buffer, or each array of a list (no packing first).
-Outputs are new buffers of calloc'd zeros (or the input's own buffer, when the caller asks to
-overwrite). Nothing copies a whole input first: each task copies the part it works on.
+A packed input is read where it is; a list is copied into a packed buffer first, so that the
+compiled loops read one buffer. Outputs are new buffers of calloc'd zeros (or the input's own
+buffer, when the caller asks to overwrite); each task copies the part of an input it works on.
 
 An op's kernel module provides:
 
@@ -195,15 +195,10 @@ class CpuBackend(Backend):
         return self._view(batch)
 
     def new_output(self, like: View) -> View:
-        if like.batch is not None:
-            b = like.batch
-            # Zeros, not empty: calloc'd pages cost nothing more, and an op's whole-problem
-            # path then has nothing above a diagonal to write.
-            return self._view(b.with_data(np.zeros(b.data.size, b.dtype)))
-        off, ld, total = tight_layout(like.m, like.n, like.order)
-        b = PackedBatch.model_construct(data=np.zeros(total, like.dtype), m=like.m, n=like.n,
-                                        offset=off, ld=ld, order=like.order)
-        return self._view(b, from_list=True)
+        b = like.batch
+        # Zeros, not empty: calloc'd pages cost nothing more, and an op's whole-problem path
+        # then has nothing above a diagonal to write.
+        return self._view(b.with_data(np.zeros(b.data.size, b.dtype)), from_list=like.from_list)
 
     @staticmethod
     def _view(batch: PackedBatch, from_list: bool = False) -> View:

@@ -150,13 +150,14 @@ def caller(op: Op, target: str, namespace: dict | None = None,
            keyed: bool = False) -> Callable:
     """A function with ``op``'s public signature (its api's parameters, then ``after=`` and
     ``overwrite=``), name and docstring. Its body is ``return <target>(name, after=...,
-    <field>=<parameter>, ...)``; ``target`` starting with ``self.`` makes a method.
+    <field>=<parameter>, ...)``; ``target`` starting with ``self`` makes a method.
 
     ``keyed``: ``target`` is then a runtime (``self``, or an expression giving one), and the
     body finds the call's prepared call in its ``_calls`` by the call's key, built inline from
     the arguments by the namespace's ``_lay`` (an operand's layout) and ``_val`` (another
     value), and runs it; on a miss (or a run it cannot take) it calls ``<target>._run(key,
-    op, fields, after)`` (vbatch.runtime.Runtime._run). A repeated call is then one dict
+    op, fields, after)`` (vbatch.runtime.Runtime._run). Its own names start with ``_vb_``, so
+    that no op parameter can shadow them. A repeated call is then one dict
     lookup from the run, with no loop over the fields and no call in between.
 
     Generated as source, not as ``*args, **kwargs`` bound per call: binding through
@@ -185,15 +186,15 @@ def caller(op: Op, target: str, namespace: dict | None = None,
         params.insert(0, "self")
     if keyed:
         items = ", ".join(f"{f!r}: {p}" for f, p in fields + [("overwrite", "overwrite")])
-        body = (f"rt = {target}\n"
-                f"    key = (_name, {', '.join(keys)}, {_val_of('overwrite')})\n"
-                f"    fields = {{{items}}}\n"
-                "    p = rt._calls.get(key)\n"
-                "    if p is not None:\n"
-                "        fut = p._call(fields, after, overwrite is True, True)\n"
-                "        if fut is not None:\n"
-                "            return fut\n"
-                "    return rt._run(key, _op, fields, after)")
+        body = (f"_vb_rt = {target}\n"
+                f"    _vb_key = (_name, {', '.join(keys)}, {_val_of('overwrite')})\n"
+                f"    _vb_fields = {{{items}}}\n"
+                "    _vb_p = _vb_rt._calls.get(_vb_key)\n"
+                "    if _vb_p is not None:\n"
+                "        _vb_fut = _vb_p._call(_vb_fields, after, overwrite is True, True)\n"
+                "        if _vb_fut is not None:\n"
+                "            return _vb_fut\n"
+                "    return _vb_rt._run(_vb_key, _op, _vb_fields, after)")
     else:
         body = (f"return {target}(_name, after=after, overwrite=overwrite, "
                 f"{', '.join(f'{f}={p}' for f, p in fields)})")

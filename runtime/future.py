@@ -23,7 +23,8 @@ class Future:
     """The pending result of one submission. ``result()`` waits and returns the op's result
     (a :class:`CholeskyResult` for ``cholesky``), or raises what the execution raised.
 
-    On the CPU the worker thread fulfils a ``concurrent.futures.Future``. On CUDA the future
+    On the CPU the worker thread fulfils a ``concurrent.futures.Future`` (a small call run in
+    the caller's thread returns its future done: ``Runtime.INLINE_FLOPS``). On CUDA the future
     holds the backend's completion (an event) and builds its result on the first ``result()``:
     no thread, no condition variable, on a path whose whole budget is tens of microseconds.
     """

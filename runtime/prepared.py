@@ -166,12 +166,12 @@ class Prepared:
         return fut
 
     def _learn(self, req: Any, ow: bool) -> Any:
-        """The replay of runs on operands of this layout (:func:`_replayer`): per input buffer
-        its operand, per output how it is made (0: a new buffer of its sizes, 1: a new buffer
-        laid out as the input it replaces, 2: that input itself) and the operand whose form it
-        comes back in (None: a scratch buffer, not given back). None where a run must be
-        staged (a list or host operand, a synchronous backend, a batch the memory check may
-        refuse)."""
+        """The replay of runs on operands of this layout (:func:`_replayer`), made from a
+        recipe: per input buffer its operand, per output how it is made (0: a new buffer of its
+        sizes, 1: a new buffer laid out as the input it replaces, 2: that input itself) and the
+        operand whose form it comes back in (None: a scratch buffer, not given back). None
+        where a run must be staged (a list or host operand, a synchronous backend, a batch the
+        memory check may refuse)."""
         rt = self.runtime
         if not rt.backend.asynchronous:
             return None
@@ -263,7 +263,7 @@ def _replayer(p: Prepared, ins: tuple, outs: tuple, kind: type) -> Any:
 
     Written as straight-line source from the recipe (``ins``, ``outs``: Prepared._learn), as
     the runtime's methods are (vbatch.ops.op.caller): the same steps for every op, without a
-    loop or a branch per buffer on a road whose whole budget is a few microseconds
+    loop over the buffers on a road whose whole budget is a few microseconds
     (docs/decisions.md#host-prepared-calls). The launch comes first, on the buffers' arrays
     alone; then the Python objects of the call (the outputs' batches, the future), which the
     GPU's work then hides."""

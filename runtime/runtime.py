@@ -59,6 +59,7 @@ class Runtime:
         # Calls handed to the worker and not yet run: while there are any, a call goes behind
         # them (a caller's calls run in order; the backend keeps concurrent ones apart).
         self._queued = 0
+        self._closed = False
         if not self.backend.asynchronous:
             # One worker: submissions run in order, so an `after=` dependency on this runtime is
             # always ahead in the queue and waiting for it cannot deadlock.
@@ -248,20 +249,44 @@ class Runtime:
         if self._pool is None:
             fut = Future(self, threaded=False)
             self._run_async(fut, op, req, overwrite, plan, deps)
-        elif not deps and not self._queued and plan.flops() <= self.INLINE_FLOPS:
+            return fut
+        if self._closed:
+            raise RuntimeError("this runtime is closed")
+        if not deps and not self._queued and self._small(op, req, plan):
             fut = Future(self, threaded=False)
-            self._run_sync(fut, op, req, overwrite, plan, deps)
-        else:
-            fut = Future(self, threaded=True)
-            with self._lock:
-                self._queued += 1
+            self._run_sync(fut, op, req, overwrite, plan, deps, inline=True)
+            return fut
+        fut = Future(self, threaded=True)
+        with self._lock:
+            self._queued += 1
+        try:
             self._pool.submit(self._job, fut, op, req, overwrite, plan, deps)
+        except BaseException:
+            with self._lock:
+                self._queued -= 1
+            raise
         return fut
 
-    # On a synchronous backend a call this small (in flops) runs in the caller's thread when
-    # the worker has nothing queued: handing it over costs more than the work
-    # (docs/decisions.md#cpu-inline-calls).
+    # On a synchronous backend a call this small (its plan's flops, and the elements of its
+    # operands and outputs) runs in the caller's thread when the worker has nothing queued:
+    # handing it over costs more than the work (docs/decisions.md#cpu-inline-calls).
     INLINE_FLOPS = 1 << 18
+    INLINE_ELEMENTS = 1 << 16
+
+    def _small(self, op: Op, req, plan: Plan) -> bool:
+        size = plan.cache.get("inline")  # (the plan is per sizes: so are these)
+        if size is None:
+            elems = 0
+            for _, operand, _ in op._ins:
+                v = getattr(req, operand)
+                if v is not None:
+                    elems += int((v.m * v.n).sum())
+            for _, operand, _, buf in op._outs:
+                if getattr(req, operand) is None:  # (a new output: its own elements)
+                    m, n = buf.shape(req)
+                    elems += int((np.asarray(m) * np.asarray(n)).sum())
+            size = plan.cache["inline"] = (plan.flops(), elems)
+        return size[0] <= self.INLINE_FLOPS and size[1] <= self.INLINE_ELEMENTS
 
     def _check_memory(self, batch, overwrite: bool, written: bool = True) -> None:
         """Refuse, before any work, a batch the backend's memory cannot stage: a problem whose
@@ -311,8 +336,9 @@ class Runtime:
 
     def close(self) -> None:
         if self._coalescer is not None:
-            self._coalescer.close()
+            self._coalescer.close()  # (its last buckets are submitted here)
         self.wait()
+        self._closed = True
         if self._pool is not None:
             self._pool.shutdown(wait=True)
 
@@ -403,7 +429,8 @@ class Runtime:
             with self._lock:
                 self._queued -= 1
 
-    def _run_sync(self, fut: Future, op, req, overwrite: bool, plan: Plan, deps: list) -> None:
+    def _run_sync(self, fut: Future, op, req, overwrite: bool, plan: Plan, deps: list,
+                  inline: bool = False) -> None:
         try:
             for i, d in enumerate(deps):
                 exc = d.exception()
@@ -412,6 +439,8 @@ class Runtime:
             completion, finish = self._execute(op, req, overwrite, plan, [])
             value = finish(completion.wait())
         except BaseException as exc:  # noqa: BLE001 - delivered through the future
+            if inline and not isinstance(exc, Exception):
+                raise  # (Ctrl-C in the caller's own thread is the caller's)
             fut._fail(exc)
             return
         if fut._cf is not None:

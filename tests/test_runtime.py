@@ -398,3 +398,24 @@ def test_a_small_cpu_call_runs_in_the_callers_thread_unless_work_is_queued(journ
     assert where[1] is not threading.current_thread()
     order = [e for e in events if e[1] in (id(ps), id(pb))]
     assert order[2:] == [("begin", id(pb)), ("end", id(pb)), ("begin", id(ps)), ("end", id(ps))]
+
+
+def test_a_cpu_call_with_little_arithmetic_but_much_memory_goes_to_the_worker(journal,
+                                                                              monkeypatch):
+    """Runtime.INLINE_ELEMENTS: a GEMM of k = 0 (no flops) writing a 300 x 300 output is not
+    run in the caller's thread; a closed runtime refuses a small call as a large one."""
+    events, hold = journal
+    monkeypatch.setattr(Runtime, "INLINE_FLOPS", 1 << 18)
+    rt = Runtime("cpu")
+    a, b = [np.ones((300, 0))], [np.ones((0, 300))]
+    where = []
+    plan = rt.plan_for("gemm", a=a, b=b)
+    assert plan.flops() == 0
+    hold[id(plan)] = lambda: where.append(threading.current_thread())
+    out = rt.gemm(a, b).result(timeout=60)
+    assert where and where[0] is not threading.current_thread()
+    np.testing.assert_array_equal(out[0], np.zeros((300, 300)))
+    rt.close()
+    for mats in (batch(3), spd_list([90, 90], np.float64, np.random.default_rng(4))):
+        with pytest.raises(RuntimeError, match="closed"):
+            rt.cholesky(mats)
