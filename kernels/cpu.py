@@ -189,7 +189,7 @@ class CpuBackend(Backend):
             # Copied into a packed buffer of our own (written back by scatter where it is
             # written): the compiled loops read one buffer, where a list's arrays read where
             # they are cost a view and a BLAS call a task (docs/decisions.md#cpu-inline-calls).
-            return self._view(pack(batch, order="C"), from_list=True)
+            return self._view(pack(batch, order=batch.packed_order), from_list=True)
         if batch.kind != "numpy":
             batch = batch.with_data(array_module(batch.kind).asnumpy(batch.data))  # ours
         return self._view(batch)

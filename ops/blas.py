@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict, model_validator
 
-from vbatch.core.batch import MatrixList, PackedBatch
+from vbatch.core.batch import MatrixList, PackedBatch, staged_order
 from vbatch.core.errors import InputError
 from vbatch.core.kinds import LAUNCH_KINDS, TaskKind, by_log2, by_log2_past_32, kind, single
 from vbatch.ops.generate import flips, spd_list, square, triangular
@@ -505,18 +505,15 @@ class PotrsRequest(_Request):
 
 
 # ----------------------------------------------------------------------------- graphs
-def _order(x) -> str:
-    """The order an operand is staged in (a list: that of its packed copy)."""
-    return x.order if isinstance(x, PackedBatch) else x.packed_order
-
-
 def gemm_graph(req: GemmRequest, opts: dict) -> TaskGraph:
     m, n, k = req.sizes()
     has_c = req.c is not None
     c, beta = ("c", "beta") if has_c else ("", "zero")
     ta, tb = int(req.trans_a), int(req.trans_b)
-    out = _order(req.c) if has_c else (req.a.order if isinstance(req.a, PackedBatch) else "C")
-    rows = ((_order(req.a) == "C") != ta) + ((_order(req.b) == "C") != tb) + (out == "C")
+    out = staged_order(req.c) if has_c else (req.a.order if isinstance(req.a, PackedBatch)
+                                             else "C")  # (a new output: Runtime._new_buffer)
+    rows = ((staged_order(req.a) == "C") != ta) + ((staged_order(req.b) == "C") != tb) \
+        + (out == "C")
     if rows >= 2:
         # O^T = op(B)^T op(A)^T over the same buffers reads each view the other way round: a
         # row-major call runs the column-major kernels (docs/decisions.md#row-major-gemm).

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from vbatch.kernels import Completion, get_backend
-from vbatch.core.batch import MatrixList, PackedBatch, Views
+from vbatch.core.batch import MatrixList, PackedBatch, Views, staged_order
 from vbatch.ops.cholesky import CholeskyResult  # noqa: F401 - re-exported
 from vbatch.ops.posv import PosvResult  # noqa: F401 - re-exported
 from vbatch.core.errors import InputError, validated
@@ -152,12 +152,11 @@ class Runtime:
 
     def _plan(self, op: Op, req) -> Plan:
         """The plan for ``req``: reused for every call with the same size signature."""
-        batch = getattr(req, op._ins[0][1])
-        order = batch.order if type(batch) is PackedBatch else getattr(batch, "packed_order",
-                                                                          None)
-        opts = self.plan_options(batch.dtype, op.name, order)
-        # (the operands' orders too: a graph may take another form for another layout)
-        sig = (op.name, id(opts), op.signature(req), _orders(op, req))
+        # (the operands' orders in the key too: a graph may take another form for another
+        # layout)
+        orders = tuple(staged_order(getattr(req, operand)) for _, operand, _ in op._ins)
+        opts = self.plan_options(getattr(req, op._ins[0][1]).dtype, op.name, orders[0])
+        sig = (op.name, id(opts), op.signature(req), orders)
         with self._lock:
             plan = self._plans.get(sig)
             if plan is not None:
@@ -507,16 +506,6 @@ def _key(op: Op, fields: dict) -> tuple | None:
         else:
             return None
     return tuple(key)
-
-
-def _orders(op: Op, req) -> tuple:
-    """The order each input operand is staged in (a list: its packed copy's)."""
-    out = []
-    for _, operand, _ in op._ins:
-        v = getattr(req, operand)
-        t = type(v)
-        out.append(v.order if t is PackedBatch else v.packed_order if t is MatrixList else None)
-    return tuple(out)
 
 
 def _new_buffer(b, req, buf):

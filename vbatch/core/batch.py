@@ -708,6 +708,13 @@ class MatrixList(BaseModel):
         return "F" if col and not row else "C"
 
 
+def staged_order(x: Any) -> str | None:
+    """The order an operand is staged in: a packed batch's own, a list's packed copy's
+    (:attr:`MatrixList.packed_order`); None for anything else (an absent operand)."""
+    t = type(x)
+    return x.order if t is PackedBatch else x.packed_order if t is MatrixList else None
+
+
 def pack(mats: Any, order: Literal["F", "C"] = "C", backend: Any = None) -> PackedBatch:
     """Copy a list of arrays into one new buffer, once.
 
