@@ -5,12 +5,15 @@
     python benchmarks/profile_cuda.py crossover --nmax 512 1024 --values 0 128 256 512
     python benchmarks/profile_cuda.py listpath
     python benchmarks/profile_cuda.py ops --cases trsm512 gemm-square512 [--dtype float32]
+    python benchmarks/profile_cuda.py floor --cells potrf:uniform:32 trsm:uniform:8 [--magma LIB]
 
 ``launches`` runs a plan one launch at a time, each between two events with the device idle
 before it, and prints each kernel's time, rate and distance from its own roofline floor (bytes
 it must move at the measured copy bandwidth, flops at the measured DGEMM/SGEMM rate). ``ops``
 does the same for the BLAS ops on the cases of ``cuda_blas.py`` (same shapes and draw), per
-launch and summed per kernel.
+launch and summed per kernel. ``floor`` splits a small call of the sweep's cells (same draw) into
+what the host spends before the call returns, what the GPU spends on its graph, and what a bare
+graph of one empty kernel costs, to tell the host's share of a call from the kernels'.
 """
 
 from __future__ import annotations
@@ -404,6 +407,127 @@ def cmd_listpath(args):
     print(f"  whole list call    {whole:8.3f} ms")
 
 
+def _median_us(fn, reps, before=None):
+    ts = []
+    for _ in range(reps):
+        if before is not None:
+            before()
+        t0 = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t0)
+    return float(np.median(ts) * 1e6)
+
+
+def cmd_floor(args):
+    """Per cell (op:dist:Nmax, the sweep's draw and operands, column-major pack): the whole
+    call synchronized; the host's part (the call returned, nothing waited for); the plan's
+    graph alone, launched and waited for, and back to back (the GPU's own time per run); the
+    kernels one at a time between events; and, once, an empty kernel's graph."""
+    import zlib
+
+    import sweep
+
+    sync = cupy.cuda.Device().synchronize
+    reps = args.reps
+    nop = cupy.RawKernel('extern "C" __global__ void nop() {}', "nop")
+    s = cupy.cuda.Stream(non_blocking=True)
+    s.begin_capture()
+    nop((1,), (32,), (), stream=s)
+    g = s.end_capture()
+    main = cupy.cuda.get_current_stream()
+    g.launch(main)
+    sync()
+    one = _median_us(lambda: (g.launch(main), main.synchronize()), reps)
+
+    def burst():
+        for _ in range(100):
+            g.launch(main)
+        main.synchronize()
+
+    print(f"empty graph: launch + wait {one:6.1f} us, back to back "
+          f"{_median_us(burst, 20) / 100:6.2f} us")
+    magma = None
+    if args.magma:
+        from cuda_potrf import load_magma
+
+        magma = load_magma(args.magma)
+    rt = vbatch.Runtime("cuda")
+    print(f"{'cell':<22} {'launches':>8} {'call':>7} {'host':>7} {'graph':>7} {'burst':>7} "
+          f"{'kernels':>8} {'magma':>7}   (us)")
+    for cell in args.cells:
+        op, dist, nmax = cell.split(":")
+        dtype = np.dtype(args.dtype)
+        rng = np.random.default_rng(zlib.crc32(f"{op} {dtype.name} {dist} {nmax}".encode()))
+        n = sweep._sizes(dist, args.k, int(nmax), rng)
+        row = _floor_cell(rt, op, *sweep.operands(op, dtype, n, rng, rt)[:2], reps, args.kinds)
+        if magma is not None and op in sweep.ANCHORED:  # (the sweep's own cell, same draw)
+            rng = np.random.default_rng(zlib.crc32(f"{op} {dtype.name} {dist} {nmax}".encode()))
+            ms = sweep._cell(op, dtype, dist, int(nmax), args.k, [], reps, rt, magma, rng)
+            row[-1] = ms["magma"] * 1e3
+        print(f"{cell:<22} " + " ".join(f"{v:>7}" if isinstance(v, str) else f"{v:7.1f}"
+                                        for v in row), flush=True)
+
+
+def _floor_cell(rt, op, ops, call, reps, kinds=False) -> list:
+    sync = cupy.cuda.Device().synchronize
+    main = cupy.cuda.get_current_stream()
+    x = ops["packedF"]
+    kw = {"batch": x} if op == "potrf" else x
+    for _ in range(5):
+        call(x)
+    sync()
+    total = _median_us(lambda: (call(x), sync()), reps)
+    method = getattr(rt, "cholesky" if op == "potrf" else op)
+    args = {"mats": x} if op == "potrf" else x
+    futs = []
+    host = _median_us(lambda: futs.append(method(**args)), reps,
+                      before=lambda: (futs and futs.pop().result(), sync()))
+    plan = rt.plan_for(op, **kw)
+    prep = plan.cache["cuda-last"][2]
+    graph = prep.graph
+    if prep.fixed:  # (the kernels timed one by one read the shared table: filled here)
+        table, graph = next(iter(prep.fixed.values()))[:2]
+        prep.table[:] = table
+    gtime = _median_us(lambda: (graph.launch(main), main.synchronize()), reps)
+
+    def burst():
+        for _ in range(50):
+            graph.launch(main)
+        main.synchronize()
+
+    per: dict = {}
+    row = [str(len(plan.launches)), total, host, gtime, _median_us(burst, 20) / 50,
+           _kernel_us(prep, per), ""]
+    if kinds:
+        for name, (n, us) in sorted(per.items(), key=lambda x: -x[1][1]):
+            print(f"    {name.replace('vb::', ''):<50} {n:3d} launches {us:8.1f} us")
+    return row
+
+
+def _kernel_us(prep, per: dict | None = None) -> float:
+    """The plan's kernels, each launched alone between two events (the device idle first);
+    ``per`` gets (launches, us) per kernel."""
+    total = 0.0
+    st = cupy.cuda.get_current_stream()
+    for _ in range(2):  # the second pass is kept
+        total = 0.0
+        if per is not None:
+            per.clear()
+        for rec in prep.records:
+            s, e = cupy.cuda.Event(), cupy.cuda.Event()
+            cupy.cuda.Device().synchronize()
+            s.record(st)
+            rec.launch(st.ptr)
+            e.record(st)
+            e.synchronize()
+            us = cupy.cuda.get_elapsed_time(s, e) * 1e3
+            total += us
+            if per is not None:
+                n, t = per.get(rec.name, (0, 0.0))
+                per[rec.name] = (n + 1, t + us)
+    return total
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -435,8 +559,18 @@ def main():
     o.add_argument("--dtype", default="float64")
     o.add_argument("--seed", type=int, default=0)
     o.add_argument("--all", action="store_true", help="print every launch, not only the sums")
+    fl = sub.add_parser("floor")
+    fl.add_argument("--cells", nargs="+", default=[
+        "potrf:uniform:8", "potrf:uniform:16", "potrf:uniform:32", "potrf:uniform:40",
+        "potrf:equal:40", "gemm:uniform:8", "gemm:uniform:32", "gemm:uniform:40",
+        "trsm:uniform:8", "trsm:uniform:32", "trsm:uniform:40", "syrk:uniform:8"])
+    fl.add_argument("--dtype", default="float64")
+    fl.add_argument("--k", type=int, default=2000)
+    fl.add_argument("--reps", type=int, default=200)
+    fl.add_argument("--magma", default=None)
+    fl.add_argument("--kinds", action="store_true", help="each cell's kernel time per kernel")
     args = ap.parse_args()
-    {"host": cmd_host, "launches": cmd_launches, "crossover": cmd_crossover,
+    {"floor": cmd_floor, "host": cmd_host, "launches": cmd_launches, "crossover": cmd_crossover,
      "listpath": cmd_listpath, "ops": cmd_ops, "tiles": cmd_tiles,
      "whole": cmd_whole}[args.cmd](args)
 

@@ -99,38 +99,49 @@ def _ms(fn, reps: int, before=None) -> float:
     return float(np.median(ts) * 1e3)
 
 
-def _cell(op, dtype, dist, nmax, k, forms, reps, rt, magma, rng) -> dict:
+def operands(op, dtype, n, rng, rt) -> tuple[dict, object, object]:
+    """One cell's operands, per form (packedF, packedC on the device, list of CuPy arrays),
+    the call that runs the op on a form's operands and returns its result, and the prepared
+    call's arguments (the column-major pack)."""
     import cupy
 
     import vbatch
     from vbatch.ops.generate import spd_packed
 
-    n = _sizes(dist, k, nmax, rng)
-    out = {}
     if op == "potrf":
         host = spd_packed(n, dtype, rng, order="F")
         ops = {"packedF": host.with_data(cupy.asarray(host.data))}
         # (symmetric matrices: the same buffer read row-major is the same batch)
         ops["packedC"] = vbatch.PackedBatch.from_buffer(ops["packedF"].data, n, order="C")
-        ops["list"] = [ops["packedF"].matrix(i).copy() for i in range(k)]
+        ops["list"] = [ops["packedF"].matrix(i).copy() for i in range(len(n))]
 
         def call(x):
             return rt.cholesky(x).result()
 
-        prep = rt.prepare("potrf", batch=ops["packedF"]) if "prepared" in forms else None
-    else:
-        host = _host(op, n, dtype, rng)
-        ops = {}
-        for form in ("F", "C"):
-            ops["packed" + form] = {f: (lambda p: p.with_data(cupy.asarray(p.data)))(
-                vbatch.pack(v, order=form)) for f, v in host.items()}
-        ops["list"] = {f: [cupy.asarray(x) for x in v] for f, v in host.items()}
-        method = getattr(rt, op)
+        return ops, call, {"batch": ops["packedF"]}
+    host = _host(op, n, dtype, rng)
+    ops = {}
+    for form in ("F", "C"):
+        ops["packed" + form] = {f: (lambda p: p.with_data(cupy.asarray(p.data)))(
+            vbatch.pack(v, order=form)) for f, v in host.items()}
+    ops["list"] = {f: [cupy.asarray(x) for x in v] for f, v in host.items()}
+    method = getattr(rt, op)
 
-        def call(x):
-            return method(**x).result()
+    def call(x):
+        return method(**x).result()
 
-        prep = rt.prepare(op, **ops["packedF"]) if "prepared" in forms else None
+    return ops, call, ops["packedF"]
+
+
+def _cell(op, dtype, dist, nmax, k, forms, reps, rt, magma, rng) -> dict:
+    import cupy
+
+    import vbatch
+
+    n = _sizes(dist, k, nmax, rng)
+    out = {}
+    ops, call, prepared = operands(op, dtype, n, rng, rt)
+    prep = rt.prepare(op, **prepared) if "prepared" in forms else None
     for form in forms:
         if form == "prepared":
             out[form] = _ms(lambda: prep.run().result(), reps)

@@ -3,8 +3,11 @@
 // Every kernel takes (tbl, meta, imeta, tasks, K, lo, hi, extra), like every vbatched kernel
 // (vbatched.cuh). The family's section of the per-call table is: tbl[0] alpha, tbl[1] beta (the
 // call's, as float64 bits), tbl[2] info, tbl[3 + s] the op's buffer s. meta holds, per buffer s,
-// offset[K] then ld[K] (meta + s * 2K). A task row is (q, r0, mm, k0, kk, nn, c0): a GEMM's
-// output columns are [c0, c0 + nn) (0 but in a blocked Cholesky's block updates).
+// offset[K] then ld[K] (meta + s * 2K). A task row is (q, r0, mm, k0, kk, nn, c0, src): a GEMM's
+// output columns are [c0, c0 + nn) (0 but in a blocked Cholesky's block updates); src = 1 marks
+// the first task to write its rows of a triangular op's X, which reads their values from the
+// launch's source (its right-hand sides B, scaled) instead of from X: no copy of B into X
+// runs first (FirstValues).
 //
 // A *view* is a buffer read as is or transposed: element (r, c) at r * ld + c when its rows are
 // contiguous (a row-major buffer, or a column-major one transposed), else r + c * ld. Which
@@ -17,6 +20,8 @@
 //               copies: the source is symmetric, that triangle read (0 none, 1 lower, 2 upper)
 //   bits 18-19: alpha (0 the call's, 1 -1, 2 +1); bits 20-21: beta (0 the call's, 1 0, 2 +1)
 //   bit 22: skip problems whose info is set (a solve after a failed factorization)
+//   bits 23-25: the source buffer (7: absent), bit 26: its view has contiguous rows, bits 27-28:
+//               its scale (as alpha's bits); read by the tasks whose src is 1
 
 namespace vb {
 
@@ -26,6 +31,8 @@ struct BlasLaunch {
   int tri;
   double alpha, beta;
   bool skip;
+  int src, src_scale;
+  bool src_row;
 };
 
 __device__ __forceinline__ BlasLaunch blas_launch(const unsigned long long* tbl, int extra) {
@@ -40,6 +47,9 @@ __device__ __forceinline__ BlasLaunch blas_launch(const unsigned long long* tbl,
   b.alpha = am == 1 ? -1.0 : am == 2 ? 1.0 : __longlong_as_double((long long)tbl[0]);
   b.beta = bm == 1 ? 0.0 : bm == 2 ? 1.0 : __longlong_as_double((long long)tbl[1]);
   b.skip = (extra >> 22) & 1;
+  b.src = (extra >> 23) & 7;
+  b.src_row = (extra >> 26) & 1;
+  b.src_scale = (extra >> 27) & 3;
   return b;
 }
 
@@ -67,15 +77,49 @@ __device__ __forceinline__ bool failed(const unsigned long long* tbl, int q) {
   return reinterpret_cast<const int*>(tbl[2])[q] != 0;
 }
 
-// The problem and the first five args (vbatched.cuh's Task holds the first four); the
-// diagonal-block and copy kernels have no column start, so they leave the sixth arg, c0, unread.
+// The problem and its args (q, r0, mm, k0, kk, nn, c0, src) of the block's task.
 __device__ __forceinline__ bool blas_task(const int* tasks, int lo, int hi, int* t) {
   const int row = lo + (int)blockIdx.x;
   if (row >= hi) return false;
   const int* r = tasks + (long long)row * VB_TASK_COLS;
 #pragma unroll
-  for (int i = 0; i < 6; ++i) t[i] = r[i];
+  for (int i = 0; i < 8; ++i) t[i] = r[i];
   return true;
+}
+
+// Where a diagonal-block task reads the first values of the rows of X it writes: X itself, or,
+// the task being the first to write them (src), the launch's source times its scale (0: zeros,
+// the source not read, as BLAS treats B with alpha = 0).
+__device__ __forceinline__ double source_scale(const unsigned long long* tbl, const BlasLaunch& L) {
+  return L.src_scale == 1 ? -1.0 : L.src_scale == 2 ? 1.0
+                                                    : __longlong_as_double((long long)tbl[0]);
+}
+
+template <typename T>
+struct FirstValues {
+  View<T> S;
+  T scale;
+  bool fresh;
+  __device__ __forceinline__ FirstValues(const unsigned long long* tbl, const long long* meta,
+                                         int K, int q, const BlasLaunch& L, int src,
+                                         const View<T>& X)
+      : S(src && L.src != 7 ? view_of<T>(tbl, meta, K, q, L.src, L.src_row) : X),
+        scale(src && L.src != 7 ? T(source_scale(tbl, L)) : T(1)), fresh(src && L.src != 7) {}
+  __device__ __forceinline__ T operator()(long long r, long long c) const {
+    return !fresh ? S(r, c) : scale != T(0) ? scale * S(r, c) : T(0);
+  }
+};
+
+// X[r0:r0+rows, c0:c0+ncol] := its first values (F), coalesced for either layout: a skipped
+// problem's first task still brings its rows in (POSV: a failed problem's solution is its B).
+template <typename T>
+__device__ void bring_in(const View<T>& X, const FirstValues<T>& F, int r0, int rows, int c0,
+                         int ncol, int tid, int nt) {
+  for (int e = tid; e < rows * ncol; e += nt) {
+    int i, c;
+    if (X.row) { c = e % ncol; i = e / ncol; } else { i = e % rows; c = e / rows; }
+    X(r0 + i, c0 + c) = F(r0 + i, c0 + c);
+  }
 }
 
 // Writing one element of a GEMM tile: O(R, c) = alpha acc + beta C(R, c) inside the triangle
@@ -133,7 +177,13 @@ struct GemmTile {
     q = t[0]; r0 = t[1]; mm = t[2]; k0 = t[3]; kk = t[4]; nn = t[5];
     const int cs = t[6];  // the first column
     L = blas_launch(tbl, extra);
-    if (L.skip && failed(tbl, q)) return false;
+    // The first task to write its rows reads C from the source, times its scale: O = alpha A B
+    // + scale S (a solve's join); skipped, it still brings them in (no product).
+    const bool fresh = t[7] != 0 && L.src != 7;
+    if (L.skip && failed(tbl, q)) {
+      if (!fresh) return false;
+      kk = 0;
+    }
     const int tiles_n = (nn + BN - 1) / BN;
     const int tm = tile / tiles_n, tn = tile % tiles_n;
     if (tm * BM >= mm) return false;
@@ -141,6 +191,11 @@ struct GemmTile {
     c0 = cs + tn * BN;
     nn += cs;  // from here on the end of the columns: every kernel compares absolute columns
     O = view_of<T>(tbl, meta, K, q, L.slot[3], L.row[3]);
+    if (fresh) {
+      L.slot[2] = L.src;
+      L.row[2] = L.src_row;
+      L.beta = source_scale(tbl, L);
+    }
     has_c = L.slot[2] != 7;
     C = has_c ? view_of<T>(tbl, meta, K, q, L.slot[2], L.row[2]) : O;
     read_c = has_c && L.beta != 0.0;
@@ -559,18 +614,22 @@ blas_diag(const unsigned long long* tbl, const long long* meta, const int* imeta
   __shared__ T sT[NB][NB + 1];
   __shared__ T sD[NB];
   __shared__ T sX[NB][NC + 1];
-  int t[6];
+  int t[8];
   if (!blas_task(tasks, lo, hi, t)) return;
   const int q = t[0], o = t[1], w = t[2], nn = t[5];
   const BlasLaunch L = blas_launch(tbl, extra);
-  if (L.skip && failed(tbl, q)) return;
   const int c0 = blockIdx.y * NC;
   if (c0 >= nn) return;
   const int ncol = min(NC, nn - c0);
   const bool lower = (extra >> 16) & 1, unit = (extra >> 17) & 1;
   const View<T> Tv = view_of<T>(tbl, meta, K, q, L.slot[0], L.row[0]);
   const View<T> X = view_of<T>(tbl, meta, K, q, L.slot[1], L.row[1]);
+  const FirstValues<T> F(tbl, meta, K, q, L, t[7], X);
   const int tid = threadIdx.x;
+  if (L.skip && failed(tbl, q)) {
+    if (F.fresh) bring_in(X, F, o, w, c0, ncol, tid, NC);
+    return;
+  }
   for (int e = tid; e < NB * NB; e += NC) {
     int i, j;
     if (Tv.row) { j = e % NB; i = e / NB; } else { i = e % NB; j = e / NB; }
@@ -584,7 +643,7 @@ blas_diag(const unsigned long long* tbl, const long long* meta, const int* imeta
   for (int e = tid; e < NB * NC; e += NC) {
     int i, c;
     if (X.row) { c = e % NC; i = e / NC; } else { i = e % NB; c = e / NB; }
-    if (i < w && c < ncol) sX[i][c] = X(o + i, c0 + c);
+    if (i < w && c < ncol) sX[i][c] = F(o + i, c0 + c);
   }
   __syncthreads();
   if (tid < ncol) {
@@ -656,18 +715,22 @@ blas_diag_narrow(const unsigned long long* tbl, const long long* meta, const int
   __shared__ T sT[NB][NB + 1];
   __shared__ T sD[NB];
   __shared__ T sX[NB][NB + 1];
-  int t[6];
+  int t[8];
   if (!blas_task(tasks, lo, hi, t)) return;
   const int q = t[0], o = t[1], w = t[2], nn = t[5];
   const BlasLaunch L = blas_launch(tbl, extra);
-  if (L.skip && failed(tbl, q)) return;
   const int c0 = blockIdx.y * NB;
   if (c0 >= nn) return;
   const int ncol = min(NB, nn - c0);
   const bool lower = (extra >> 16) & 1, unit = (extra >> 17) & 1;
   const View<T> Tv = view_of<T>(tbl, meta, K, q, L.slot[0], L.row[0]);
   const View<T> X = view_of<T>(tbl, meta, K, q, L.slot[1], L.row[1]);
+  const FirstValues<T> F(tbl, meta, K, q, L, t[7], X);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  if (L.skip && failed(tbl, q)) {
+    if (F.fresh) bring_in(X, F, o, w, c0, ncol, tid, NT);
+    return;
+  }
 #pragma unroll
   for (int e = tid; e < NB * NB; e += NT) {
     int i, j;
@@ -683,7 +746,7 @@ blas_diag_narrow(const unsigned long long* tbl, const long long* meta, const int
   for (int e = tid; e < NB * NB; e += NT) {
     int i, c;
     if (X.row) { c = e % NB; i = e / NB; } else { i = e % NB; c = e / NB; }
-    sX[i][c] = (i < w && c < ncol) ? X(o + i, c0 + c) : T(0);
+    sX[i][c] = (i < w && c < ncol) ? F(o + i, c0 + c) : T(0);
   }
   __syncthreads();
   T x[CPW];
@@ -755,11 +818,10 @@ blas_trsv(const unsigned long long* tbl, const long long* meta, const int* imeta
   __shared__ T sT[BS][BS + 1];
   __shared__ T sXb[XS ? 1 : BS * XP];
   extern __shared__ __align__(16) unsigned char trsv_dyn[];
-  int t[6];
+  int t[8];
   if (!blas_task(tasks, lo, hi, t)) return;
   const int q = t[0], o = t[1], w = t[2], nn = t[5];
   const BlasLaunch L = blas_launch(tbl, extra);
-  if (L.skip && failed(tbl, q)) return;
   const int c0 = blockIdx.y * NCOL;
   if (c0 >= nn) return;
   const int ncol = min(NCOL, nn - c0);
@@ -767,6 +829,18 @@ blas_trsv(const unsigned long long* tbl, const long long* meta, const int* imeta
   const View<T> Tv = view_of<T>(tbl, meta, K, q, L.slot[0], L.row[0]);
   const View<T> X = view_of<T>(tbl, meta, K, q, L.slot[1], L.row[1]);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  if (t[7] && L.src != 7) {
+    // The solve reads and updates X in place: its first values go there first (the barrier
+    // makes the block's global writes visible to all of its threads). With the source read
+    // straight into shared memory, or live across the solve, the kernel's code took 48
+    // registers where it took 64 and its launches 14% longer (POTRS of Nmax 512, one
+    // right-hand side, H200, 2026-11-27).
+    bring_in(X, FirstValues<T>(tbl, meta, K, q, L, 1, X), o, w, c0, ncol, tid, NT);
+    if (L.skip && failed(tbl, q)) return;
+    __syncthreads();
+  } else if (L.skip && failed(tbl, q)) {
+    return;
+  }
   const int nblk = (w + BS - 1) / BS, wr = nblk * BS;
   T* const sXa = reinterpret_cast<T*>(trsv_dyn);
   if (XS) {
@@ -888,7 +962,7 @@ __global__ void __launch_bounds__(256)
 blas_copy(const unsigned long long* tbl, const long long* meta, const int* imeta,
           const int* tasks, int K, int lo, int hi, int extra) {
   constexpr int E = CT / 8, F = CT / 32;
-  int t[6];
+  int t[8];
   if (!blas_task(tasks, lo, hi, t)) return;
   const int q = t[0], mm = t[2], nn = t[5];
   const BlasLaunch L = blas_launch(tbl, extra);

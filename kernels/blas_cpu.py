@@ -1,7 +1,9 @@
 """The ``blas`` kernel family on the CPU: GEMM joins, diagonal blocks, copies, on views.
 
-A task is ``(q, r0, mm, k0, kk, nn, c0)`` (:mod:`vbatch.ops.blas`); its kind's ``params`` name the
-op's buffers it reads and writes, and whether each is seen transposed. Each task is one call of
+A task is ``(q, r0, mm, k0, kk, nn, c0, src)`` (:mod:`vbatch.ops.blas`); its kind's ``params``
+name the op's buffers it reads and writes, and whether each is seen transposed. A task whose
+``src`` is set first copies its rows of X in from its kind's source (:func:`_bring_in`), then
+runs as any other. Each task is one call of
 scipy's BLAS (through :mod:`vbatch.kernels.lapack`: ctypes, the GIL released) on numpy views of
 the operands, or a numpy copy. The CPU plans triangular ops with a base larger than any problem
 (``blas_nb``), so a ``trsm`` is one ``dtrsm`` per problem (and ``potrs`` two): the recursion into
@@ -29,7 +31,7 @@ from vbatch.core import jit
 from vbatch.kernels.cpu import Work, split
 from vbatch.core.jit import njit, strides
 from vbatch.kernels.lapack import _SCALAR, routines
-from vbatch.ops.blas import ARGS, COPY, GEMM, TRMM, TRSM
+from vbatch.ops.blas import COPY, GEMM, TRMM, TRSM
 
 OP = "blas"
 # Larger than any problem: one diagonal task per problem, a whole dtrsm/dtrmm.
@@ -60,7 +62,7 @@ def prepare(backend, plan, launches) -> State:
         a = t.args[sl]
         kd = plan.kinds[int(t.kind[lc.lo])]
         cost = kd.flops(a, t.rows[sl], t.cols[sl], t.width[sl]) + 1.0
-        tasks = list(zip(t.problem[sl].tolist(), *(a[:, i].tolist() for i in range(len(ARGS)))))
+        tasks = list(zip(t.problem[sl].tolist(), *(a[:, i].tolist() for i in range(a.shape[1]))))
         w = split(tasks, cost, np.zeros(len(tasks), dtype=bool), backend.threads.size)
         if jit.AVAILABLE and lc.kind in _COMPILED and (cost <= SMALL_FLOPS).any():
             small = dict(zip(tasks, (cost <= SMALL_FLOPS).tolist()))
@@ -155,7 +157,10 @@ def run(backend, ex, lc, whole: bool, tasks: list) -> None:
     p = kd.param
     fn = {COPY: _copy, GEMM: _gemm, TRSM: _diag, TRMM: _diag}[lc.kind]
     skip = p.get("skip_failed", 0)
+    src = lc.kind != COPY and p["src"]  # (a copy's own src is what it copies)
     for task in tasks:
+        if src:  # (also for a problem skipped below: POSV's failed ones keep B)
+            _bring_in(ex, lc.kind, p, task)
         if isinstance(task, np.ndarray):  # a table of small tasks (_tabled)
             if _COMPILED[lc.kind](ex, lc.kind, p, task, skip):
                 continue
@@ -168,16 +173,37 @@ def run(backend, ex, lc, whole: bool, tasks: list) -> None:
             fn(ex, lc.kind, p, *row)
 
 
-def _copy(ex, lk, p, q, r0, mm, k0, kk, nn, c0) -> None:
-    src = _view(ex, p["src"], q, p["t"])[:mm, :nn]
+def _bring_in(ex, lk, p, task) -> None:
+    """The rows of X that ``task`` (a task row, or a table of them) writes first (its ``src``
+    arg): ``X[r0:r0+mm, c0:c0+nn] := scale S`` (a diagonal block's X, a join's output)."""
+    dst, t = (p["x"], p["tx"]) if lk in (TRSM, TRMM) else (p["o"], p["tc"])
+    scale = _scalar(ex, p["scale"])
+    if isinstance(task, np.ndarray):
+        rows = task[task[:, 7] != 0]
+        if len(rows):
+            _copy_small(rows, *_layout(ex, p["src"]), *_layout(ex, dst), bool(t), scale)
+        return
+    q, r0, mm, _, _, nn, c0, fresh = task
+    if fresh:
+        _assign(_view(ex, dst, q, t)[r0:r0 + mm, c0:c0 + nn],
+                _view(ex, p["src"], q, t)[r0:r0 + mm, c0:c0 + nn], scale)
+
+
+def _copy(ex, lk, p, q, r0, mm, k0, kk, nn, c0, src=0) -> None:
+    source = _view(ex, p["src"], q, p["t"])[:mm, :nn]
     dst = _view(ex, p["dst"], q, p["t"])[:mm, :nn]
     alpha = _scalar(ex, p["alpha"])
     if p["sym"]:  # src's one triangle, mirrored (a square block)
         tri = np.tril if p["sym"] == "lower" else np.triu
-        half = tri(src)
-        np.multiply(half + tri(src, -1 if p["sym"] == "lower" else 1).T,
+        half = tri(source)
+        np.multiply(half + tri(source, -1 if p["sym"] == "lower" else 1).T,
                     dst.dtype.type(alpha), out=dst)
         return
+    _assign(dst, source, alpha)
+
+
+def _assign(dst: np.ndarray, src: np.ndarray, alpha: float) -> None:
+    """``dst := alpha src`` (src not read when alpha is 0, as BLAS)."""
     if alpha == 0.0:
         dst[...] = 0  # BLAS: with alpha = 0, B is not read
     elif alpha == 1.0:
@@ -187,7 +213,7 @@ def _copy(ex, lk, p, q, r0, mm, k0, kk, nn, c0) -> None:
         np.multiply(src, dst.dtype.type(alpha), out=dst)
 
 
-def _gemm(ex, lk, p, q, r0, mm, k0, kk, nn, c0) -> None:
+def _gemm(ex, lk, p, q, r0, mm, k0, kk, nn, c0, src=0) -> None:
     out = _view(ex, p["o"], q, p["tc"])
     o = out[r0:r0 + mm, c0:c0 + nn]
     alpha, beta = _scalar(ex, p["alpha"]), _scalar(ex, p["beta"])
@@ -280,7 +306,7 @@ def _syrk(ex, p, a: np.ndarray, o: np.ndarray, alpha: float, beta: float, uplo: 
                    ba[1], pla, args.sa + o.itemsize, bo[1], plo)
 
 
-def _diag(ex, lk, p, q, r0, mm, k0, kk, nn, c0) -> None:
+def _diag(ex, lk, p, q, r0, mm, k0, kk, nn, c0, src=0) -> None:
     """``X[o:o+w] := T[o:o+w, o:o+w]^{-1} X[o:o+w]`` (TRSM) or ``T X`` (TRMM), on views."""
     o, w = r0, mm
     t = _view(ex, p["t"], q, p["tt"])[o:o + w, o:o + w]
@@ -419,13 +445,15 @@ def _diag_small(rows, info, skip, T, to, tl, tcol, tt, X, xo, xl, xcol, tx, lowe
 
 @njit(cache=True, nogil=True)
 def _copy_small(rows, S, so, sl, scol, D, do, dl, dcol, t, alpha):
-    """``dst[:m, :n] := alpha src[:m, :n]`` for every task row ``(q, 0, m, -, -, n)``; src is
-    not read when alpha is 0."""
+    """``dst[r0:r0+mm, c0:c0+nn] := alpha src[...]`` for every task row ``(q, r0, mm, -, -, nn,
+    c0)`` (a copy's: ``(q, 0, m, -, -, n, 0)``); src is not read when alpha is 0."""
     for r in range(rows.shape[0]):
-        q, mm, nn = rows[r, 0], rows[r, 2], rows[r, 5]
+        q, r0, mm, nn, c0 = rows[r, 0], rows[r, 1], rows[r, 2], rows[r, 5], rows[r, 6]
         sr, sc = strides(sl, scol, q, t)
         dr, dc = strides(dl, dcol, q, t)
+        s0 = so[q] + r0 * sr + c0 * sc
+        d0 = do[q] + r0 * dr + c0 * dc
         for j in range(nn):
             for i in range(mm):
-                v = 0.0 if alpha == 0.0 else alpha * S[so[q] + i * sr + j * sc]
-                D[do[q] + i * dr + j * dc] = v
+                v = 0.0 if alpha == 0.0 else alpha * S[s0 + i * sr + j * sc]
+                D[d0 + i * dr + j * dc] = v

@@ -201,8 +201,10 @@ def kernel_names(dtypes=DTYPES, nbs=None, orders=None) -> list[str]:
 
 
 def encode(slots, rows, tri: int = 0, alpha: str = "one", beta: str = "one",
-           skip: int = 0) -> int:
-    """``extra``: up to four operand slots and view orientations (blas.cu's header)."""
+           skip: int = 0, source: tuple = (ABSENT, False, "one")) -> int:
+    """``extra``: up to four operand slots and view orientations, and the source (its slot,
+    orientation and scale) that a task whose ``src`` arg is set reads first (blas.cu's
+    header)."""
     word = 0
     for i, s in enumerate(slots):
         word |= (s & 7) << (3 * i)
@@ -210,7 +212,9 @@ def encode(slots, rows, tri: int = 0, alpha: str = "one", beta: str = "one",
         word |= ABSENT << (3 * i)
     for i, r in enumerate(rows):
         word |= int(bool(r)) << (12 + i)
-    return word | (tri << 16) | (_ALPHA[alpha] << 18) | (_BETA[beta] << 20) | (int(skip) << 22)
+    slot, row, scale = source
+    return (word | (tri << 16) | (_ALPHA[alpha] << 18) | (_BETA[beta] << 20) | (int(skip) << 22)
+            | ((slot & 7) << 23) | (int(bool(row)) << 26) | (_ALPHA[scale] << 27))
 
 
 @dataclass(frozen=True)
@@ -231,6 +235,12 @@ def _slot(plan, name: str) -> int:
 
 def _row(layouts: dict, name: str, t: int) -> bool:
     return (layouts.get(name) == "C") != bool(t)
+
+
+def _source(plan, layouts: dict, p: dict, t: int) -> tuple:
+    """A kind's source (``src``: the buffer its first tasks read, viewed as ``t`` says, times
+    ``scale``), as :func:`encode` takes it."""
+    return _slot(plan, p["src"]), _row(layouts, p["src"], t), p["scale"]
 
 
 def mma_tile(mm: int, nn: int, kk: int = MMA_TILES[2][0]) -> tuple:
@@ -266,7 +276,8 @@ def selection(lc, plan, dtype, layouts: dict, config) -> Selection:
         slots = [_slot(plan, p[x]) for x in ("a", "b", "c", "o")]
         rows = [_row(layouts, p["a"], p["ta"]), _row(layouts, p["b"], p["tb"]),
                 _row(layouts, p["c"], p["tc"]), _row(layouts, p["o"], p["tc"])]
-        extra = encode(slots, rows, tri, p["alpha"], p["beta"], p["skip_failed"])
+        extra = encode(slots, rows, tri, p["alpha"], p["beta"], p["skip_failed"],
+                       _source(plan, layouts, p, p["tc"]))
         if T == "double" and config.fp64_gemm == "mma":
             tile = mma_tile(mm, nn, int(a[:, 3].max()))
             sel = Selection(mma_name(tile, rows[0], rows[1]), (lc.count * _tiles(a, tile),),
@@ -286,7 +297,7 @@ def selection(lc, plan, dtype, layouts: dict, config) -> Selection:
         tri = int(p["lower"]) | (int(p["unit"]) << 1)
         extra = encode([_slot(plan, p["t"]), _slot(plan, p["x"])],
                        [_row(layouts, p["t"], p["tt"]), _row(layouts, p["x"], p["tx"])],
-                       tri, "one", "one", p["skip_failed"])
+                       tri, "one", "one", p["skip_failed"], _source(plan, layouts, p, p["tx"]))
         if mm > DIAG_NB:  # whole triangles (a solve: products recurse)
             if lc.kind == TRMM:
                 raise ValueError(f"cuda backend: a triangular product block of "

@@ -27,7 +27,7 @@ HERE = Path(__file__).parent
 # the tiled kernels share (async copies, the K pipeline, DMMA).
 HEADERS = ("vbatched.cuh", "pipeline.cuh")
 # Constants the kernels and Python share, written into the preamble.
-TASK_COLS = 7  # a task row: problem and up to six args (vbatched.cuh; cuda.tables())
+TASK_COLS = 8  # a task row: problem and up to seven args (vbatched.cuh; cuda.tables())
 CONSTANTS = {"VB_TASK_COLS": TASK_COLS}
 DTYPES = ("float64", "float32")
 ORDERS = ("F", "C")

@@ -10,20 +10,22 @@ swaps the strides), so every case is reduced to a few:
   + beta C[...]``, on views A, B, C, O of the op's buffers; an ``uplo`` restricts it to one
   triangle of O (SYRK; such a task's block starts on the diagonal, ``r0 = c0``). ``c0`` is 0
   but in a blocked Cholesky's block updates (:mod:`vbatch.ops.cholesky`).
-  GEMM is one such task per problem (``r0 = k0 = 0``); a TRSM/TRMM join is one with
-  ``alpha = -1`` or ``+1``, ``beta = 1`` and ``C = O`` the right-hand sides;
+  GEMM is one such task per problem (``r0 = k0 = 0``); a TRSM join is one with ``alpha = -1``,
+  ``beta = 1`` and ``C = O`` the right-hand sides, or, the first to write its rows (``src``),
+  ``C = B`` and ``beta = alpha``; a TRMM join adds ``alpha T12 B2`` to rows already written;
 * ``blas.trsm`` / ``blas.trmm``: one diagonal block ``X[o:o+w] := T[o:o+w, o:o+w]^{-1} X[o:o+w]``
   (or ``T X``), ``w <= nb``, all right-hand sides: what a register/shared-memory kernel finishes;
-* ``blas.copy``: ``X := alpha B`` (a triangular op's right-hand sides into its output first, so
-  the rest runs in place).
+  the first to write its rows (``src``) reads them as ``alpha B[o:o+w]``;
+* ``blas.copy``: ``X := alpha B`` (SYMM's symmetric operand made whole).
 
 **Triangular ops** (KBLAS's recursive formulation, Charara, Keyes and Ltaief): every ``side``,
 ``lower``, ``trans_a`` becomes a left-side solve with a lower or upper triangle, by transposing
 views: ``X op(A) = alpha B`` is ``op(A)^T X^T = alpha B^T``. A triangle of order m is split at
 ``m1`` (half, rounded up to a multiple of ``nb``); the two halves are solved and joined by one
-GEMM, recursing down to ``nb``. Each problem's tasks form a chain: copy, then (lower, forward)
-``T11 -> GEMM -> T22``, or (upper) the reverse. The GEMMs are large (half the triangle), so the
-speed follows the GEMM kernel's.
+GEMM, recursing down to ``nb``. Each problem's tasks form a chain: (lower, forward)
+``T11 -> GEMM -> T22``, or (upper) the reverse; B is read by the first step into each row
+block, so X needs no copy of B first. The GEMMs are large (half the triangle), so the speed
+follows the GEMM kernel's.
 
 Only the named triangle of a triangular operand is read (and for ``unit_diagonal`` not its
 diagonal); inputs are never written unless ``overwrite=True`` names the output's input.
@@ -59,9 +61,11 @@ FAMILY = "blas"
 # Launch kinds (what the blas kernel modules implement).
 COPY, GEMM, TRSM, TRMM = "blas.copy", "blas.gemm", "blas.trsm", "blas.trmm"
 # A blas task's arguments: its row block [r0, r0 + mm), its inner range [k0, k0 + kk) (GEMM),
-# its columns [c0, c0 + nn). A diagonal block is (o, w, 0, 0, nn, 0); a copy (0, m, 0, 0, n, 0).
-# Every blas graph's args have these six columns.
-ARGS = ("r0", "mm", "k0", "kk", "nn", "c0")
+# its columns [c0, c0 + nn), and src: 1 where the task is the first to write its rows of a
+# triangular op's X, so that it reads their values from its kind's source (B, scaled) instead
+# of X (chain_graph: no copy of B into X runs first). A diagonal block is (o, w, 0, 0, nn, 0,
+# src); a copy (0, m, 0, 0, n, 0, 0). Every blas graph's args have these seven columns.
+ARGS = ("r0", "mm", "k0", "kk", "nn", "c0", "src")
 
 
 def _gemm_flops(args, rows, cols, width):
@@ -150,26 +154,31 @@ def copy_kind(src: str, dst: str, t: int, alpha: str, sym: str = "") -> TaskKind
 
 
 def gemm_kind(a: str, b: str, c: str, o: str, ta: int, tb: int, tc: int, alpha: str, beta: str,
-              uplo: str = "", skip_failed: int = 0) -> TaskKind:
+              uplo: str = "", skip_failed: int = 0, src: str = "", scale: str = "one"
+              ) -> TaskKind:
     """``o := alpha op(a) op(b) + beta c`` (views: ``ta``/``tb``/``tc`` transpose; ``tc``
     applies to ``c`` and ``o``). ``c`` is ``""`` when absent. ``alpha`` in alpha/minus/one,
     ``beta`` in beta/zero/one. ``uplo`` ("lower"/"upper") writes one triangle of ``o``.
     ``skip_failed``: leave problems whose ``info`` is set alone (a solve after a failed
-    factorization)."""
+    factorization). ``src``: the buffer a task whose ``src`` arg is set reads as C, with
+    ``scale`` (alpha/one) as beta (a solve's first join into rows of X: ``alpha B``); such a
+    task still writes its C when its problem is skipped."""
     return kind(_TRI_GEMM[uplo] if uplo else _BASE[GEMM], (GEMM,), a=a, b=b, c=c, o=o, ta=int(ta),
                 tb=int(tb), tc=int(tc), alpha=alpha, beta=beta, uplo=uplo,
-                skip_failed=int(skip_failed))
+                skip_failed=int(skip_failed), src=src, scale=scale)
 
 
 def diag_kind(which: str, t: str, x: str, tt: int, tx: int, lower: int, unit: int,
-              skip_failed: int = 0) -> TaskKind:
+              skip_failed: int = 0, src: str = "", scale: str = "one") -> TaskKind:
     """A diagonal block's solve (``which = TRSM``) or product (``TRMM``): triangle view
     ``t`` (transposed when ``tt``; ``lower``: the lower triangle of the view), right-hand sides
     ``x`` (transposed when ``tx``). ``skip_failed`` as :func:`gemm_kind`'s: only a plan in which
     an earlier task can fail sets it (POSV), since reading ``info`` costs every block a read of
-    host memory (5-8% of a TRSM or POTRS of Nmax 512, H100, 2026-11-25)"""
+    host memory (5-8% of a TRSM or POTRS of Nmax 512, H100, 2026-11-25). ``src``: the buffer
+    (same view as ``x``) a task whose ``src`` arg is set reads its rows from, times ``scale``,
+    instead of ``x``; such a task still writes them when its problem is skipped."""
     return kind(_BASE[which], (which,), t=t, x=x, tt=int(tt), tx=int(tx), lower=int(lower),
-                unit=int(unit), skip_failed=int(skip_failed))
+                unit=int(unit), skip_failed=int(skip_failed), src=src, scale=scale)
 
 
 for _lk in _BASE:  # the launch kinds belong to the family from import on
@@ -180,7 +189,8 @@ for _lk in _BASE:  # the launch kinds belong to the family from import on
 @functools.lru_cache(maxsize=4096)
 def _recursion(m: int, nb: int, forward: bool, solve: bool) -> tuple:
     """The steps of one triangular solve (``solve``) or product of order ``m``, in the order
-    they must run: ``(0, o, w)`` a diagonal block, ``(1, r0, mm, k0, kk)`` a join."""
+    they must run: ``(0, o, w, 0, 0, fresh)`` a diagonal block, ``(1, r0, mm, k0, kk, fresh)``
+    a join into rows ``[r0, r0 + mm)``; ``fresh``: 1 for the first step to write its rows."""
     out: list[tuple] = []
 
     def rec(o: int, n: int) -> None:
@@ -205,21 +215,33 @@ def _recursion(m: int, nb: int, forward: bool, solve: bool) -> tuple:
             rec(*second)
 
     rec(0, m)
-    return tuple(out)
+    # A step's rows are fresh when no earlier step wrote any of them (a solve: the first
+    # diagonal block and the joins on the path of first halves; a product: every diagonal
+    # block, which its joins then add to).
+    written = np.zeros(m, bool)
+    marked = []
+    for st in out:
+        lo, n = st[1], st[2]
+        marked.append(st + (int(not written[lo:lo + n].any()),))
+        written[lo:lo + n] = True
+    return tuple(marked)
 
 
-def chain_graph(m: np.ndarray, n: np.ndarray, phases: list[tuple], copy: TaskKind | None,
-                nb: int, whole_rhs: int = 0) -> TaskGraph:
+def chain_graph(m: np.ndarray, n: np.ndarray, phases: list[tuple], nb: int,
+                whole_rhs: int = 0) -> TaskGraph:
     """Per problem (``m`` the triangle's order, ``n`` the right-hand sides; nothing for an empty
-    problem): the copy, then each phase's recursion, as one chain. A phase is ``(diag kind,
-    gemm kind, forward, solve)``. Where every phase is a solve, a problem with at most
-    ``whole_rhs`` right-hand sides takes each phase as one diagonal task over its whole
-    triangle (a backend's kernel for few right-hand sides: memory-bound, better done in one
-    pass than in a chain of small launches)."""
+    problem): each phase's recursion, as one chain. A phase is ``(diag kind, gemm kind,
+    forward, solve)``; the first phase's kinds carry the source (``src``: B) and its first
+    step into each row block reads it (the task's ``src`` arg), so no copy of B into X runs
+    first: a copy made a launch per size window and level of its own, five of the seven
+    launches of a TRSM of 2,000 problems of at most 32 rows (H200, 2026-11-27). Where every
+    phase is a solve, a problem with at most ``whole_rhs`` right-hand sides takes each phase as
+    one diagonal task over its whole triangle (a backend's kernel for few right-hand sides:
+    memory-bound, better done in one pass than in a chain of small launches)."""
     m = np.asarray(m, dtype=np.int64)
     n = np.asarray(n, dtype=np.int64)
     k = len(m)
-    kinds: list[TaskKind] = [] if copy is None else [copy]
+    kinds: list[TaskKind] = []
     for d, g, _, _ in phases:
         kinds += [d, g]
     live = (m > 0) & (n > 0)
@@ -231,20 +253,18 @@ def chain_graph(m: np.ndarray, n: np.ndarray, phases: list[tuple], copy: TaskKin
         mv, w = kv // 2, bool(kv % 2)
         probs = np.flatnonzero(live & (key == kv))
         codes, rows = [], []
-        if copy is not None:
-            codes.append(0)
-            rows.append((0, mv, 0, 0))
         for ph, (_, _, fwd, solve) in enumerate(phases):
-            base = (0 if copy is None else 1) + 2 * ph
             for st in _recursion(mv, max(mv, nb) if w else nb, fwd, solve):
-                codes.append(base + st[0])
-                rows.append(st[1:])
+                codes.append(2 * ph + st[0])
+                rows.append(st[1:5] + (st[5] if ph == 0 else 0,))
         L = len(codes)
         parts_p.append(np.repeat(probs, L))
         parts_k.append(np.tile(np.asarray(codes, dtype=np.int8), len(probs)))
         a = np.zeros((len(probs), L, len(ARGS)), dtype=np.int64)
-        a[:, :, :4] = np.asarray(rows, dtype=np.int64)[None]
+        r = np.asarray(rows, dtype=np.int64)
+        a[:, :, :4] = r[None, :, :4]
         a[:, :, 4] = n[probs][:, None]
+        a[:, :, 6] = r[None, :, 4]
         parts_a.append(a.reshape(-1, len(ARGS)))
     if parts_p:
         problem = np.concatenate(parts_p)
@@ -547,28 +567,31 @@ def syr2k_graph(req: Syr2kRequest, opts: dict) -> TaskGraph:
 def triangular_graph(req: TriangularRequest, opts: dict, solve: bool) -> TaskGraph:
     m, n, tt, tx, lower = req.views()
     which = TRSM if solve else TRMM
-    d = diag_kind(which, "a", "x", tt, tx, lower, req.unit_diagonal)
-    g = gemm_kind("a", "x", "x", "x", tt, tx, tx, "minus" if solve else "one", "one")
-    return chain_graph(m, n, [(d, g, bool(lower), solve)], copy_kind("b", "x", tx, "alpha"),
-                       int(opts["blas_nb"]), int(opts.get("blas_whole_rhs", 0)))
+    d = diag_kind(which, "a", "x", tt, tx, lower, req.unit_diagonal, src="b", scale="alpha")
+    if solve:  # X2 := alpha B2 - T21 X1 where X2 is fresh (the task's src), else X2 - T21 X1
+        g = gemm_kind("a", "x", "x", "x", tt, tx, tx, "minus", "one", src="b", scale="alpha")
+    else:  # X1 += alpha T12 B2: a product's join reads the half no step has written yet
+        g = gemm_kind("a", "b", "x", "x", tt, tx, tx, "alpha", "one")
+    return chain_graph(m, n, [(d, g, bool(lower), solve)], int(opts["blas_nb"]),
+                       int(opts.get("blas_whole_rhs", 0)))
 
 
-def potrs_phases(t: str, x: str, skip_failed: int = 0) -> list[tuple]:
+def potrs_phases(t: str, x: str, src: str, skip_failed: int = 0) -> list[tuple]:
     """``L Y = B`` forward, then ``L^T X = Y`` backward (the lower triangle of ``t`` read
-    both times: ``L^T``'s upper triangle is L's lower one, through a transposed view).
-    ``skip_failed``: the solve leaves alone the problems whose factorization failed earlier in
-    the same plan (POSV)."""
+    both times: ``L^T``'s upper triangle is L's lower one, through a transposed view); the
+    forward solve reads B from ``src``. ``skip_failed``: the solve leaves alone the problems
+    whose factorization failed earlier in the same plan (POSV), which keep B as X."""
     sf = int(skip_failed)
-    fwd = (diag_kind(TRSM, t, x, 0, 0, 1, 0, sf), gemm_kind(t, x, x, x, 0, 0, 0, "minus", "one",
-                                                            skip_failed=sf), True, True)
+    fwd = (diag_kind(TRSM, t, x, 0, 0, 1, 0, sf, src=src),
+           gemm_kind(t, x, x, x, 0, 0, 0, "minus", "one", skip_failed=sf, src=src), True, True)
     bwd = (diag_kind(TRSM, t, x, 1, 0, 0, 0, sf), gemm_kind(t, x, x, x, 1, 0, 0, "minus", "one",
                                                             skip_failed=sf), False, True)
     return [fwd, bwd]
 
 
 def potrs_graph(req: PotrsRequest, opts: dict) -> TaskGraph:
-    return chain_graph(req.b.m, req.b.n, potrs_phases("l", "x"), copy_kind("b", "x", 0, "one"),
-                       int(opts["blas_nb"]), int(opts.get("blas_whole_rhs", 0)))
+    return chain_graph(req.b.m, req.b.n, potrs_phases("l", "x", "b"), int(opts["blas_nb"]),
+                       int(opts.get("blas_whole_rhs", 0)))
 
 
 # ----------------------------------------------------------------------------- references

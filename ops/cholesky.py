@@ -51,7 +51,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from vbatch.core.batch import MatrixList, PackedBatch, Views
-from vbatch.ops.blas import gemm_kind
+from vbatch.ops.blas import ARGS as BLAS_ARGS, gemm_kind
 from vbatch.core.errors import InputError
 from vbatch.core.kinds import Group, TaskKind, by_rows, register, single
 from vbatch.ops.generate import spd_list
@@ -139,7 +139,7 @@ def potrf_graph(n: Any, npiv: Any = None, nb: int = 32, block: int = 0,
     qs = np.arange(k, dtype=np.int64)
     kind = np.zeros(T, np.int8)
     problem = np.repeat(qs, cnt)
-    args = np.zeros((T, 6 if gemms.any() else 3), np.int64)
+    args = np.zeros((T, len(BLAS_ARGS) if gemms.any() else 3), np.int64)
     rows, cols, width = (np.zeros(T, np.int64) for _ in range(3))
     # Panels: panel s of problem q is its task s + (block updates before it), in block column
     # b = (j // block) * block of a blocked problem.

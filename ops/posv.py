@@ -2,13 +2,13 @@
 
 The graph is POTRF's (``a`` into the factor ``l``) followed by POTRS's (``l`` and ``b`` into the
 solution ``x``), joined per problem by one edge: the problem's last factorization task before its
-first solve. The copy of ``b`` into ``x`` depends on nothing, so it runs at the first level. The
-scheduler sees one graph: a small problem's solves run while a large one still factors (DSSE
-ends them together), and no host round trip separates the two halves.
+first solve. The forward solve reads ``b`` where it first writes each row block of ``x``
+(``chain_graph``). The scheduler sees one graph: a small problem's solves run while a large one
+still factors (DSSE ends them together), and no host round trip separates the two halves.
 
 A problem whose factorization fails gets its ``info`` (LAPACK's) and keeps its right-hand side:
-the solve kernels skip problems whose ``info`` is set (``skip_failed``), so ``x`` stays the copy
-of ``b``; the other problems never notice.
+the solve kernels skip problems whose ``info`` is set (``skip_failed``) but for those first
+writes, which bring ``b`` into ``x`` all the same; the other problems never notice.
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ from vbatch.ops.blas import (
     _sig,
     _written,
     chain_graph,
-    copy_kind,
     potrs_phases,
     potrs_reference,
 )
@@ -62,17 +61,16 @@ class PosvRequest(_Request):
 def posv_graph(req: PosvRequest, opts: dict) -> TaskGraph:
     n = req.a.n
     fac = potrf_graph(n, None, *graph_options(opts))
-    sol = chain_graph(req.b.m, req.b.n, potrs_phases("l", "x", skip_failed=1),
-                      copy_kind("b", "x", 0, "one"),
+    sol = chain_graph(req.b.m, req.b.n, potrs_phases("l", "x", "b", skip_failed=1),
                       int(opts["blas_nb"]), int(opts.get("blas_whole_rhs", 0)))
     k = len(n)
-    # Each problem's last factorization task, and its first solve (the task after the copy).
+    # Each problem's last factorization task, and its first solve.
     f_first, f_cnt = fac.chains
     s_first, s_cnt = sol.chains
-    both = (f_cnt > 0) & (s_cnt > 1)
+    both = (f_cnt > 0) & (s_cnt > 0)
     q = np.flatnonzero(both)
     off = fac.size
-    edges = np.stack([f_first[q] + f_cnt[q] - 1, off + s_first[q] + 1], axis=1) if len(q) \
+    edges = np.stack([f_first[q] + f_cnt[q] - 1, off + s_first[q]], axis=1) if len(q) \
         else np.zeros((0, 2), np.int64)
     g, _ = concat([fac, sol], edges)
     assert g.k == k

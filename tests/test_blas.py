@@ -482,19 +482,20 @@ def test_whole_triangle_solves_on_cuda(dtype, form, monkeypatch):
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_posv_failed_problem_keeps_its_right_hand_side(device, dtype):
     rng = np.random.default_rng(8)
-    ns = [0, 1, 31, 32, 33, 65, 200, 17, 40]
+    ns = [0, 1, 31, 32, 33, 65, 200, 17, 40, 70]
     A = [_spd(rng, n, dtype) for n in ns]
-    A[7][5, 5] = -100.0  # not SPD: fails at column 6
+    A[7][5, 5] = -100.0  # not SPD: fails at column 6 (few right-hand sides: a whole solve)
+    A[9][40, 40] = -100.0  # fails at column 41 (six: the recursion, its joins read b first)
     B = [rng.standard_normal((n, r)).astype(dtype) for n, r in zip(ns, (2, 1, 3, 0, 5, 4, 2,
-                                                                          3, 1))]
+                                                                          3, 1, 6))]
     for form in ("list", "packedF"):
         a, b = _form(A, form, device, dtype), _form(B, form, device, dtype)
         res = vbatch.Runtime(device).posv(a, b).result()
         assert isinstance(res, vbatch.PosvResult)
-        assert res.info.tolist() == [0] * 7 + [6, 0]
+        assert res.info.tolist() == [0] * 7 + [6, 0, 41]
         X = _mats(res.solutions)
         for i, (aa, bb, x) in enumerate(zip(A, B, X)):
-            if i == 7:
+            if i in (7, 9):
                 assert np.array_equal(x, bb), "a failed problem's solution is its b"
                 continue
             assert np.all(np.isfinite(x))
@@ -581,11 +582,33 @@ def test_bad_input_names_the_problem_and_the_operand(device):
         rt.submit("getrf", a=a)
 
 
+def test_the_first_step_into_each_row_block_reads_the_right_hand_sides():
+    from vbatch.ops.blas import _recursion
+
+    # A solve of 128 rows in blocks of 32, forward: the first diagonal block and the joins on
+    # the path of first halves are the first to write their rows; a product's diagonal blocks
+    # all are (its joins add to them).
+    steps = _recursion(128, 32, True, True)
+    fresh = [(step[0], step[1], step[2]) for step in steps if step[5]]
+    assert fresh == [(0, 0, 32), (1, 32, 32), (1, 64, 64)], steps
+    for fwd in (True, False):
+        steps = _recursion(100, 32, fwd, True)
+        rows = np.zeros(100, int)
+        for step in steps:
+            if step[5]:
+                rows[step[1]:step[1] + step[2]] += 1
+        assert (rows == 1).all(), steps  # every row brought in once, by its first step
+        prod = _recursion(100, 32, fwd, False)
+        assert all(step[5] == (step[0] == 0) for step in prod), prod
+
+
 def test_plan_for_shows_the_plan_of_any_op():
     rt = vbatch.Runtime("cpu")
     plan = rt.plan_for("posv", a=[np.eye(40), np.eye(3)], b=[np.ones((40, 2)), np.ones((3, 0))])
     assert plan.families == ("potrf", "blas")
-    assert plan.counts().get("blas.copy") == 1  # problem 1 has no right-hand side: no tasks
+    # Problem 0 solves forward then backward, its first solve reading b (no copy); problem 1
+    # has no right-hand side: no tasks.
+    assert plan.counts().get("blas.trsm") == 2 and "blas.copy" not in plan.counts()
     with pytest.raises(InputError, match="unknown operation"):
         rt.plan_for("getrf", a=[np.eye(2)])
 
@@ -814,7 +837,7 @@ def test_cpu_small_tasks_compiled_equal_blas(monkeypatch, form, dtype):
             scale = max(np.abs(y).max(initial=0.0), 1.0)
             assert np.all(np.isfinite(x)), f"{name} problem {i}"
             assert np.abs(x - y).max(initial=0.0) <= tol * scale, f"{name} problem {i}"
-    assert {"blas.gemm", "blas.trsm", "blas.trmm", "blas.copy"} <= set(calls), set(calls)
+    assert {"blas.gemm", "blas.trsm", "blas.trmm"} <= set(calls), set(calls)
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -90,6 +90,7 @@ def _blas_plans(dtype):
              ("trsm", dict(a=mats(n, n), b=mats(n, k))),
              ("trmm", dict(a=mats(n, n), b=mats(k, n), side="right", trans_a=True)),
              ("posv", dict(a=mats(n, n), b=mats(n, k))),
+             ("symm", dict(a=mats(n, n), b=mats(n, k))),  # (its symmetric copy)
              # few right-hand sides: whole-triangle solves, every column count
              ("potrs", dict(l=mats(n, n), b=mats(n, rng.integers(0, 17, len(n))))),
              ("trsm", dict(a=mats(n, n), b=mats(n, np.minimum(n, 3)), trans_a=True))]
@@ -229,8 +230,8 @@ def test_the_generated_unit_includes_every_source_and_names_every_kernel():
     # Every .cu file beside the launchers is compiled by CI's nvcc check, behind the generated
     # preamble and the shared prologue header.
     src = build.instantiation_source()
-    assert src.index("#define VB_TASK_COLS 7") < src.index('#include "vbatched.cuh"') \
-        < src.index('#include "pipeline.cuh"')
+    assert src.index(f"#define VB_TASK_COLS {build.TASK_COLS}") \
+        < src.index('#include "vbatched.cuh"') < src.index('#include "pipeline.cuh"')
     for s in sorted(p.name for p in KERNELS.glob("*.cu")):
         assert f'#include "{s}"' in src
     taken = re.findall(r"\(void\*\)&(\S+),", src)
