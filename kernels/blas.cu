@@ -31,8 +31,9 @@ struct BlasLaunch {
   int tri;
   double alpha, beta;
   bool skip;
-  int src, src_scale;
+  int src;
   bool src_row;
+  double scale;
 };
 
 __device__ __forceinline__ BlasLaunch blas_launch(const unsigned long long* tbl, int extra) {
@@ -49,7 +50,8 @@ __device__ __forceinline__ BlasLaunch blas_launch(const unsigned long long* tbl,
   b.skip = (extra >> 22) & 1;
   b.src = (extra >> 23) & 7;
   b.src_row = (extra >> 26) & 1;
-  b.src_scale = (extra >> 27) & 3;
+  const int sm = (extra >> 27) & 3;
+  b.scale = sm == 1 ? -1.0 : sm == 2 ? 1.0 : __longlong_as_double((long long)tbl[0]);
   return b;
 }
 
@@ -90,11 +92,6 @@ __device__ __forceinline__ bool blas_task(const int* tasks, int lo, int hi, int*
 // Where a diagonal-block task reads the first values of the rows of X it writes: X itself, or,
 // the task being the first to write them (src), the launch's source times its scale (0: zeros,
 // the source not read, as BLAS treats B with alpha = 0).
-__device__ __forceinline__ double source_scale(const unsigned long long* tbl, const BlasLaunch& L) {
-  return L.src_scale == 1 ? -1.0 : L.src_scale == 2 ? 1.0
-                                                    : __longlong_as_double((long long)tbl[0]);
-}
-
 template <typename T>
 struct FirstValues {
   View<T> S;
@@ -104,7 +101,7 @@ struct FirstValues {
                                          int K, int q, const BlasLaunch& L, int src,
                                          const View<T>& X)
       : S(src && L.src != 7 ? view_of<T>(tbl, meta, K, q, L.src, L.src_row) : X),
-        scale(src && L.src != 7 ? T(source_scale(tbl, L)) : T(1)), fresh(src && L.src != 7) {}
+        scale(src && L.src != 7 ? T(L.scale) : T(1)), fresh(src && L.src != 7) {}
   __device__ __forceinline__ T operator()(long long r, long long c) const {
     return !fresh ? S(r, c) : scale != T(0) ? scale * S(r, c) : T(0);
   }
@@ -194,7 +191,7 @@ struct GemmTile {
     if (fresh) {
       L.slot[2] = L.src;
       L.row[2] = L.src_row;
-      L.beta = source_scale(tbl, L);
+      L.beta = L.scale;
     }
     has_c = L.slot[2] != 7;
     C = has_c ? view_of<T>(tbl, meta, K, q, L.slot[2], L.row[2]) : O;
