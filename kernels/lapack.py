@@ -217,6 +217,8 @@ class BlasThreads:
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
         blas = max(self._orig) if self._orig else 1
         self.size = max(1, min(int(cores or 1), int(blas)))
+        # (more BLAS threads than cores: a chunk alone still takes one)
+        self.oversubscribed = blas > self.size
         self._state = None
 
     def _set(self, counts) -> None:
@@ -229,11 +231,12 @@ class BlasThreads:
             self._state = "narrow"
 
     def wide(self) -> None:
-        if self._state != "wide":
+        # (the counts found at start-up are the wide ones: only a narrowed state is set back)
+        if self._state == "narrow":
             self._set(self._orig)
-            self._state = "wide"
+        self._state = "wide"
 
     def restore(self) -> None:
-        if self._state is not None:
+        if self._state == "narrow":
             self._set(self._orig)
-            self._state = None
+        self._state = None

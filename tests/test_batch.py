@@ -22,6 +22,22 @@ def test_pack_round_trip(order):
     assert b.offset.tolist() == [0, 0, 1, 50, 114, 195]
 
 
+@pytest.mark.parametrize("order", ["F", "C"])
+@pytest.mark.parametrize("shapes", [[(8, 8)] * 5, [(2, 3)] * 4, [(3, 4), (5, 2), (1, 1), (6, 6)],
+                                    [(3, 4), (0, 2), (2, 2)], [(0, 0)] * 2, [(1, 5), (5, 1)]],
+                         ids=["square", "one-shape", "mixed", "empty-rows", "all-empty", "thin"])
+def test_pack_places_every_array_whatever_its_own_layout(order, shapes):
+    # One shape (stacked), mixed shapes (concatenated) and a layout with space no matrix fills
+    # (placed one by one); C-ordered, Fortran-ordered and strided inputs.
+    rng = np.random.default_rng(3)
+    mats = [rng.standard_normal(s) for s in shapes]
+    for given in (mats, [np.asfortranarray(m) for m in mats],
+                  [np.repeat(m, 2, axis=0)[::2] for m in mats]):
+        b = vbatch.pack(given, order=order)
+        for i, m in enumerate(mats):
+            assert b.matrix(i).shape == m.shape and np.array_equal(b.matrix(i), m), i
+
+
 def test_packed_views_write_through_and_respect_ld():
     data = np.arange(30, dtype=np.float64)
     b = PackedBatch.from_buffer(data, n=[2, 3], offset=[0, 10], ld=[4, 5], order="F")

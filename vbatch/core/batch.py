@@ -715,6 +715,26 @@ def staged_order(x: Any) -> str | None:
     return x.order if t is PackedBatch else x.packed_order if t is MatrixList else None
 
 
+def _pack_host(ml: "MatrixList", data: np.ndarray, order: str, total: int) -> bool:
+    """Numpy arrays into ``data`` back to back by one numpy call: ``np.stack`` where every
+    matrix has one shape, else ``np.concatenate`` of each flattened in ``order``. False where a
+    layout holds space no matrix fills (an empty matrix of a nonzero other dimension): the
+    caller's loop then places each. A Python step per array (a view and a copy into it) cost
+    2.96 us an array against 1.24 stacked (20,000 of 8 x 8, 2-core VM)."""
+    k = len(ml.mats)
+    if not k or total != int((ml.m * ml.n).sum()):
+        return False
+    m0, n0 = int(ml.m[0]), int(ml.n[0])
+    if ml.vector is None and (ml.m == m0).all() and (ml.n == n0).all():
+        if order == "F":
+            np.stack([a.T for a in ml.mats], out=data.reshape(k, n0, m0))
+        else:
+            np.stack(ml.mats, out=data.reshape(k, m0, n0))
+        return True
+    np.concatenate([a.reshape(-1, order=order) for a in ml.mats], out=data)
+    return True
+
+
 def pack(mats: Any, order: Literal["F", "C"] = "C", backend: Any = None) -> PackedBatch:
     """Copy a list of arrays into one new buffer, once.
 
@@ -727,6 +747,9 @@ def pack(mats: Any, order: Literal["F", "C"] = "C", backend: Any = None) -> Pack
     offset, ld, total = tight_layout(ml.m, ml.n, order)
     if ml.kind == "numpy":
         data = np.empty(total, dtype=ml.dtype)
+        if _pack_host(ml, data, order, total):
+            return PackedBatch.model_construct(data=data, m=ml.m, n=ml.n, offset=offset, ld=ld,
+                                               order=order)
         fortran = order == "F"
         for i, a in enumerate(ml.mats):
             r, c = int(ml.m[i]), int(ml.n[i])
