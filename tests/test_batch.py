@@ -38,6 +38,18 @@ def test_pack_places_every_array_whatever_its_own_layout(order, shapes):
             assert b.matrix(i).shape == m.shape and np.array_equal(b.matrix(i), m), i
 
 
+@pytest.mark.filterwarnings("ignore::PendingDeprecationWarning")  # (np.matrix's own)
+def test_pack_takes_matrix_subclasses_and_large_mixed_shapes():
+    # np.matrix stays 2-D when flattened; matrices past the one-call size go one by one.
+    mats = [np.matrix(np.arange(4.0).reshape(2, 2)), np.matrix(np.arange(9.0).reshape(3, 3))]
+    big = [np.random.default_rng(4).standard_normal((r, r)) for r in (40, 3, 25)]
+    for given in (mats, big):
+        for order in "FC":
+            b = vbatch.pack(given, order=order)
+            for i, m in enumerate(given):
+                assert np.array_equal(b.matrix(i), np.asarray(m)), (order, i)
+
+
 def test_packed_views_write_through_and_respect_ld():
     data = np.arange(30, dtype=np.float64)
     b = PackedBatch.from_buffer(data, n=[2, 3], offset=[0, 10], ld=[4, 5], order="F")
