@@ -69,8 +69,7 @@ class View:
     dtype: np.dtype
     m: np.ndarray
     n: np.ndarray
-    batch: PackedBatch | None = None  # the buffer itself
-    keep: object = None  # what must stay alive while kernels read it
+    batch: PackedBatch  # the buffer itself (held: the kernels read it by address)
     from_list: bool = False  # laid out from a list's sizes alone (back to back)
 
     @property
@@ -208,7 +207,7 @@ class CpuBackend(Backend):
             isz = batch.dtype.itemsize
             hit = cache["cpu-view"] = ((batch.offset * isz).tolist(), batch.ld.tolist())
         return View(batch.data.ctypes.data, hit[0], hit[1], batch.order, batch.dtype, batch.m,
-                    batch.n, batch, batch, from_list)
+                    batch.n, batch, from_list)
 
     def new_buffer(self, m, n, dtype, order: str, zero: bool = True) -> View:
         # (zeros always: on the host they cost nothing that matters)

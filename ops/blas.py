@@ -233,7 +233,7 @@ def chain_graph(m: np.ndarray, n: np.ndarray, phases: list[tuple], nb: int,
     problem): each phase's recursion, as one chain. A phase is ``(diag kind, gemm kind,
     forward, solve)``; the first phase's kinds carry the source (``src``: B) and its first
     step into each row block reads it (the task's ``src`` arg), so no copy of B into X runs
-    first: a copy made a launch per size window and level of its own, five of the seven
+    first: a copy made a launch per size window and level of its own, six of the seven
     launches of a TRSM of 2,000 problems of at most 32 rows (H200, 2026-11-27). Where every
     phase is a solve, a problem with at most ``whole_rhs`` right-hand sides takes each phase as
     one diagonal task over its whole triangle (a backend's kernel for few right-hand sides:
