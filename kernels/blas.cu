@@ -79,9 +79,11 @@ __device__ __forceinline__ bool failed(const unsigned long long* tbl, int q) {
   return reinterpret_cast<const int*>(tbl[2])[q] != 0;
 }
 
-// The problem and its args (q, r0, mm, k0, kk, nn, c0, src) of the block's task.
-__device__ __forceinline__ bool blas_task(const int* tasks, int lo, int hi, int* t) {
-  const int row = lo + (int)blockIdx.x;
+// The problem and its args (q, r0, mm, k0, kk, nn, c0, src) of the block's task, or of its warp
+// `warp`'s where a block takes `per` tasks.
+__device__ __forceinline__ bool blas_task(const int* tasks, int lo, int hi, int* t, int per = 1,
+                                          int warp = 0) {
+  const int row = lo + (int)blockIdx.x * per + warp;
   if (row >= hi) return false;
   const int* r = tasks + (long long)row * VB_TASK_COLS;
 #pragma unroll
@@ -785,6 +787,127 @@ blas_diag_narrow(const unsigned long long* tbl, const long long* meta, const int
     if (X.row) { c = e % NB; i = e / NB; } else { i = e % NB; c = e / NB; }
     if (i < w && c < ncol) X(o + i, c0 + c) = sX[i][c];
   }
+}
+
+// One diagonal block, as blas_diag, a warp per task (WARPS tasks a block) and a lane per column
+// of X (blockIdx.y: which 32 columns). Each warp runs code unrolled for the narrowest of 8, 16,
+// 24 or 32 rows that holds its own block (w), so a small block costs a small block's work. An
+// upper triangle is solved as the lower one of the reversed order (row i read as w - 1 - i), so
+// the four widths exist once. Lane c keeps its column in registers and reads the triangle by
+// broadcast from a per-warp shared tile, a column at a time (16-byte reads along it); the steps
+// are column-oriented, as blas_diag's. X's values come and go through the same tile where its
+// columns are contiguous, so that a warp reads and writes each column along it; with contiguous
+// rows a lane reads its own column straight away. Four warps a task, a lane per row
+// (blas_diag_narrow), issued ~4,800 instructions a task and took 21.7 us for 2,000 blocks of at
+// most 8 rows with 16 columns, 43.8 us at most 32 (ncu, TRSM, H200, 2026-11-27).
+template <typename T, int NB, bool MUL>
+__device__ __forceinline__ void diag_cols(const View<T>& Tv, const View<T>& X,
+                                          const FirstValues<T>& F, int o, int w, int c0,
+                                          int ncol, bool lower, bool unit, T* sw) {
+  // Column strides of the triangle and of X in the tile, odd: a warp's stores along a row or a
+  // column of either hit distinct banks (reads of the triangle are broadcasts, and still pair
+  // into 16-byte loads where their offsets allow).
+  constexpr int SP = NB + 1, XP = NB + 1;
+  const int lane = threadIdx.x & 31;
+  const bool mine = lane < ncol;
+  auto rev = [&](int i) { return lower ? i : w - 1 - i; };
+  T x[NB];
+  if (X.row) {
+#pragma unroll
+    for (int i = 0; i < NB; ++i) x[i] = (i < w && mine) ? F(o + rev(i), c0 + lane) : T(0);
+  } else {
+#pragma unroll
+    for (int k = 0; k < NB; ++k) {
+      const int e = lane + 32 * k, i = e % NB, c = e / NB;
+      if (i < w && c < ncol) sw[c * XP + rev(i)] = F(o + i, c0 + c);
+    }
+    __syncwarp();
+#pragma unroll
+    for (int i = 0; i < NB; ++i) x[i] = (i < w && mine) ? sw[lane * XP + i] : T(0);
+    __syncwarp();
+  }
+  // The triangle, reversed for an upper one: sT[j * SP + i] = L(i, j) for j < i < w, read along
+  // the view's contiguous dimension. Entries past w are not written: they only reach rows past
+  // w, which are never stored.
+  T* sT = sw;
+  T* sD = sw + NB * SP;
+#pragma unroll
+  for (int k = 0; k < NB * NB / 32; ++k) {
+    const int e = lane + 32 * k;
+    int a, b;
+    if (Tv.row) { b = e % NB; a = e / NB; } else { a = e % NB; b = e / NB; }
+    if (a < w && b < w && (lower ? b < a : b > a)) sT[rev(b) * SP + rev(a)] = Tv(o + a, o + b);
+  }
+  if (lane < NB) {
+    const T d = (unit || lane >= w) ? T(1) : Tv(o + rev(lane), o + rev(lane));
+    sD[lane] = MUL ? d : T(1) / d;
+  }
+  __syncwarp();
+  if (!MUL) {
+#pragma unroll
+    for (int j = 0; j < NB; ++j) {
+      x[j] *= sD[j];
+#pragma unroll
+      for (int i = j + 1; i < NB; ++i) x[i] = fma(-sT[j * SP + i], x[j], x[i]);
+    }
+  } else {
+    // In place, x := L x, columns from the last: x[j] is read (as yet unchanged) by the rows
+    // below it, then scaled; the rows below have had their own scaling already.
+#pragma unroll
+    for (int j = NB - 1; j >= 0; --j) {
+#pragma unroll
+      for (int i = j + 1; i < NB; ++i) x[i] = fma(sT[j * SP + i], x[j], x[i]);
+      x[j] *= sD[j];
+    }
+  }
+  if (X.row) {
+#pragma unroll
+    for (int i = 0; i < NB; ++i)
+      if (i < w && mine) X(o + rev(i), c0 + lane) = x[i];
+  } else {
+    __syncwarp();  // (every lane's reads of the triangle are done)
+    if (mine) {
+#pragma unroll
+      for (int i = 0; i < NB; ++i)
+        if (i < w) sw[lane * XP + i] = x[i];
+    }
+    __syncwarp();
+#pragma unroll
+    for (int k = 0; k < NB; ++k) {
+      const int e = lane + 32 * k, i = e % NB, c = e / NB;
+      if (i < w && c < ncol) X(o + i, c0 + c) = sw[c * XP + rev(i)];
+    }
+  }
+}
+
+template <typename T, int WARPS, bool MUL>
+__global__ void __launch_bounds__(WARPS * 32, 16 / WARPS)
+blas_diag_cols(const unsigned long long* tbl, const long long* meta, const int* imeta,
+               const int* tasks, int K, int lo, int hi, int extra) {
+  constexpr int NB = 32, BUF = NB * (NB + 1) + NB;
+  static_assert(BUF >= 32 * (NB + 1), "X's columns fit the triangle's tile");
+  __shared__ __align__(16) T buf[WARPS][BUF];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  int t[8];
+  if (!blas_task(tasks, lo, hi, t, WARPS, warp)) return;
+  const int q = t[0], o = t[1], w = t[2], nn = t[5];
+  const int c0 = blockIdx.y * 32;
+  if (c0 >= nn) return;
+  const BlasLaunch L = blas_launch(tbl, extra);
+  const int ncol = min(32, nn - c0);
+  const bool lower = (extra >> 16) & 1, unit = (extra >> 17) & 1;
+  const View<T> Tv = view_of<T>(tbl, meta, K, q, L.slot[0], L.row[0]);
+  const View<T> X = view_of<T>(tbl, meta, K, q, L.slot[1], L.row[1]);
+  const FirstValues<T> F(tbl, meta, K, q, L, t[7], X);
+  if (L.skip && failed(tbl, q)) {
+    if (F.fresh) bring_in(X, F, o, w, c0, ncol, lane, 32);
+    return;
+  }
+  T* sw = buf[warp];
+  if (w <= 8) diag_cols<T, 8, MUL>(Tv, X, F, o, w, c0, ncol, lower, unit, sw);
+  else if (w <= 16) diag_cols<T, 16, MUL>(Tv, X, F, o, w, c0, ncol, lower, unit, sw);
+  else if (w <= 24) diag_cols<T, 24, MUL>(Tv, X, F, o, w, c0, ncol, lower, unit, sw);
+  else diag_cols<T, 32, MUL>(Tv, X, F, o, w, c0, ncol, lower, unit, sw);
 }
 
 // A whole triangular solve X[o:o+w, c0:c0+NCOL] := T[o:o+w, o:o+w]^{-1} X[...] in one block, for

@@ -21,7 +21,7 @@ from vbatch.core.errors import InputError
 OP = "blas"
 SOURCE = "blas.cu"
 TEMPLATES = ("vb::blas_gemm", "vb::blas_gemm_mma", "vb::blas_gemm_simt", "vb::blas_diag",
-             "vb::blas_diag_narrow", "vb::blas_trsv", "vb::blas_copy")
+             "vb::blas_diag_narrow", "vb::blas_diag_cols", "vb::blas_trsv", "vb::blas_copy")
 DTYPES = ("float64", "float32")
 # Recursion base of triangular ops: the diagonal kernel holds a block of NB x NB (and NB rows of
 # NC right-hand-side columns) in shared memory: 41.5 KB in float64 at 32 x 128, under the
@@ -29,8 +29,17 @@ DTYPES = ("float64", "float32")
 # take blas_diag_narrow: DIAG_NARROW_WARPS warps, each solving its columns a lane per row
 # (17 KB of shared memory; the 128-column block left 7/8 of its threads idle with 16
 # right-hand sides, and a column per thread is a long dependent chain).
+# A launch runs blas_diag_cols (a warp per task, a lane per column: a quarter of
+# blas_diag_narrow's instructions, but a task's chain on one scheduler) where its widest block
+# has at most DIAG_COLS_WIDTH rows, or it has at least DIAG_COLS_PER_SM tasks a multiprocessor
+# (plan option diag_cols_from). TRSM with 16 right-hand sides, float64, ms, cols / narrow
+# (H200, 2026-11-27): 2,000 blocks of U[1, 8] rows 0.024-0.031 / 0.045-0.047, U[1, 32]
+# 0.038-0.050 / 0.049-0.059; the recursion at Nmax 512 (1,000 problems, launches of at most
+# 1,000 blocks of 32 rows) 0.846-0.883 / 0.691-0.734, TRMM there 0.822-0.875 / 0.640-0.644.
 DIAG_NB, DIAG_NC = 32, 128
 DIAG_NARROW, DIAG_NARROW_WARPS = 32, 4
+DIAG_WARPS = 4
+DIAG_COLS_WIDTH, DIAG_COLS_PER_SM = 16, 8
 # GEMM tiles on FMA (float32, and float64 with fp64_gemm="fma"): (BM, BN, BK, TM, TN), threads
 # (BM / TM) x (BN / TN); the small one for launches of tasks within 32 x 32. It is one warp of
 # 4 x 8 outputs a lane (as float64's one-warp DMMA tile): 256 threads of 2 x 2 took 33.9 us for
@@ -97,7 +106,12 @@ def section(names: tuple[str, ...]) -> list[str]:
 
 
 def plan_defaults(dtype) -> dict:
-    return {"blas_nb": DIAG_NB, "streams": 4, "blas_whole_rhs": WHOLE_RHS}
+    return {"blas_nb": DIAG_NB, "streams": 4, "blas_whole_rhs": WHOLE_RHS, "diag_cols_from": 0}
+
+
+def device_defaults(dtype, info: dict) -> dict:
+    """diag_cols_from from the device's multiprocessors (DIAG_COLS_PER_SM)."""
+    return {"diag_cols_from": DIAG_COLS_PER_SM * int(info["sms"])} if "sms" in info else {}
 
 
 def check_options(dtype, options: dict) -> None:
@@ -168,6 +182,10 @@ def diag_name(T: str, mul: bool, narrow: bool = False) -> str:
     return f"vb::blas_diag<{T},{DIAG_NB},{DIAG_NC},{m}>"
 
 
+def cols_name(T: str, mul: bool) -> str:
+    return f"vb::blas_diag_cols<{T},{DIAG_WARPS},{_b(mul)}>"
+
+
 def trsv_name(T: str, ncol: int, xs: bool) -> str:
     return f"vb::blas_trsv<{T},{ncol},{'true' if xs else 'false'}>"
 
@@ -194,7 +212,8 @@ def kernel_names(dtypes=DTYPES, nbs=None, orders=None) -> list[str]:
             out += [simt_name(tile, ar, br) for tile in SIMT_TILES
                     for ar in (False, True) for br in (False, True)]
         out += [diag_name(T, mul, narrow) for narrow in (False, True)
-                for mul in (False, True)] + [copy_name(T)]
+                for mul in (False, True)] + [cols_name(T, mul) for mul in (False, True)]
+        out += [copy_name(T)]
         out += [trsv_name(T, c, xs) for c in TRSV_COLS
                 for xs in ((False, True) if dt in TRSV_XS_DTYPES else (False,))]
     return out
@@ -307,13 +326,16 @@ def selection(lc, plan, dtype, layouts: dict, config) -> Selection:
             xs = smem <= TRSV_SMEM and np.dtype(dtype).name in TRSV_XS_DTYPES
             sel = Selection(trsv_name(T, ncol, xs), (lc.count, math.ceil(nn / ncol)), (256,),
                             smem if xs else 0, extra)
+        elif mm <= DIAG_COLS_WIDTH or lc.count >= plan.opts.get("diag_cols_from", 0):
+            sel = Selection(cols_name(T, lc.kind == TRMM),
+                            (math.ceil(lc.count / DIAG_WARPS), math.ceil(nn / 32)),
+                            (32 * DIAG_WARPS,), 0, extra)
+        elif nn <= DIAG_NARROW:
+            sel = Selection(diag_name(T, lc.kind == TRMM, True), (lc.count, 1),
+                            (32 * DIAG_NARROW_WARPS,), 0, extra)
         else:
-            if nn <= DIAG_NARROW:
-                sel = Selection(diag_name(T, lc.kind == TRMM, True), (lc.count, 1),
-                                (32 * DIAG_NARROW_WARPS,), 0, extra)
-            else:
-                sel = Selection(diag_name(T, lc.kind == TRMM), (lc.count, math.ceil(nn / DIAG_NC)),
-                                (DIAG_NC,), 0, extra)
+            sel = Selection(diag_name(T, lc.kind == TRMM), (lc.count, math.ceil(nn / DIAG_NC)),
+                            (DIAG_NC,), 0, extra)
     elif lc.kind == COPY:
         tiles = int((((a[:, 1] + COPY_TILE - 1) // COPY_TILE)
                      * ((a[:, 4] + COPY_TILE - 1) // COPY_TILE)).max())

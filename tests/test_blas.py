@@ -393,6 +393,43 @@ def test_trmm_every_side_uplo_trans_diag(device, side, lower, ta, unit):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("lower,ta,unit", [(lo, ta, u) for lo in (True, False)
+                                           for ta in (False, True) for u in (False, True)])
+def test_diagonal_blocks_of_every_width(device, lower, ta, unit):
+    # Triangles at the edges of the diagonal kernel's widths (8, 16, 24, 32) in one batch, with
+    # right-hand sides within one column group and past it (32), both sides and pack orders.
+    # On CUDA, through each diagonal kernel: a warp per task (blas_diag_cols), and the block
+    # kernels that launches of few tasks take.
+    rng = np.random.default_rng(11)
+    ms = [1, 2, 7, 8, 9, 15, 16, 17, 23, 24, 25, 31, 32]
+    runs = [(rt, side, dtype, form)
+            for rt in ([vbatch.Runtime(device)] if device == "cpu" else
+                       [vbatch.Runtime(device, kernel_options={"diag_cols_from": f})
+                        for f in (0, 1 << 30)])
+            for side, dtype, form in (("left", np.float64, "packedF"),
+                                      ("right", np.float64, "packedC"),
+                                      ("left", np.float32, "packedC"),
+                                      ("right", np.float32, "packedF"))]
+    for rt, side, dtype, form in runs:
+        shapes = [(m, n) if side == "left" else (n, m) for m, n in
+                  zip(ms, [3, 33, 70, 1, 16, 32, 65, 5, 31, 64, 2, 40, 7])]
+        T, B = _tri_case(rng, dtype, side, lower, unit, shapes)
+        a, b = _form(T, form, device, dtype), _form(B, form, device, dtype)
+        X = _mats(rt.trsm(a, b, alpha=1.5, side=side, lower=lower, trans_a=ta,
+                          unit_diagonal=unit).result())
+        _check_trsm(T, B, X, 1.5, side, lower, ta, unit, dtype, f"{device} {form} {side}")
+        Y = _mats(rt.trmm(a, b, alpha=-0.5, side=side, lower=lower, trans_a=ta,
+                          unit_diagonal=unit).result())
+        for i, (t, bb, y) in enumerate(zip(T, B, Y)):
+            t = np.nan_to_num(t.astype(np.float64), nan=0.0)  # (NaN where nothing is read)
+            ref = trmm_reference(t, bb, -0.5, side, lower, ta, unit)
+            den = 0.5 * (np.linalg.norm(t) + unit) * np.linalg.norm(bb)
+            err = np.linalg.norm(y - ref) / den
+            assert np.all(np.isfinite(y)) and err <= C_TOL * t.shape[0] * _eps(dtype), \
+                f"{device} {form} {side} trmm problem {i}: {err:.3e}"
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_trsm_overwrite_and_alpha_zero(device):
     rng = np.random.default_rng(6)
     T, B = _tri_case(rng, np.float64, "left", True, False, [(5, 3), (40, 2)])

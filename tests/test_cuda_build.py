@@ -101,8 +101,11 @@ def _blas_plans(dtype):
             opts.update(build.launchers()[fam].plan_defaults(dtype))
         graph = op.graph(validated(op.request, **fields), opts)
         planner = {x: v for x, v in opts.items() if x != "streams"}
-        yield make_plan(graph, op=name, policy="dsse", streams=opts.get("streams", 1),
-                        buffers=op.names, **planner)
+        # (every launch through the warp-per-task diagonal kernel, then none)
+        for cols_from in (0, 1 << 30):
+            planner["diag_cols_from"] = cols_from
+            yield make_plan(graph, op=name, policy="dsse", streams=opts.get("streams", 1),
+                            buffers=op.names, **planner)
 
 
 def test_every_selected_blas_kernel_is_in_kernel_names():
@@ -202,11 +205,11 @@ def test_kernel_names_is_the_whole_set_once():
     nbs = len(sel.NB_SUPPORTED)
     want = sum(2 * (nbs * per_nb[dt] + 2) + 2 for dt in sel.DTYPES)
     # The blas family, per dtype (no order or panel width: its kernels read layouts at run
-    # time): two GEMM tiles, the diagonal kernel (wide and narrow, solve and product), the
-    # copy, the whole-triangle solve per column count with X in global memory, and in shared
-    # memory for the dtypes that use it; in float64 also the DMMA GEMM tiles, in float32 the
-    # SIMT ones, one per orientation of A and B.
-    want += len(sel.DTYPES) * (len(blas.GEMM_TILES) + 5 + len(blas.TRSV_COLS)) \
+    # time): two GEMM tiles, the three diagonal kernels (wide, narrow and a warp per task;
+    # solve and product), the copy, the whole-triangle solve per column count with X in
+    # global memory, and in shared memory for the dtypes that use it; in float64 also the
+    # DMMA GEMM tiles, in float32 the SIMT ones, one per orientation of A and B.
+    want += len(sel.DTYPES) * (len(blas.GEMM_TILES) + 7 + len(blas.TRSV_COLS)) \
         + len(blas.TRSV_XS_DTYPES) * len(blas.TRSV_COLS) \
         + 4 * len(blas.MMA_TILES) + 4 * len(blas.SIMT_TILES)
     # The frontal family (vbatch.sparse): per dtype and order, the extend-add, the solve's
