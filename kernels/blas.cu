@@ -794,7 +794,8 @@ blas_diag_narrow(const unsigned long long* tbl, const long long* meta, const int
 // 24 or 32 rows that holds its own block (w), so a small block costs a small block's work. An
 // upper triangle is solved as the lower one of the reversed order (row i read as w - 1 - i), so
 // the four widths exist once. Lane c keeps its column in registers and reads the triangle by
-// broadcast from a per-warp shared tile, a column at a time (16-byte reads along it); the steps
+// broadcast from a per-warp shared tile, a column at a time (pairs of reads merge into 16-byte
+// ones where aligned); the steps
 // are column-oriented, as blas_diag's. X's values come and go through the same tile where its
 // columns are contiguous, so that a warp reads and writes each column along it; with contiguous
 // rows a lane reads its own column straight away. Four warps a task, a lane per row
