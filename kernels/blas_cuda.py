@@ -31,15 +31,18 @@ DTYPES = ("float64", "float32")
 # right-hand sides, and a column per thread is a long dependent chain).
 # A launch runs blas_diag_cols (a warp per task, a lane per column: a quarter of
 # blas_diag_narrow's instructions, but a task's chain on one scheduler) where its widest block
-# has at most DIAG_COLS_WIDTH rows, or it has at least DIAG_COLS_PER_SM tasks a multiprocessor
-# (plan option diag_cols_from). TRSM with 16 right-hand sides, float64, ms, cols / narrow
+# has at most DIAG_COLS_WIDTH rows, or where it has at least `diag_cols_from` tasks (a plan
+# option; None: by width only). TRSM with 16 right-hand sides, float64, ms, cols / narrow
 # (H200, 2026-11-27): 2,000 blocks of U[1, 8] rows 0.024-0.031 / 0.045-0.047, U[1, 32]
 # 0.038-0.050 / 0.049-0.059; the recursion at Nmax 512 (1,000 problems, launches of at most
-# 1,000 blocks of 32 rows) 0.846-0.883 / 0.691-0.734, TRMM there 0.822-0.875 / 0.640-0.644.
+# 1,000 blocks of 32 rows) 0.846-0.883 / 0.691-0.734, TRMM there 0.822-0.875 / 0.640-0.644;
+# a batch of 1,980 blocks of at most 3 rows and 20 of 32 (skewed Nmax 32) 0.046 / 0.040: its
+# wide blocks' loads wait one at a time (docs/decisions.md#blas-diag-cols), so a count of
+# tasks that favours it at U[1, 32] loses there, and the wide blocks stay on blas_diag_narrow.
 DIAG_NB, DIAG_NC = 32, 128
 DIAG_NARROW, DIAG_NARROW_WARPS = 32, 4
 DIAG_WARPS = 4
-DIAG_COLS_WIDTH, DIAG_COLS_PER_SM = 16, 8
+DIAG_COLS_WIDTH = 16
 # GEMM tiles on FMA (float32, and float64 with fp64_gemm="fma"): (BM, BN, BK, TM, TN), threads
 # (BM / TM) x (BN / TN); the small one for launches of tasks within 32 x 32. It is one warp of
 # 4 x 8 outputs a lane (as float64's one-warp DMMA tile): 256 threads of 2 x 2 took 33.9 us for
@@ -106,12 +109,8 @@ def section(names: tuple[str, ...]) -> list[str]:
 
 
 def plan_defaults(dtype) -> dict:
-    return {"blas_nb": DIAG_NB, "streams": 4, "blas_whole_rhs": WHOLE_RHS, "diag_cols_from": 0}
-
-
-def device_defaults(dtype, info: dict) -> dict:
-    """diag_cols_from from the device's multiprocessors (DIAG_COLS_PER_SM)."""
-    return {"diag_cols_from": DIAG_COLS_PER_SM * int(info["sms"])} if "sms" in info else {}
+    return {"blas_nb": DIAG_NB, "streams": 4, "blas_whole_rhs": WHOLE_RHS,
+            "diag_cols_from": None}
 
 
 def check_options(dtype, options: dict) -> None:
@@ -313,6 +312,7 @@ def selection(lc, plan, dtype, layouts: dict, config) -> Selection:
             sel = Selection(gemm_name(T, tile), (lc.count * _tiles(a, tile),),
                             ((tile[0] // tile[3]) * (tile[1] // tile[4]),), 0, extra)
     elif lc.kind in (TRSM, TRMM):
+        cols_from = plan.opts.get("diag_cols_from")
         tri = int(p["lower"]) | (int(p["unit"]) << 1)
         extra = encode([_slot(plan, p["t"]), _slot(plan, p["x"])],
                        [_row(layouts, p["t"], p["tt"]), _row(layouts, p["x"], p["tx"])],
@@ -326,7 +326,7 @@ def selection(lc, plan, dtype, layouts: dict, config) -> Selection:
             xs = smem <= TRSV_SMEM and np.dtype(dtype).name in TRSV_XS_DTYPES
             sel = Selection(trsv_name(T, ncol, xs), (lc.count, math.ceil(nn / ncol)), (256,),
                             smem if xs else 0, extra)
-        elif mm <= DIAG_COLS_WIDTH or lc.count >= plan.opts.get("diag_cols_from", 0):
+        elif mm <= DIAG_COLS_WIDTH or (cols_from is not None and lc.count >= cols_from):
             sel = Selection(cols_name(T, lc.kind == TRMM),
                             (math.ceil(lc.count / DIAG_WARPS), math.ceil(nn / 32)),
                             (32 * DIAG_WARPS,), 0, extra)
