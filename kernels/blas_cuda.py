@@ -352,18 +352,22 @@ def selection(lc, plan, dtype, layouts: dict, config) -> Selection:
 
 
 def check_plan(plan) -> None:
-    """A task whose tiles exceed the grid's second dimension is named at submit (the copy
-    kernel's tiles, the most any task of the family can need; GEMM grids are
-    one-dimensional)."""
+    """A task whose launch would need more blocks in the grid's second dimension than it allows
+    is named at submit: a copy's 64 x 64 tiles, a diagonal block's groups of 32 right-hand
+    sides (blas_diag_cols, the most of the diagonal kernels); a GEMM's grid is one-dimensional."""
     t = plan.tasks
-    codes = [i for i, k in enumerate(plan.kinds) if k.op == OP]
-    if not codes:
-        return
-    mine = np.isin(t.kind, codes)
-    tiles = (-(-t.args[:, 1] // COPY_TILE)) * (-(-t.args[:, 4] // COPY_TILE))
-    bad = np.flatnonzero(mine & (tiles > MAX_GRID_Y))
-    if len(bad):
+    bad = []
+    for lc in plan.launches:
+        if lc.family != OP or lc.kind == GEMM:
+            continue
+        a = t.args[lc.lo:lc.hi]
+        if lc.kind == COPY:
+            y = (-(-a[:, 1] // COPY_TILE)) * (-(-a[:, 4] // COPY_TILE))
+        else:
+            y = -(-a[:, 4] // 32)
+        bad += [(lc.lo + int(i), int(y[i])) for i in np.flatnonzero(y > MAX_GRID_Y)]
+    if bad:
         raise InputError([(int(t.problem[i]), f"a {int(t.args[i, 1])} x {int(t.args[i, 4])} "
-                                              f"block needs {int(tiles[i])} tiles, more than "
-                                              f"the cuda backend's grid allows ({MAX_GRID_Y})")
-                          for i in bad[:10]])
+                                              f"block needs {y} blocks of a launch's grid, more "
+                                              f"than the cuda backend allows ({MAX_GRID_Y})")
+                          for i, y in bad[:10]])

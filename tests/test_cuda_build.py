@@ -108,6 +108,34 @@ def _blas_plans(dtype):
                             buffers=op.names, **planner)
 
 
+def _plan(name, **fields):
+    from vbatch.core.errors import validated
+    from vbatch.ops.op import OPS
+    from vbatch.scheduler import make_plan
+
+    op = OPS[name]
+    opts = blas.plan_defaults(np.float32)
+    graph = op.graph(validated(op.request, **fields), opts)
+    return make_plan(graph, op=name, policy="dsse", buffers=op.names,
+                     **{k: v for k, v in opts.items() if k != "streams"})
+
+
+def test_a_block_past_the_grid_is_named_at_submit():
+    # A diagonal block takes a grid row per 32 right-hand sides: 65,535 of them fit, one more
+    # does not (the copy's tiles, which TRSM no longer launches, are not its bound).
+    from vbatch import InputError
+
+    ok = 32 * blas.MAX_GRID_Y
+    t = [np.ones((1, 1), np.float32)] * 2
+    blas.check_plan(_plan("trsm", a=t, b=[np.zeros((1, ok), np.float32)] * 2))
+    with pytest.raises(InputError, match=r"problem 1: a 1 x 2097152 block needs 65536 blocks"):
+        blas.check_plan(_plan("trsm", a=t, b=[np.zeros((1, 1), np.float32),
+                                            np.zeros((1, ok + 32), np.float32)]))
+    # A GEMM's grid is one-dimensional: any width.
+    blas.check_plan(_plan("gemm", a=[np.zeros((1, 1), np.float32)],
+                          b=[np.zeros((1, ok + 32), np.float32)]))
+
+
 def test_every_selected_blas_kernel_is_in_kernel_names():
     from vbatch.runtime.config import Config
 
