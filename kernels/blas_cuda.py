@@ -117,6 +117,10 @@ def check_options(dtype, options: dict) -> None:
     if options.get("blas_nb", DIAG_NB) > DIAG_NB:
         raise InputError([(None, f"the cuda backend's triangular base is at most {DIAG_NB}, "
                                  f"got {options['blas_nb']}")], what="runtime options")
+    f = options.get("diag_cols_from")
+    if f is not None and (type(f) is not int or f < 0):
+        raise InputError([(None, f"diag_cols_from is a count of tasks (an int >= 0) or None, "
+                                 f"got {f!r}")], what="runtime options")
 
 
 def ctype(dtype) -> str:
@@ -282,6 +286,18 @@ def _tiles(a: np.ndarray, tile) -> int:
     return int(((a[:, 1] + tile[0] - 1) // tile[0] * ((a[:, 4] + tile[1] - 1) // tile[1])).max())
 
 
+def diag_kernel(lc, plan, mm: int, nn: int) -> tuple[str, int]:
+    """Which kernel runs a triangular launch whose widest block has ``mm`` rows and ``nn``
+    columns, and the columns one block of its grid takes: ("trsv", 1 or 4) whole triangles,
+    ("cols", 32), ("narrow", 32) or ("wide", DIAG_NC)."""
+    if mm > DIAG_NB:
+        return "trsv", next((c for c in TRSV_COLS if c >= nn), TRSV_COLS[-1])
+    cols_from = plan.opts.get("diag_cols_from")
+    if mm <= DIAG_COLS_WIDTH or (cols_from is not None and lc.count >= cols_from):
+        return "cols", 32
+    return ("narrow", DIAG_NARROW) if nn <= DIAG_NARROW else ("wide", DIAG_NC)
+
+
 def selection(lc, plan, dtype, layouts: dict, config) -> Selection:
     """The kernel and grid of one launch; ``layouts`` maps the op's buffers to their order."""
     kd = next(k for k in plan.kinds if k.name == lc.task_kind)
@@ -312,29 +328,28 @@ def selection(lc, plan, dtype, layouts: dict, config) -> Selection:
             sel = Selection(gemm_name(T, tile), (lc.count * _tiles(a, tile),),
                             ((tile[0] // tile[3]) * (tile[1] // tile[4]),), 0, extra)
     elif lc.kind in (TRSM, TRMM):
-        cols_from = plan.opts.get("diag_cols_from")
         tri = int(p["lower"]) | (int(p["unit"]) << 1)
         extra = encode([_slot(plan, p["t"]), _slot(plan, p["x"])],
                        [_row(layouts, p["t"], p["tt"]), _row(layouts, p["x"], p["tx"])],
                        tri, "one", "one", p["skip_failed"], _source(plan, layouts, p, p["tx"]))
-        if mm > DIAG_NB:  # whole triangles (a solve: products recurse)
+        kernel, cols = diag_kernel(lc, plan, mm, nn)
+        if kernel == "trsv":  # whole triangles (a solve: products recurse)
             if lc.kind == TRMM:
                 raise ValueError(f"cuda backend: a triangular product block of "
                                  f"{mm} rows (at most {DIAG_NB})")
-            ncol = next((c for c in TRSV_COLS if c >= nn), TRSV_COLS[-1])
-            smem = trsv_smem(mm, ncol, np.dtype(dtype).itemsize)
+            smem = trsv_smem(mm, cols, np.dtype(dtype).itemsize)
             xs = smem <= TRSV_SMEM and np.dtype(dtype).name in TRSV_XS_DTYPES
-            sel = Selection(trsv_name(T, ncol, xs), (lc.count, math.ceil(nn / ncol)), (256,),
+            sel = Selection(trsv_name(T, cols, xs), (lc.count, math.ceil(nn / cols)), (256,),
                             smem if xs else 0, extra)
-        elif mm <= DIAG_COLS_WIDTH or (cols_from is not None and lc.count >= cols_from):
+        elif kernel == "cols":
             sel = Selection(cols_name(T, lc.kind == TRMM),
-                            (math.ceil(lc.count / DIAG_WARPS), math.ceil(nn / 32)),
+                            (math.ceil(lc.count / DIAG_WARPS), math.ceil(nn / cols)),
                             (32 * DIAG_WARPS,), 0, extra)
-        elif nn <= DIAG_NARROW:
+        elif kernel == "narrow":
             sel = Selection(diag_name(T, lc.kind == TRMM, True), (lc.count, 1),
                             (32 * DIAG_NARROW_WARPS,), 0, extra)
         else:
-            sel = Selection(diag_name(T, lc.kind == TRMM), (lc.count, math.ceil(nn / DIAG_NC)),
+            sel = Selection(diag_name(T, lc.kind == TRMM), (lc.count, math.ceil(nn / cols)),
                             (DIAG_NC,), 0, extra)
     elif lc.kind == COPY:
         tiles = int((((a[:, 1] + COPY_TILE - 1) // COPY_TILE)
@@ -353,8 +368,9 @@ def selection(lc, plan, dtype, layouts: dict, config) -> Selection:
 
 def check_plan(plan) -> None:
     """A task whose launch would need more blocks in the grid's second dimension than it allows
-    is named at submit: a copy's 64 x 64 tiles, a diagonal block's groups of 32 right-hand
-    sides (blas_diag_cols, the most of the diagonal kernels); a GEMM's grid is one-dimensional."""
+    is named at submit: a copy's 64 x 64 tiles, a triangular block's groups of right-hand
+    sides (as many as its launch's kernel takes a block: diag_kernel); a GEMM's grid is
+    one-dimensional."""
     t = plan.tasks
     bad = []
     for lc in plan.launches:
@@ -364,7 +380,7 @@ def check_plan(plan) -> None:
         if lc.kind == COPY:
             y = (-(-a[:, 1] // COPY_TILE)) * (-(-a[:, 4] // COPY_TILE))
         else:
-            y = -(-a[:, 4] // 32)
+            y = -(-a[:, 4] // diag_kernel(lc, plan, int(a[:, 1].max()), int(a[:, 4].max()))[1])
         bad += [(lc.lo + int(i), int(y[i])) for i in np.flatnonzero(y > MAX_GRID_Y)]
     if bad:
         raise InputError([(int(t.problem[i]), f"a {int(t.args[i, 1])} x {int(t.args[i, 4])} "

@@ -398,20 +398,20 @@ def test_trmm_every_side_uplo_trans_diag(device, side, lower, ta, unit):
 def test_diagonal_blocks_of_every_width(device, lower, ta, unit):
     # Triangles at the edges of the diagonal kernel's widths (8, 16, 24, 32) in one batch, with
     # right-hand sides within one column group and past it (32), both sides and pack orders.
-    # On CUDA, through each diagonal kernel: a warp per task (blas_diag_cols), and the block
-    # kernels that launches of few tasks take.
+    # On CUDA through each diagonal kernel: a warp per task (blas_diag_cols) for every launch,
+    # then by default (blocks past 16 rows: blas_diag_narrow for at most 32 columns, else
+    # blas_diag).
     rng = np.random.default_rng(11)
     ms = [1, 2, 7, 8, 9, 15, 16, 17, 23, 24, 25, 31, 32]
-    runs = [(rt, side, dtype, form)
+    runs = [(rt, side, dtype, form, cap)
             for rt in ([vbatch.Runtime(device)] if device == "cpu" else
                        [vbatch.Runtime(device, kernel_options={"diag_cols_from": f})
-                        for f in (0, 1 << 30)])
-            for side, dtype, form in (("left", np.float64, "packedF"),
-                                      ("right", np.float64, "packedC"),
-                                      ("left", np.float32, "packedC"),
-                                      ("right", np.float32, "packedF"))]
-    for rt, side, dtype, form in runs:
-        shapes = [(m, n) if side == "left" else (n, m) for m, n in
+                        for f in (0, None)])
+            for side in ("left", "right") for dtype in (np.float64, np.float32)
+            for form in ("packedF", "packedC")
+            for cap in (32, 70)]  # (at most 32 columns: blas_diag_narrow's launches)
+    for rt, side, dtype, form, cap in runs:
+        shapes = [(m, min(n, cap)) if side == "left" else (min(n, cap), m) for m, n in
                   zip(ms, [3, 33, 70, 1, 16, 32, 65, 5, 31, 64, 2, 40, 7])]
         T, B = _tri_case(rng, dtype, side, lower, unit, shapes)
         a, b = _form(T, form, device, dtype), _form(B, form, device, dtype)
@@ -525,9 +525,14 @@ def test_posv_failed_problem_keeps_its_right_hand_side(device, dtype):
     A[9][40, 40] = -100.0  # fails at column 41 (six: the recursion, its joins read b first)
     B = [rng.standard_normal((n, r)).astype(dtype) for n, r in zip(ns, (2, 1, 3, 0, 5, 4, 2,
                                                                           3, 1, 6))]
-    for form in ("list", "packedF"):
+    # On CUDA also with every diagonal launch through blas_diag_cols (a skipped problem's
+    # first steps bring its b in there too).
+    rts = [vbatch.Runtime(device)]
+    if device == "cuda":
+        rts.append(vbatch.Runtime(device, kernel_options={"diag_cols_from": 0}))
+    for rt, form in [(rt, form) for rt in rts for form in ("list", "packedF")]:
         a, b = _form(A, form, device, dtype), _form(B, form, device, dtype)
-        res = vbatch.Runtime(device).posv(a, b).result()
+        res = rt.posv(a, b).result()
         assert isinstance(res, vbatch.PosvResult)
         assert res.info.tolist() == [0] * 7 + [6, 0, 41]
         X = _mats(res.solutions)

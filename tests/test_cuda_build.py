@@ -108,13 +108,13 @@ def _blas_plans(dtype):
                             buffers=op.names, **planner)
 
 
-def _plan(name, **fields):
+def _plan(name, options=(), **fields):
     from vbatch.core.errors import validated
     from vbatch.ops.op import OPS
     from vbatch.scheduler import make_plan
 
     op = OPS[name]
-    opts = blas.plan_defaults(np.float32)
+    opts = {**blas.plan_defaults(np.float32), **dict(options)}
     graph = op.graph(validated(op.request, **fields), opts)
     return make_plan(graph, op=name, policy="dsse", buffers=op.names,
                      **{k: v for k, v in opts.items() if k != "streams"})
@@ -131,9 +131,29 @@ def test_a_block_past_the_grid_is_named_at_submit():
     with pytest.raises(InputError, match=r"problem 1: a 1 x 2097152 block needs 65536 blocks"):
         blas.check_plan(_plan("trsm", a=t, b=[np.zeros((1, 1), np.float32),
                                             np.zeros((1, ok + 32), np.float32)]))
+    # Blocks past 16 rows take blas_diag, a grid row per 128 columns: the same width runs.
+    blas.check_plan(_plan("trsm", a=[np.eye(32, dtype=np.float32)],
+                          b=[np.zeros((32, ok + 32), np.float32)]))
     # A GEMM's grid is one-dimensional: any width.
     blas.check_plan(_plan("gemm", a=[np.zeros((1, 1), np.float32)],
                           b=[np.zeros((1, ok + 32), np.float32)]))
+
+
+@pytest.mark.parametrize("rows,cols,cols_from,kernel", [
+    (16, 40, None, "vb::blas_diag_cols"),     # narrow blocks: a warp each
+    (17, 16, None, "vb::blas_diag_narrow"),   # wider, few right-hand sides
+    (32, 40, None, "vb::blas_diag<"),         # wider, more
+    (32, 40, 0, "vb::blas_diag_cols"),        # any launch of at least diag_cols_from tasks
+])
+def test_which_diagonal_kernel_a_launch_takes(rows, cols, cols_from, kernel):
+    from vbatch.runtime.config import Config
+
+    plan = _plan("trsm", {"diag_cols_from": cols_from},
+                 a=[np.eye(m, dtype=np.float32) for m in (1, rows)],
+                 b=[np.zeros((m, cols), np.float32) for m in (1, rows)])
+    (lc,) = [lc for lc in plan.launches if lc.kind == "blas.trsm"]
+    sel = blas.selection(lc, plan, np.float32, {b: "F" for b in plan.buffers}, Config())
+    assert sel.name.startswith(kernel)
 
 
 def test_every_selected_blas_kernel_is_in_kernel_names():
@@ -318,3 +338,13 @@ def test_nvcc_compiles_every_kernel_for_sm_90(tmp_path):
     for dt in sel.DTYPES:
         assert _cubin_kernels(tmp_path / f"vbatch_{dt}.sm_90.cubin") == set(
             build.kernel_names([dt]))
+
+
+def test_diag_cols_from_is_a_count_or_none():
+    from vbatch import InputError
+
+    for good in (None, 0, 1056):
+        blas.check_options(np.float64, {"diag_cols_from": good})
+    for bad in ("8", -1, 2.5, True):
+        with pytest.raises(InputError, match="diag_cols_from is a count of tasks"):
+            blas.check_options(np.float64, {"diag_cols_from": bad})
