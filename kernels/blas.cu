@@ -795,8 +795,7 @@ blas_diag_narrow(const unsigned long long* tbl, const long long* meta, const int
 // upper triangle is solved as the lower one of the reversed order (row i read as w - 1 - i), so
 // the four widths exist once. Lane c keeps its column in registers and reads the triangle by
 // broadcast from a per-warp shared tile, a column at a time (pairs of reads merge into 16-byte
-// ones where aligned); the steps
-// are column-oriented, as blas_diag's. X's values come and go through the same tile where its
+// ones where aligned); the steps are column-oriented, as blas_diag's. X's values come and go through the same tile where its
 // columns are contiguous, so that a warp reads and writes each column along it; with contiguous
 // rows a lane reads its own column straight away. Four warps a task, a lane per row
 // (blas_diag_narrow), issued ~4,800 instructions a task and took 21.7 us for 2,000 blocks of at

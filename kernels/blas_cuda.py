@@ -25,10 +25,11 @@ TEMPLATES = ("vb::blas_gemm", "vb::blas_gemm_mma", "vb::blas_gemm_simt", "vb::bl
 DTYPES = ("float64", "float32")
 # Recursion base of triangular ops: the diagonal kernel holds a block of NB x NB (and NB rows of
 # NC right-hand-side columns) in shared memory: 41.5 KB in float64 at 32 x 128, under the
-# 48 KB a kernel gets without opting in. Launches whose tasks have at most 32 right-hand sides
-# take blas_diag_narrow: DIAG_NARROW_WARPS warps, each solving its columns a lane per row
-# (17 KB of shared memory; the 128-column block left 7/8 of its threads idle with 16
-# right-hand sides, and a column per thread is a long dependent chain).
+# 48 KB a kernel gets without opting in. Of the launches blas_diag_cols (below) does not take,
+# those whose tasks have at most 32 right-hand sides take blas_diag_narrow: DIAG_NARROW_WARPS
+# warps, each solving its columns a lane per row (17 KB of shared memory; the 128-column block
+# left 7/8 of its threads idle with 16 right-hand sides, and a column per thread is a long
+# dependent chain).
 # A launch runs blas_diag_cols (a warp per task, a lane per column: a quarter of
 # blas_diag_narrow's instructions, but a task's chain on one scheduler) where its widest block
 # has at most DIAG_COLS_WIDTH rows, or where it has at least `diag_cols_from` tasks (a plan
@@ -281,9 +282,14 @@ def mma_tile(mm: int, nn: int, kk: int = MMA_TILES[2][0]) -> tuple:
     return MMA_TILES[2] if min(mm, nn) >= big and kk >= big else MMA_TILES[1]
 
 
+def _task_tiles(a: np.ndarray, tile) -> np.ndarray:
+    """The tiles each task (task args ``a``) needs."""
+    return (a[:, 1] + tile[0] - 1) // tile[0] * ((a[:, 4] + tile[1] - 1) // tile[1])
+
+
 def _tiles(a: np.ndarray, tile) -> int:
-    """The most tiles any task of a launch (task args ``a``) needs."""
-    return int(((a[:, 1] + tile[0] - 1) // tile[0] * ((a[:, 4] + tile[1] - 1) // tile[1])).max())
+    """The most tiles any task of a launch needs."""
+    return int(_task_tiles(a, tile).max())
 
 
 def diag_kernel(lc, plan, mm: int, nn: int) -> tuple[str, int]:
@@ -352,8 +358,7 @@ def selection(lc, plan, dtype, layouts: dict, config) -> Selection:
             sel = Selection(diag_name(T, lc.kind == TRMM), (lc.count, math.ceil(nn / cols)),
                             (DIAG_NC,), 0, extra)
     elif lc.kind == COPY:
-        tiles = int((((a[:, 1] + COPY_TILE - 1) // COPY_TILE)
-                     * ((a[:, 4] + COPY_TILE - 1) // COPY_TILE)).max())
+        tiles = _tiles(a, (COPY_TILE, COPY_TILE))
         extra = encode([_slot(plan, p["src"]), _slot(plan, p["dst"])],
                        [_row(layouts, p["src"], p["t"]), _row(layouts, p["dst"], p["t"])],
                        {"": 0, "lower": 1, "upper": 2}[p["sym"]], p["alpha"], "one")
@@ -378,7 +383,7 @@ def check_plan(plan) -> None:
             continue
         a = t.args[lc.lo:lc.hi]
         if lc.kind == COPY:
-            y = (-(-a[:, 1] // COPY_TILE)) * (-(-a[:, 4] // COPY_TILE))
+            y = _task_tiles(a, (COPY_TILE, COPY_TILE))
         else:
             y = -(-a[:, 4] // diag_kernel(lc, plan, int(a[:, 1].max()), int(a[:, 4].max()))[1])
         bad += [(lc.lo + int(i), int(y[i])) for i in np.flatnonzero(y > MAX_GRID_Y)]

@@ -73,10 +73,6 @@ def test_every_selected_kernel_is_in_kernel_names():
 
 def _blas_plans(dtype):
     """CUDA-option plans of every blas op, on sizes around both DMMA tiles."""
-    from vbatch.core.errors import validated
-    from vbatch.ops.op import OPS
-    from vbatch.scheduler import make_plan
-
     rng = np.random.default_rng(3)
     n = np.array([0, 1, 31, 33, 64, 65, 127, 128, 255, 256, 257, 300])
     k = rng.integers(0, 300, len(n))
@@ -95,29 +91,26 @@ def _blas_plans(dtype):
              ("potrs", dict(l=mats(n, n), b=mats(n, rng.integers(0, 17, len(n))))),
              ("trsm", dict(a=mats(n, n), b=mats(n, np.minimum(n, 3)), trans_a=True))]
     for name, fields in cases:
-        op = OPS[name]
-        opts = {}
-        for fam in op.families:
-            opts.update(build.launchers()[fam].plan_defaults(dtype))
-        graph = op.graph(validated(op.request, **fields), opts)
-        planner = {x: v for x, v in opts.items() if x != "streams"}
-        # (every launch through the warp-per-task diagonal kernel, then none)
-        for cols_from in (0, 1 << 30):
-            planner["diag_cols_from"] = cols_from
-            yield make_plan(graph, op=name, policy="dsse", streams=opts.get("streams", 1),
-                            buffers=op.names, **planner)
+        # (every launch through the warp-per-task diagonal kernel, then by width)
+        for cols_from in (0, None):
+            yield _plan(name, dtype, {"diag_cols_from": cols_from}, **fields)
 
 
-def _plan(name, options=(), **fields):
+def _plan(name, dtype=np.float32, options=(), **fields):
+    """The plan of one op on ``fields``, with the CUDA kernels' planner options (``options``
+    over their defaults)."""
     from vbatch.core.errors import validated
     from vbatch.ops.op import OPS
     from vbatch.scheduler import make_plan
 
     op = OPS[name]
-    opts = {**blas.plan_defaults(np.float32), **dict(options)}
+    opts = {}
+    for fam in op.families:
+        opts.update(build.launchers()[fam].plan_defaults(dtype))
+    opts.update(options)
     graph = op.graph(validated(op.request, **fields), opts)
-    return make_plan(graph, op=name, policy="dsse", buffers=op.names,
-                     **{k: v for k, v in opts.items() if k != "streams"})
+    return make_plan(graph, op=name, policy="dsse", streams=opts.get("streams", 1),
+                     buffers=op.names, **{k: v for k, v in opts.items() if k != "streams"})
 
 
 def test_a_block_past_the_grid_is_named_at_submit():
@@ -148,7 +141,7 @@ def test_a_block_past_the_grid_is_named_at_submit():
 def test_which_diagonal_kernel_a_launch_takes(rows, cols, cols_from, kernel):
     from vbatch.runtime.config import Config
 
-    plan = _plan("trsm", {"diag_cols_from": cols_from},
+    plan = _plan("trsm", np.float32, {"diag_cols_from": cols_from},
                  a=[np.eye(m, dtype=np.float32) for m in (1, rows)],
                  b=[np.zeros((m, cols), np.float32) for m in (1, rows)])
     (lc,) = [lc for lc in plan.launches if lc.kind == "blas.trsm"]
