@@ -483,25 +483,37 @@ def _floor_cell(rt, op, ops, call, reps, kinds=False) -> list:
     host = _median_us(lambda: futs.append(method(**args)), reps,
                       before=lambda: (futs and futs.pop().result(), sync()))
     plan = rt.plan_for(op, **kw)
-    prep = plan.cache["cuda-last"][2]
-    graph = prep.graph
-    if prep.fixed:  # (the kernels timed one by one read the shared table: filled here)
-        table, graph = next(iter(prep.fixed.values()))[:2]
-        prep.table[:] = table
+    prep, graph = _graph(plan)
     gtime = _median_us(lambda: (graph.launch(main), main.synchronize()), reps)
-
-    def burst():
-        for _ in range(50):
-            graph.launch(main)
-        main.synchronize()
-
     per: dict = {}
-    row = [str(len(plan.launches)), total, host, gtime, _median_us(burst, 20) / 50,
+    row = [str(len(plan.launches)), total, host, gtime, _burst_us(graph, 20),
            _kernel_us(prep, per), ""]
     if kinds:
         for name, (n, us) in sorted(per.items(), key=lambda x: -x[1][1]):
             print(f"    {name.replace('vb::', ''):<50} {n:3d} launches {us:8.1f} us")
     return row
+
+
+def _graph(plan):
+    """The prepared launches of ``plan``'s last call, and the graph that replays it."""
+    prep = plan.cache["cuda-last"][2]
+    graph = prep.graph
+    if prep.fixed:  # (the kernels timed one by one read the shared table: filled here)
+        table, graph = next(iter(prep.fixed.values()))[:2]
+        prep.table[:] = table
+    return prep, graph
+
+
+def _burst_us(graph, reps, n=50) -> float:
+    """The GPU's own time a run: ``n`` replays back to back, median of ``reps``."""
+    main = cupy.cuda.get_current_stream()
+
+    def burst():
+        for _ in range(n):
+            graph.launch(main)
+        main.synchronize()
+
+    return _median_us(burst, reps) / n
 
 
 def _kernel_us(prep, per: dict | None = None) -> float:

@@ -597,211 +597,28 @@ blas_gemm_simt(const unsigned long long* tbl, const long long* meta, const int* 
   store_tile<float, BM, BN, NT>(g, sbuf, tid);
 }
 
-// One diagonal block X[o:o+w, :nn] := T[o:o+w, o:o+w]^{-1} X[...] (MUL false) or T X (MUL
+// One diagonal block X[o:o+w, c0:c0+32] := T[o:o+w, o:o+w]^{-1} X[...] (MUL false) or T X (MUL
 // true), w <= NB, on views: operand 0 the triangle (its lower or upper part, per bit 16; bit 17:
-// unit diagonal, not read), operand 1 the right-hand sides. The block holds the triangle, its
-// diagonal (solve: its reciprocals) and NC columns of X in shared memory (blockIdx.y: which NC
-// columns); each thread solves or multiplies one column held in registers, reading the triangle
-// by broadcast. The loops are unrolled over NB (entries past w are zeros), column-oriented: after
-// x_j is final, every later row subtracts T(i, j) x_j, so the dependent chain is one FMA and one
-// multiply a row, and the rest is independent FMAs. The row-oriented loop over shared memory
-// it replaces was a chain of w^2 / 2 dependent FMAs (blas_diag at 4.7x its floor in trsm512 and
-// 46x with 16 right-hand sides in potrs512, H100, 2026-11-24). A solve multiplies by the
-// diagonal's reciprocal (one more rounding than LAPACK's division; still backward stable).
-template <typename T, int NB, int NC, bool MUL>
-__global__ void __launch_bounds__(NC)
-blas_diag(const unsigned long long* tbl, const long long* meta, const int* imeta,
-          const int* tasks, int K, int lo, int hi, int extra) {
-  __shared__ T sT[NB][NB + 1];
-  __shared__ T sD[NB];
-  __shared__ T sX[NB][NC + 1];
-  int t[8];
-  if (!blas_task(tasks, lo, hi, t)) return;
-  const int q = t[0], o = t[1], w = t[2], nn = t[5];
-  const BlasLaunch L = blas_launch(tbl, extra);
-  const int c0 = blockIdx.y * NC;
-  if (c0 >= nn) return;
-  const int ncol = min(NC, nn - c0);
-  const bool lower = (extra >> 16) & 1, unit = (extra >> 17) & 1;
-  const View<T> Tv = view_of<T>(tbl, meta, K, q, L.slot[0], L.row[0]);
-  const View<T> X = view_of<T>(tbl, meta, K, q, L.slot[1], L.row[1]);
-  const FirstValues<T> F(tbl, meta, K, q, L, t[7], X);
-  const int tid = threadIdx.x;
-  if (L.skip && failed(tbl, q)) {
-    if (F.fresh) bring_in(X, F, o, w, c0, ncol, tid, NC);
-    return;
-  }
-  for (int e = tid; e < NB * NB; e += NC) {
-    int i, j;
-    if (Tv.row) { j = e % NB; i = e / NB; } else { i = e % NB; j = e / NB; }
-    const bool in = i < w && j < w && i != j && (lower ? j < i : j > i);
-    sT[i][j] = in ? Tv(o + i, o + j) : T(0);
-  }
-  if (tid < NB) {
-    const T d = (unit || tid >= w) ? T(1) : Tv(o + tid, o + tid);
-    sD[tid] = MUL ? d : T(1) / d;
-  }
-  for (int e = tid; e < NB * NC; e += NC) {
-    int i, c;
-    if (X.row) { c = e % NC; i = e / NC; } else { i = e % NB; c = e / NB; }
-    if (i < w && c < ncol) sX[i][c] = F(o + i, c0 + c);
-  }
-  __syncthreads();
-  if (tid < ncol) {
-    const int c = tid;
-    T x[NB];
-#pragma unroll
-    for (int i = 0; i < NB; ++i) x[i] = i < w ? sX[i][c] : T(0);
-    if (!MUL) {
-      if (lower) {
-#pragma unroll
-        for (int j = 0; j < NB; ++j) {
-          x[j] *= sD[j];
-#pragma unroll
-          for (int i = j + 1; i < NB; ++i) x[i] -= sT[i][j] * x[j];
-        }
-      } else {
-#pragma unroll
-        for (int j = NB - 1; j >= 0; --j) {
-          x[j] *= sD[j];
-#pragma unroll
-          for (int i = 0; i < j; ++i) x[i] -= sT[i][j] * x[j];
-        }
-      }
-    } else {
-      // In place: lower rows from the bottom up (row i reads rows <= i, not yet overwritten),
-      // upper from the top down.
-      if (lower) {
-#pragma unroll
-        for (int i = NB - 1; i >= 0; --i) {
-          T s = sD[i] * x[i];
-#pragma unroll
-          for (int j = 0; j < i; ++j) s += sT[i][j] * x[j];
-          x[i] = s;
-        }
-      } else {
-#pragma unroll
-        for (int i = 0; i < NB; ++i) {
-          T s = sD[i] * x[i];
-#pragma unroll
-          for (int j = i + 1; j < NB; ++j) s += sT[i][j] * x[j];
-          x[i] = s;
-        }
-      }
-    }
-#pragma unroll
-    for (int i = 0; i < NB; ++i)
-      if (i < w) sX[i][c] = x[i];
-  }
-  __syncthreads();
-  for (int e = tid; e < NB * NC; e += NC) {
-    int i, c;
-    if (X.row) { c = e % NC; i = e / NC; } else { i = e % NB; c = e / NB; }
-    if (i < w && c < ncol) X(o + i, c0 + c) = sX[i][c];
-  }
-}
-
-// blas_diag for at most 32 right-hand sides (blockIdx.y: which 32 columns), in a block of NW
-// warps: all of them load and store, and each solves (or multiplies) its columns (c = warp,
-// warp + NW, ...) a lane per row, all its columns at once: step j finishes x_j and broadcasts
-// it by shuffle, and the rows after it (lower) or before it subtract T(i, j) x_j. A column per
-// thread, as blas_diag does, left one warp a block issuing ~4,800 instructions at 11 cycles
-// each with 16 columns: 27 us a launch however few its blocks (ncu, POTRS of Nmax 512 with 16
-// right-hand sides, H200, 2026-11-25).
-template <typename T, int NW, bool MUL>
-__global__ void __launch_bounds__(NW * 32)
-blas_diag_narrow(const unsigned long long* tbl, const long long* meta, const int* imeta,
-                 const int* tasks, int K, int lo, int hi, int extra) {
-  constexpr int NB = 32, NT = NW * 32, CPW = NB / NW;
-  __shared__ T sT[NB][NB + 1];
-  __shared__ T sD[NB];
-  __shared__ T sX[NB][NB + 1];
-  int t[8];
-  if (!blas_task(tasks, lo, hi, t)) return;
-  const int q = t[0], o = t[1], w = t[2], nn = t[5];
-  const BlasLaunch L = blas_launch(tbl, extra);
-  const int c0 = blockIdx.y * NB;
-  if (c0 >= nn) return;
-  const int ncol = min(NB, nn - c0);
-  const bool lower = (extra >> 16) & 1, unit = (extra >> 17) & 1;
-  const View<T> Tv = view_of<T>(tbl, meta, K, q, L.slot[0], L.row[0]);
-  const View<T> X = view_of<T>(tbl, meta, K, q, L.slot[1], L.row[1]);
-  const FirstValues<T> F(tbl, meta, K, q, L, t[7], X);
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  if (L.skip && failed(tbl, q)) {
-    if (F.fresh) bring_in(X, F, o, w, c0, ncol, tid, NT);
-    return;
-  }
-#pragma unroll
-  for (int e = tid; e < NB * NB; e += NT) {
-    int i, j;
-    if (Tv.row) { j = e % NB; i = e / NB; } else { i = e % NB; j = e / NB; }
-    const bool in = i < w && j < w && i != j && (lower ? j < i : j > i);
-    sT[i][j] = in ? Tv(o + i, o + j) : T(0);
-  }
-  if (tid < NB) {
-    const T d = (unit || tid >= w) ? T(1) : Tv(o + tid, o + tid);
-    sD[tid] = MUL ? d : T(1) / d;
-  }
-#pragma unroll
-  for (int e = tid; e < NB * NB; e += NT) {
-    int i, c;
-    if (X.row) { c = e % NB; i = e / NB; } else { i = e % NB; c = e / NB; }
-    sX[i][c] = (i < w && c < ncol) ? F(o + i, c0 + c) : T(0);
-  }
-  __syncthreads();
-  T x[CPW];
-#pragma unroll
-  for (int k = 0; k < CPW; ++k) x[k] = sX[lane][warp + NW * k];
-  if (!MUL) {
-    const T dinv = sD[lane];
-    for (int jj = 0; jj < w; ++jj) {
-      const int j = lower ? jj : w - 1 - jj;
-      const bool after = lower ? lane > j : lane < j;
-      const T tij = sT[lane][j];
-#pragma unroll
-      for (int k = 0; k < CPW; ++k) {
-        if (lane == j) x[k] *= dinv;
-        const T xj = __shfl_sync(0xffffffffu, x[k], j);
-        if (after) x[k] -= tij * xj;
-      }
-    }
-  } else {
-    // x_i := d_i x_i + sum over the triangle's other entries of row i, T(i, j) x_j.
-    const T d = sD[lane];
-    T acc[CPW];
-#pragma unroll
-    for (int k = 0; k < CPW; ++k) acc[k] = d * x[k];
-    for (int j = 0; j < w; ++j) {
-      const T tij = sT[lane][j];
-#pragma unroll
-      for (int k = 0; k < CPW; ++k) acc[k] += tij * __shfl_sync(0xffffffffu, x[k], j);
-    }
-#pragma unroll
-    for (int k = 0; k < CPW; ++k) x[k] = acc[k];
-  }
-#pragma unroll
-  for (int k = 0; k < CPW; ++k) sX[lane][warp + NW * k] = x[k];
-  __syncthreads();
-#pragma unroll
-  for (int e = tid; e < NB * NB; e += NT) {
-    int i, c;
-    if (X.row) { c = e % NB; i = e / NB; } else { i = e % NB; c = e / NB; }
-    if (i < w && c < ncol) X(o + i, c0 + c) = sX[i][c];
-  }
-}
-
-// One diagonal block, as blas_diag, a warp per task (WARPS tasks a block) and a lane per column
-// of X (blockIdx.y: which 32 columns). Each warp runs code unrolled for the narrowest of 8, 16,
-// 24 or 32 rows that holds its own block (w), so a small block costs a small block's work. An
-// upper triangle is solved as the lower one of the reversed order (row i read as w - 1 - i), so
-// the four widths exist once. Lane c keeps its column in registers and reads the triangle by
+// unit diagonal, not read), operand 1 the right-hand sides. A warp per task (WARPS tasks a
+// block), a lane per column of X (blockIdx.y: which 32 columns), in code unrolled for NB rows:
+// the narrowest of 8, 16, 24 or 32 that holds the launch's widest block. A narrower block runs
+// the same code, skipping the steps of its absent columns: warps of one launch on different
+// code (a branch per width) thrash the instruction cache, 12.2 us for a launch of 16 blocks of
+// 17-32 rows against 7.3 (17-24) and 9.1 (25-32) apart (TRSM, 16 columns, H200). For the same
+// reason only the arithmetic is unrolled: the loads and stores are loops, the lanes along the
+// operand's contiguous dimension, B loads in flight a lane. Unrolled, with a branch per layout,
+// they made 149 KB of code (NB = 32), and each launch among a call's others paid for fetching
+// it: POTRS of Nmax 512 with 16 right-hand sides 1.52 ms, 1.21-1.31 with the loops.
+// An upper triangle is solved as the lower one of the reversed order (row i read as w - 1 - i),
+// so the code exists once. Lane c keeps its column in registers and reads the triangle by
 // broadcast from a per-warp shared tile, a column at a time (pairs of reads merge into 16-byte
-// ones where aligned); the steps are column-oriented, as blas_diag's. X's values come and go through the same tile where its
-// columns are contiguous, so that a warp reads and writes each column along it; with contiguous
-// rows a lane reads its own column straight away. Four warps a task, a lane per row
-// (blas_diag_narrow), issued ~4,800 instructions a task and took 21.7 us for 2,000 blocks of at
-// most 8 rows with 16 columns, 43.8 us at most 32 (ncu, TRSM, H200, 2026-11-27).
+// ones where aligned). The steps are column-oriented: after x_j is final, every later row
+// subtracts T(i, j) x_j, so the dependent chain is one FMA and one multiply a row (a
+// row-oriented loop is a chain of w^2 / 2 dependent FMAs). A solve multiplies by the diagonal's
+// reciprocal (one more rounding than LAPACK's division; still backward stable). X comes and
+// goes through the same tile. Four warps a task, a lane per row (the kernel this one replaced),
+// issued ~4,800 instructions a task and took 21.7 us for 2,000 blocks of at most 8 rows with 16
+// columns, 43.8 us at most 32 (ncu, TRSM, H200).
 template <typename T, int NB, bool MUL>
 __device__ __forceinline__ void diag_cols(const View<T>& Tv, const View<T>& X,
                                           const FirstValues<T>& F, int o, int w, int c0,
@@ -809,64 +626,66 @@ __device__ __forceinline__ void diag_cols(const View<T>& Tv, const View<T>& X,
   // Column strides of the triangle and of X in the tile, odd: a warp's stores along a row or a
   // column of either hit distinct banks (reads of the triangle are broadcasts, and still pair
   // into 16-byte loads where their offsets allow).
-  constexpr int SP = NB + 1, XP = NB + 1;
-  constexpr int XCH = 16, CH = 4;  // loads in flight a lane: X's, the triangle's (x live)
+  constexpr int SP = NB + 1, XP = NB + 1, B = 16;
   const int lane = threadIdx.x & 31;
-  const bool mine = lane < ncol;
   auto rev = [&](int i) { return lower ? i : w - 1 - i; };
-  // Every load of a phase is issued before its first store, so that a lane waits for one round
-  // trip a phase, not one a load (loads and stores in one conditional block each compiled to a
-  // chain: 22 us for a launch of 2,000 blocks of at most 32 rows).
-  T x[NB];
-  if (X.row) {
+  // X[o + i, c0 + c] at sw[c * XP + rev(i)]. The lanes run along X's contiguous dimension and
+  // a loop (u) along the other, so each view's element is p[u * du] from a lane's start p, and
+  // its place in the tile s0 + u * su: one code for both layouts (a branch per layout inside
+  // the loops compiled to a copy of them per case). A batch's loads are all issued before its
+  // stores (a load and its store in one conditional block compile to a chain, one round trip
+  // a load).
+  const bool xr = X.row;
+  const int xn = xr ? w : ncol, lanes = xr ? ncol : w;  // (the loop's extent, the lanes')
+  const int s0 = xr ? lane * XP + (lower ? 0 : w - 1) : rev(lane);
+  const int su = xr ? (lower ? 1 : -1) : XP;
+  auto walk = [&](const View<T>& V, long long& du) {
+    const int i = xr ? 0 : lane, c = xr ? lane : 0;  // (at u = 0)
+    du = (V.row == xr) ? V.ld : 1;
+    return &V(o + i, c0 + c);
+  };
+  long long sdu, xdu;
+  const T* sp = walk(F.S, sdu);
+  T* xp = walk(X, xdu);
+  const bool mine = lane < lanes;
+#pragma unroll 1
+  for (int u0 = 0; u0 < xn; u0 += B) {
+    T v[B];
 #pragma unroll
-    for (int i = 0; i < NB; ++i) x[i] = (i < w && mine) ? F.S(o + rev(i), c0 + lane) : T(0);
+    for (int k = 0; k < B; ++k) v[k] = (mine && u0 + k < xn) ? sp[(u0 + k) * sdu] : T(0);
 #pragma unroll
-    for (int i = 0; i < NB; ++i) x[i] = F.of(x[i]);
-  } else {
-#pragma unroll
-    for (int k0 = 0; k0 < NB; k0 += XCH) {
-      T v[XCH];
-#pragma unroll
-      for (int k = 0; k < XCH; ++k) {
-        const int e = lane + 32 * (k0 + k), i = e % NB, c = e / NB;
-        v[k] = (k0 + k < NB && i < w && c < ncol) ? F.S(o + i, c0 + c) : T(0);
-      }
-#pragma unroll
-      for (int k = 0; k < XCH; ++k) {
-        const int e = lane + 32 * (k0 + k), i = e % NB, c = e / NB;
-        if (k0 + k < NB && i < w && c < ncol) sw[c * XP + rev(i)] = F.of(v[k]);
-      }
-    }
-    __syncwarp();
-#pragma unroll
-    for (int i = 0; i < NB; ++i) x[i] = (i < w && mine) ? sw[lane * XP + i] : T(0);
-    __syncwarp();
+    for (int k = 0; k < B; ++k)
+      if (mine && u0 + k < xn) sw[s0 + (u0 + k) * su] = F.of(v[k]);
   }
-  // The triangle, reversed for an upper one: sT[j * SP + i] = L(i, j) for j < i < w, read along
-  // the view's contiguous dimension, CH loads a lane at a time (all at once spilled). Entries past w are not written: they only reach rows past w,
-  // which are never stored.
+  __syncwarp();
+  T x[NB];
+#pragma unroll
+  for (int i = 0; i < NB; ++i) x[i] = sw[lane * XP + i];  // (rows past w: never stored)
+  __syncwarp();
+  // The triangle, reversed for an upper one: sT[j * SP + i] = L(i, j) for j < i < w, the lanes
+  // along the view's contiguous dimension (element (a, b): a = u, b = lane row-major, the
+  // other way column-major; at Tv(o, o + lane) + u * ld either way). Entries past w are not
+  // written: they only reach rows past w, which are never stored.
   T* sT = sw;
   T* sD = sw + NB * SP;
   const T d = (unit || lane >= w) ? T(1) : Tv(o + rev(lane), o + rev(lane));
-  constexpr int TK = NB * NB / 32;
-  auto at = [&](int k, int& a, int& b) {
-    const int e = lane + 32 * k;
-    if (Tv.row) { b = e % NB; a = e / NB; } else { a = e % NB; b = e / NB; }
-    return a < w && b < w && (lower ? b < a : b > a);
-  };
+  const bool tr = Tv.row;
+  const T* tp = tr ? &Tv(o, o + lane) : &Tv(o + lane, o);
+  const int t0 = tr ? rev(lane) * SP + (lower ? 0 : w - 1)
+                   : rev(lane) + (lower ? 0 : (w - 1) * SP);
+  const int tu = tr ? (lower ? 1 : -1) : (lower ? SP : -SP);
+#pragma unroll 1
+  for (int u0 = 0; u0 < w; u0 += B) {
+    T v[B];
 #pragma unroll
-  for (int k0 = 0; k0 < TK; k0 += CH) {
-    T v[CH];
-#pragma unroll
-    for (int k = 0; k < CH; ++k) {
-      int a, b;
-      if (k0 + k < TK) v[k] = at(k0 + k, a, b) ? Tv(o + a, o + b) : T(0);
+    for (int k = 0; k < B; ++k) {
+      const int u = u0 + k, a = tr ? u : lane, b = tr ? lane : u;
+      v[k] = (u < w && lane < w && (lower ? b < a : b > a)) ? tp[u * Tv.ld] : T(0);
     }
 #pragma unroll
-    for (int k = 0; k < CH; ++k) {
-      int a, b;
-      if (k0 + k < TK && at(k0 + k, a, b)) sT[rev(b) * SP + rev(a)] = v[k];
+    for (int k = 0; k < B; ++k) {
+      const int u = u0 + k, a = tr ? u : lane, b = tr ? lane : u;
+      if (u < w && lane < w && (lower ? b < a : b > a)) sT[t0 + u * tu] = v[k];
     }
   }
   if (lane < NB) sD[lane] = MUL ? d : T(1) / d;
@@ -874,46 +693,42 @@ __device__ __forceinline__ void diag_cols(const View<T>& Tv, const View<T>& X,
   if (!MUL) {
 #pragma unroll
     for (int j = 0; j < NB; ++j) {
+      if (j >= w) break;
       x[j] *= sD[j];
 #pragma unroll
       for (int i = j + 1; i < NB; ++i) x[i] = fma(-sT[j * SP + i], x[j], x[i]);
     }
   } else {
     // In place, x := L x, columns from the last: x[j] is read (as yet unchanged) by the rows
-    // below it, then scaled; the rows below have had their own scaling already.
+    // below it, then scaled; the rows below have had their own scaling already. (Columns past
+    // w: skipped.)
 #pragma unroll
     for (int j = NB - 1; j >= 0; --j) {
+      if (j < w) {
 #pragma unroll
-      for (int i = j + 1; i < NB; ++i) x[i] = fma(sT[j * SP + i], x[j], x[i]);
-      x[j] *= sD[j];
+        for (int i = j + 1; i < NB; ++i) x[i] = fma(sT[j * SP + i], x[j], x[i]);
+        x[j] *= sD[j];
+      }
     }
   }
-  if (X.row) {
+  __syncwarp();  // (every lane's reads of the triangle are done)
 #pragma unroll
-    for (int i = 0; i < NB; ++i)
-      if (i < w && mine) X(o + rev(i), c0 + lane) = x[i];
-  } else {
-    __syncwarp();  // (every lane's reads of the triangle are done)
-    if (mine) {
+  for (int i = 0; i < NB; ++i) sw[lane * XP + i] = x[i];
+  __syncwarp();
+#pragma unroll 1
+  for (int u0 = 0; u0 < xn; u0 += B) {
 #pragma unroll
-      for (int i = 0; i < NB; ++i)
-        if (i < w) sw[lane * XP + i] = x[i];
-    }
-    __syncwarp();
-#pragma unroll
-    for (int k = 0; k < NB; ++k) {
-      const int e = lane + 32 * k, i = e % NB, c = e / NB;
-      if (i < w && c < ncol) X(o + i, c0 + c) = sw[c * XP + rev(i)];
-    }
+    for (int k = 0; k < B; ++k)
+      if (mine && u0 + k < xn) xp[(u0 + k) * xdu] = sw[s0 + (u0 + k) * su];
   }
 }
 
-template <typename T, int WARPS, bool MUL>
-__global__ void __launch_bounds__(WARPS * 32, 16 / WARPS)
+template <typename T, int WARPS, int NB, bool MUL>
+__global__ void __launch_bounds__(WARPS * 32, (NB > 16 ? 12 : 16) / WARPS)
 blas_diag_cols(const unsigned long long* tbl, const long long* meta, const int* imeta,
                const int* tasks, int K, int lo, int hi, int extra) {
-  constexpr int NB = 32, BUF = NB * (NB + 1) + NB;
-  static_assert(BUF >= 32 * (NB + 1), "X's columns fit the triangle's tile");
+  // (the triangle and its diagonal; or X's 32 columns)
+  constexpr int BUF = NB * (NB + 1) + NB > 32 * (NB + 1) ? NB * (NB + 1) + NB : 32 * (NB + 1);
   __shared__ __align__(16) T buf[WARPS][BUF];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   int t[8];
@@ -931,15 +746,11 @@ blas_diag_cols(const unsigned long long* tbl, const long long* meta, const int* 
     if (F.fresh) bring_in(X, F, o, w, c0, ncol, lane, 32);
     return;
   }
-  T* sw = buf[warp];
-  if (w <= 8) diag_cols<T, 8, MUL>(Tv, X, F, o, w, c0, ncol, lower, unit, sw);
-  else if (w <= 16) diag_cols<T, 16, MUL>(Tv, X, F, o, w, c0, ncol, lower, unit, sw);
-  else if (w <= 24) diag_cols<T, 24, MUL>(Tv, X, F, o, w, c0, ncol, lower, unit, sw);
-  else diag_cols<T, 32, MUL>(Tv, X, F, o, w, c0, ncol, lower, unit, sw);
+  diag_cols<T, NB, MUL>(Tv, X, F, o, w, c0, ncol, lower, unit, buf[warp]);
 }
 
 // A whole triangular solve X[o:o+w, c0:c0+NCOL] := T[o:o+w, o:o+w]^{-1} X[...] in one block, for
-// few right-hand sides (views, triangle bits and skip as blas_diag; blockIdx.y: which NCOL
+// few right-hand sides (views, triangle bits and skip as blas_diag_cols; blockIdx.y: which NCOL
 // columns). With few columns a solve is memory-bound: it should read the triangle once, which
 // the recursion into GEMM joins does too, but in a chain of ~2 w / 32 launches per solve (418
 // launches for a POTRS of Nmax 512 with one right-hand side, 2.6 ms against a 0.17 ms floor,
@@ -1047,7 +858,7 @@ blas_trsv(const unsigned long long* tbl, const long long* meta, const int* imeta
     }
     // The diagonal block, a warp per column, a lane per row (column sweep): step j finishes
     // x_j (times the diagonal's reciprocal) and every row after it (lower) or before it
-    // subtracts T(i, j) x_j. A thread per column, as blas_diag does, is a chain of w^2 / 2
+    // subtracts T(i, j) x_j. A thread per column (the first diagonal kernel) is a chain of w^2 / 2
     // dependent shared-memory reads: with one right-hand side it made this kernel 8x its
     // floor (potrs512-nrhs1, H200, 2026-11-23). Lanes past bw keep their (padding) rows.
     for (int c = warp; c < ncol; c += NW) {

@@ -20,30 +20,19 @@ from vbatch.core.errors import InputError
 
 OP = "blas"
 SOURCE = "blas.cu"
-TEMPLATES = ("vb::blas_gemm", "vb::blas_gemm_mma", "vb::blas_gemm_simt", "vb::blas_diag",
-             "vb::blas_diag_narrow", "vb::blas_diag_cols", "vb::blas_trsv", "vb::blas_copy")
+TEMPLATES = ("vb::blas_gemm", "vb::blas_gemm_mma", "vb::blas_gemm_simt", "vb::blas_diag_cols",
+             "vb::blas_trsv", "vb::blas_copy")
 DTYPES = ("float64", "float32")
-# Recursion base of triangular ops: the diagonal kernel holds a block of NB x NB (and NB rows of
-# NC right-hand-side columns) in shared memory: 41.5 KB in float64 at 32 x 128, under the
-# 48 KB a kernel gets without opting in. Of the launches blas_diag_cols (below) does not take,
-# those whose tasks have at most 32 right-hand sides take blas_diag_narrow: DIAG_NARROW_WARPS
-# warps, each solving its columns a lane per row (17 KB of shared memory; the 128-column block
-# left 7/8 of its threads idle with 16 right-hand sides, and a column per thread is a long
-# dependent chain).
-# A launch runs blas_diag_cols (a warp per task, a lane per column: a quarter of
-# blas_diag_narrow's instructions, but a task's chain on one scheduler) where its widest block
-# has at most DIAG_COLS_WIDTH rows, or where it has at least `diag_cols_from` tasks (a plan
-# option; None: by width only). TRSM with 16 right-hand sides, float64, ms, cols / narrow
-# (H200, 2026-11-27): 2,000 blocks of U[1, 8] rows 0.024-0.031 / 0.045-0.047, U[1, 32]
-# 0.038-0.050 / 0.049-0.059; the recursion at Nmax 512 (1,000 problems, launches of at most
-# 1,000 blocks of 32 rows) 0.846-0.883 / 0.691-0.734, TRMM there 0.822-0.875 / 0.640-0.644;
-# a batch of 1,980 blocks of at most 3 rows and 20 of 32 (skewed Nmax 32) 0.046 / 0.040: its
-# wide blocks' loads wait one at a time (docs/decisions.md#blas-diag-cols), so a count of
-# tasks that favours it at U[1, 32] loses there, and the wide blocks stay on blas_diag_narrow.
-DIAG_NB, DIAG_NC = 32, 128
-DIAG_NARROW, DIAG_NARROW_WARPS = 32, 4
+# Recursion base of triangular ops: a diagonal block has at most DIAG_NB rows, and
+# blas_diag_cols takes it, a warp per block and a lane per right-hand-side column (32 a block of
+# the grid's second dimension), in code unrolled for the narrowest of DIAG_COLS_NBS rows that
+# holds the launch's widest block. Against the block kernels it replaced (four warps a block, a
+# lane per row, for at most 32 right-hand sides; a thread per column, 128 a block, past that),
+# TRSM with 16 right-hand sides, float64, the sweep's medians: 0.68x uniform Nmax 8-512, 0.81x
+# skewed (H200; docs/decisions.md#blas-diag-cols).
+DIAG_NB = 32
 DIAG_WARPS = 4
-DIAG_COLS_WIDTH = 16
+DIAG_COLS_NBS = (8, 16, 24, 32)  # blas_diag_cols' unrolled widths
 # GEMM tiles on FMA (float32, and float64 with fp64_gemm="fma"): (BM, BN, BK, TM, TN), threads
 # (BM / TM) x (BN / TN); the small one for launches of tasks within 32 x 32. It is one warp of
 # 4 x 8 outputs a lane (as float64's one-warp DMMA tile): 256 threads of 2 x 2 took 33.9 us for
@@ -110,18 +99,13 @@ def section(names: tuple[str, ...]) -> list[str]:
 
 
 def plan_defaults(dtype) -> dict:
-    return {"blas_nb": DIAG_NB, "streams": 4, "blas_whole_rhs": WHOLE_RHS,
-            "diag_cols_from": None}
+    return {"blas_nb": DIAG_NB, "streams": 4, "blas_whole_rhs": WHOLE_RHS}
 
 
 def check_options(dtype, options: dict) -> None:
     if options.get("blas_nb", DIAG_NB) > DIAG_NB:
         raise InputError([(None, f"the cuda backend's triangular base is at most {DIAG_NB}, "
                                  f"got {options['blas_nb']}")], what="runtime options")
-    f = options.get("diag_cols_from")
-    if f is not None and (type(f) is not int or f < 0):
-        raise InputError([(None, f"diag_cols_from is a count of tasks (an int >= 0) or None, "
-                                 f"got {f!r}")], what="runtime options")
 
 
 def ctype(dtype) -> str:
@@ -179,15 +163,13 @@ def _b(v: bool) -> str:
     return "true" if v else "false"
 
 
-def diag_name(T: str, mul: bool, narrow: bool = False) -> str:
-    m = "true" if mul else "false"
-    if narrow:
-        return f"vb::blas_diag_narrow<{T},{DIAG_NARROW_WARPS},{m}>"
-    return f"vb::blas_diag<{T},{DIAG_NB},{DIAG_NC},{m}>"
+def cols_name(T: str, nb: int, mul: bool) -> str:
+    return f"vb::blas_diag_cols<{T},{DIAG_WARPS},{nb},{_b(mul)}>"
 
 
-def cols_name(T: str, mul: bool) -> str:
-    return f"vb::blas_diag_cols<{T},{DIAG_WARPS},{_b(mul)}>"
+def cols_nb(mm: int) -> int:
+    """blas_diag_cols' unrolled width for a launch whose widest block has ``mm`` rows."""
+    return next(nb for nb in DIAG_COLS_NBS if nb >= mm)
 
 
 def trsv_name(T: str, ncol: int, xs: bool) -> str:
@@ -215,8 +197,7 @@ def kernel_names(dtypes=DTYPES, nbs=None, orders=None) -> list[str]:
         else:
             out += [simt_name(tile, ar, br) for tile in SIMT_TILES
                     for ar in (False, True) for br in (False, True)]
-        out += [diag_name(T, mul, narrow) for narrow in (False, True)
-                for mul in (False, True)] + [cols_name(T, mul) for mul in (False, True)]
+        out += [cols_name(T, nb, mul) for nb in DIAG_COLS_NBS for mul in (False, True)]
         out += [copy_name(T)]
         out += [trsv_name(T, c, xs) for c in TRSV_COLS
                 for xs in ((False, True) if dt in TRSV_XS_DTYPES else (False,))]
@@ -292,16 +273,13 @@ def _tiles(a: np.ndarray, tile) -> int:
     return int(_task_tiles(a, tile).max())
 
 
-def diag_kernel(lc, plan, mm: int, nn: int) -> tuple[str, int]:
+def diag_kernel(mm: int, nn: int) -> tuple[str, int]:
     """Which kernel runs a triangular launch whose widest block has ``mm`` rows and ``nn``
     columns, and the columns one block of its grid takes: ("trsv", 1 or 4) whole triangles,
-    ("cols", 32), ("narrow", 32) or ("wide", DIAG_NC)."""
+    else ("cols", 32)."""
     if mm > DIAG_NB:
         return "trsv", next((c for c in TRSV_COLS if c >= nn), TRSV_COLS[-1])
-    cols_from = plan.opts.get("diag_cols_from")
-    if mm <= DIAG_COLS_WIDTH or (cols_from is not None and lc.count >= cols_from):
-        return "cols", 32
-    return ("narrow", DIAG_NARROW) if nn <= DIAG_NARROW else ("wide", DIAG_NC)
+    return "cols", 32
 
 
 def selection(lc, plan, dtype, layouts: dict, config) -> Selection:
@@ -338,7 +316,7 @@ def selection(lc, plan, dtype, layouts: dict, config) -> Selection:
         extra = encode([_slot(plan, p["t"]), _slot(plan, p["x"])],
                        [_row(layouts, p["t"], p["tt"]), _row(layouts, p["x"], p["tx"])],
                        tri, "one", "one", p["skip_failed"], _source(plan, layouts, p, p["tx"]))
-        kernel, cols = diag_kernel(lc, plan, mm, nn)
+        kernel, cols = diag_kernel(mm, nn)
         if kernel == "trsv":  # whole triangles (a solve: products recurse)
             if lc.kind == TRMM:
                 raise ValueError(f"cuda backend: a triangular product block of "
@@ -347,16 +325,10 @@ def selection(lc, plan, dtype, layouts: dict, config) -> Selection:
             xs = smem <= TRSV_SMEM and np.dtype(dtype).name in TRSV_XS_DTYPES
             sel = Selection(trsv_name(T, cols, xs), (lc.count, math.ceil(nn / cols)), (256,),
                             smem if xs else 0, extra)
-        elif kernel == "cols":
-            sel = Selection(cols_name(T, lc.kind == TRMM),
+        else:
+            sel = Selection(cols_name(T, cols_nb(mm), lc.kind == TRMM),
                             (math.ceil(lc.count / DIAG_WARPS), math.ceil(nn / cols)),
                             (32 * DIAG_WARPS,), 0, extra)
-        elif kernel == "narrow":
-            sel = Selection(diag_name(T, lc.kind == TRMM, True), (lc.count, 1),
-                            (32 * DIAG_NARROW_WARPS,), 0, extra)
-        else:
-            sel = Selection(diag_name(T, lc.kind == TRMM), (lc.count, math.ceil(nn / cols)),
-                            (DIAG_NC,), 0, extra)
     elif lc.kind == COPY:
         tiles = _tiles(a, (COPY_TILE, COPY_TILE))
         extra = encode([_slot(plan, p["src"]), _slot(plan, p["dst"])],
@@ -385,7 +357,7 @@ def check_plan(plan) -> None:
         if lc.kind == COPY:
             y = _task_tiles(a, (COPY_TILE, COPY_TILE))
         else:
-            y = -(-a[:, 4] // diag_kernel(lc, plan, int(a[:, 1].max()), int(a[:, 4].max()))[1])
+            y = -(-a[:, 4] // diag_kernel(int(a[:, 1].max()), int(a[:, 4].max()))[1])
         bad += [(lc.lo + int(i), int(y[i])) for i in np.flatnonzero(y > MAX_GRID_Y)]
     if bad:
         raise InputError([(int(t.problem[i]), f"a {int(t.args[i, 1])} x {int(t.args[i, 4])} "

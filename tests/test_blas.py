@@ -397,20 +397,17 @@ def test_trmm_every_side_uplo_trans_diag(device, side, lower, ta, unit):
                                            for ta in (False, True) for u in (False, True)])
 def test_diagonal_blocks_of_every_width(device, lower, ta, unit):
     # Triangles at the edges of the diagonal kernel's widths (8, 16, 24, 32) in one batch, with
-    # right-hand sides within one column group and past it (32), both sides and pack orders.
-    # On CUDA through each diagonal kernel: a warp per task (blas_diag_cols) for every launch,
-    # then by default (blocks past 16 rows: blas_diag_narrow for at most 32 columns, else
-    # blas_diag).
+    # right-hand sides within one column group and past it (32), both sides and pack orders;
+    # and batches whose widest block is 8 or 16 rows (the kernel's code unrolled for them).
     rng = np.random.default_rng(11)
-    ms = [1, 2, 7, 8, 9, 15, 16, 17, 23, 24, 25, 31, 32]
-    runs = [(rt, side, dtype, form, cap)
-            for rt in ([vbatch.Runtime(device)] if device == "cpu" else
-                       [vbatch.Runtime(device, kernel_options={"diag_cols_from": f})
-                        for f in (0, None)])
+    rt = vbatch.Runtime(device)
+    runs = [(ms, side, dtype, form, cap)
+            for ms in ([1, 2, 7, 8, 9, 15, 16, 17, 23, 24, 25, 31, 32], [1, 2, 7, 8, 3],
+                       [16, 9, 1, 15, 4])
             for side in ("left", "right") for dtype in (np.float64, np.float32)
             for form in ("packedF", "packedC")
-            for cap in (32, 70)]  # (at most 32 columns: blas_diag_narrow's launches)
-    for rt, side, dtype, form, cap in runs:
+            for cap in (32, 70)]  # (at most 32 columns: one group of them)
+    for ms, side, dtype, form, cap in runs:
         shapes = [(m, min(n, cap)) if side == "left" else (min(n, cap), m) for m, n in
                   zip(ms, [3, 33, 70, 1, 16, 32, 65, 5, 31, 64, 2, 40, 7])]
         T, B = _tri_case(rng, dtype, side, lower, unit, shapes)
@@ -525,12 +522,8 @@ def test_posv_failed_problem_keeps_its_right_hand_side(device, dtype):
     A[9][40, 40] = -100.0  # fails at column 41 (six: the recursion, its joins read b first)
     B = [rng.standard_normal((n, r)).astype(dtype) for n, r in zip(ns, (2, 1, 3, 0, 5, 4, 2,
                                                                           3, 1, 6))]
-    # On CUDA also with every diagonal launch through blas_diag_cols (a skipped problem's
-    # first steps bring its b in there too).
-    rts = [vbatch.Runtime(device)]
-    if device == "cuda":
-        rts.append(vbatch.Runtime(device, kernel_options={"diag_cols_from": 0}))
-    for rt, form in [(rt, form) for rt in rts for form in ("list", "packedF")]:
+    rt = vbatch.Runtime(device)
+    for form in ("list", "packedF"):
         a, b = _form(A, form, device, dtype), _form(B, form, device, dtype)
         res = rt.posv(a, b).result()
         assert isinstance(res, vbatch.PosvResult)

@@ -91,9 +91,7 @@ def _blas_plans(dtype):
              ("potrs", dict(l=mats(n, n), b=mats(n, rng.integers(0, 17, len(n))))),
              ("trsm", dict(a=mats(n, n), b=mats(n, np.minimum(n, 3)), trans_a=True))]
     for name, fields in cases:
-        # (every launch through the warp-per-task diagonal kernel, then by width)
-        for cols_from in (0, None):
-            yield _plan(name, dtype, {"diag_cols_from": cols_from}, **fields)
+        yield _plan(name, dtype, **fields)
 
 
 def _plan(name, dtype=np.float32, options=(), **fields):
@@ -124,25 +122,22 @@ def test_a_block_past_the_grid_is_named_at_submit():
     with pytest.raises(InputError, match=r"problem 1: a 1 x 2097152 block needs 65536 blocks"):
         blas.check_plan(_plan("trsm", a=t, b=[np.zeros((1, 1), np.float32),
                                             np.zeros((1, ok + 32), np.float32)]))
-    # Blocks past 16 rows take blas_diag, a grid row per 128 columns: the same width runs.
     blas.check_plan(_plan("trsm", a=[np.eye(32, dtype=np.float32)],
-                          b=[np.zeros((32, ok + 32), np.float32)]))
+                          b=[np.zeros((32, ok), np.float32)]))
     # A GEMM's grid is one-dimensional: any width.
     blas.check_plan(_plan("gemm", a=[np.zeros((1, 1), np.float32)],
                           b=[np.zeros((1, ok + 32), np.float32)]))
 
 
-@pytest.mark.parametrize("rows,cols,cols_from,kernel", [
-    (16, 40, None, "vb::blas_diag_cols"),     # narrow blocks: a warp each
-    (17, 16, None, "vb::blas_diag_narrow"),   # wider, few right-hand sides
-    (32, 40, None, "vb::blas_diag<"),         # wider, more
-    (32, 40, 0, "vb::blas_diag_cols"),        # any launch of at least diag_cols_from tasks
+@pytest.mark.parametrize("rows,cols,kernel", [
+    (8, 40, "vb::blas_diag_cols<float,4,8,"),     # the launch's widest block: 8 rows
+    (17, 16, "vb::blas_diag_cols<float,4,24,"),
+    (32, 70, "vb::blas_diag_cols<float,4,32,"),
 ])
-def test_which_diagonal_kernel_a_launch_takes(rows, cols, cols_from, kernel):
+def test_which_diagonal_kernel_a_launch_takes(rows, cols, kernel):
     from vbatch.runtime.config import Config
 
-    plan = _plan("trsm", np.float32, {"diag_cols_from": cols_from},
-                 a=[np.eye(m, dtype=np.float32) for m in (1, rows)],
+    plan = _plan("trsm", np.float32, a=[np.eye(m, dtype=np.float32) for m in (1, rows)],
                  b=[np.zeros((m, cols), np.float32) for m in (1, rows)])
     (lc,) = [lc for lc in plan.launches if lc.kind == "blas.trsm"]
     sel = blas.selection(lc, plan, np.float32, {b: "F" for b in plan.buffers}, Config())
@@ -246,11 +241,12 @@ def test_kernel_names_is_the_whole_set_once():
     nbs = len(sel.NB_SUPPORTED)
     want = sum(2 * (nbs * per_nb[dt] + 2) + 2 for dt in sel.DTYPES)
     # The blas family, per dtype (no order or panel width: its kernels read layouts at run
-    # time): two GEMM tiles, the three diagonal kernels (wide, narrow and a warp per task;
-    # solve and product), the copy, the whole-triangle solve per column count with X in
-    # global memory, and in shared memory for the dtypes that use it; in float64 also the
-    # DMMA GEMM tiles, in float32 the SIMT ones, one per orientation of A and B.
-    want += len(sel.DTYPES) * (len(blas.GEMM_TILES) + 7 + len(blas.TRSV_COLS)) \
+    # time): two GEMM tiles, the diagonal kernel per unrolled width (solve and product), the
+    # copy, the whole-triangle solve per column count with X in global memory, and in shared
+    # memory for the dtypes that use it; in float64 also the DMMA GEMM tiles, in float32 the
+    # SIMT ones, one per orientation of A and B.
+    want += len(sel.DTYPES) * (len(blas.GEMM_TILES) + 2 * len(blas.DIAG_COLS_NBS) + 1
+                               + len(blas.TRSV_COLS)) \
         + len(blas.TRSV_XS_DTYPES) * len(blas.TRSV_COLS) \
         + 4 * len(blas.MMA_TILES) + 4 * len(blas.SIMT_TILES)
     # The frontal family (vbatch.sparse): per dtype and order, the extend-add, the solve's
@@ -331,13 +327,3 @@ def test_nvcc_compiles_every_kernel_for_sm_90(tmp_path):
     for dt in sel.DTYPES:
         assert _cubin_kernels(tmp_path / f"vbatch_{dt}.sm_90.cubin") == set(
             build.kernel_names([dt]))
-
-
-def test_diag_cols_from_is_a_count_or_none():
-    from vbatch import InputError
-
-    for good in (None, 0, 1056):
-        blas.check_options(np.float64, {"diag_cols_from": good})
-    for bad in ("8", -1, 2.5, True):
-        with pytest.raises(InputError, match="diag_cols_from is a count of tasks"):
-            blas.check_options(np.float64, {"diag_cols_from": bad})
