@@ -93,7 +93,8 @@ __device__ __forceinline__ bool blas_task(const int* tasks, int lo, int hi, int*
 
 // Where a diagonal-block task reads the first values of the rows of X it writes: X itself, or,
 // the task being the first to write them (src), the launch's source times its scale (0: zeros,
-// the source not read, as BLAS treats B with alpha = 0).
+// as BLAS treats B with alpha = 0: a NaN there does not reach X; F(r, c) does not read it, and
+// a caller that loads first discards what it read).
 template <typename T>
 struct FirstValues {
   View<T> S;
@@ -605,8 +606,9 @@ blas_gemm_simt(const unsigned long long* tbl, const long long* meta, const int* 
 // the same code, skipping the steps of its absent columns: warps of one launch on different
 // code (a branch per width) thrash the instruction cache, 12.2 us for a launch of 16 blocks of
 // 17-32 rows against 7.3 (17-24) and 9.1 (25-32) apart (TRSM, 16 columns, H200). For the same
-// reason only the arithmetic is unrolled: the loads and stores are loops, the lanes along the
-// operand's contiguous dimension, B loads in flight a lane. Unrolled, with a branch per layout,
+// reason the arithmetic is unrolled over NB and the loads and stores are loops (B loads in
+// flight a lane), the lanes along X's contiguous dimension for X and its source, along the
+// triangle's for the triangle. Unrolled, with a branch per layout,
 // they made 149 KB of code (NB = 32), and each launch among a call's others paid for fetching
 // it: POTRS of Nmax 512 with 16 right-hand sides 1.52 ms, 1.21-1.31 with the loops.
 // An upper triangle is solved as the lower one of the reversed order (row i read as w - 1 - i),
@@ -727,6 +729,7 @@ template <typename T, int WARPS, int NB, bool MUL>
 __global__ void __launch_bounds__(WARPS * 32, (NB > 16 ? 12 : 16) / WARPS)
 blas_diag_cols(const unsigned long long* tbl, const long long* meta, const int* imeta,
                const int* tasks, int K, int lo, int hi, int extra) {
+  static_assert(NB % 8 == 0 && NB <= 32, "a lane a row of the block (column-major X, sD)");
   // (the triangle and its diagonal; or X's 32 columns)
   constexpr int BUF = NB * (NB + 1) + NB > 32 * (NB + 1) ? NB * (NB + 1) + NB : 32 * (NB + 1);
   __shared__ __align__(16) T buf[WARPS][BUF];

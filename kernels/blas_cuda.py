@@ -33,6 +33,8 @@ DTYPES = ("float64", "float32")
 DIAG_NB = 32
 DIAG_WARPS = 4
 DIAG_COLS_NBS = (8, 16, 24, 32)  # blas_diag_cols' unrolled widths
+# (the widest covers every diagonal block: cols_nb finds one for any launch)
+assert DIAG_COLS_NBS[-1] == DIAG_NB
 # GEMM tiles on FMA (float32, and float64 with fp64_gemm="fma"): (BM, BN, BK, TM, TN), threads
 # (BM / TM) x (BN / TN); the small one for launches of tasks within 32 x 32. It is one warp of
 # 4 x 8 outputs a lane (as float64's one-warp DMMA tile): 256 threads of 2 x 2 took 33.9 us for

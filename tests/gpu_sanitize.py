@@ -239,7 +239,7 @@ def sparse(rng, dtype) -> int:
 
 
 def blas(rng, dtype) -> int:
-    """Every blas-family kernel (GEMM tiles, triangle-restricted GEMM, both diagonal kernels,
+    """Every blas-family kernel (GEMM tiles, triangle-restricted GEMM, the diagonal kernel,
     copy) in both layouts, and posv with a failing problem (the solve kernels skip it)."""
     eps = float(np.finfo(dtype).eps)
     bad = 0

@@ -398,12 +398,12 @@ def test_trmm_every_side_uplo_trans_diag(device, side, lower, ta, unit):
 def test_diagonal_blocks_of_every_width(device, lower, ta, unit):
     # Triangles at the edges of the diagonal kernel's widths (8, 16, 24, 32) in one batch, with
     # right-hand sides within one column group and past it (32), both sides and pack orders;
-    # and batches whose widest block is 8 or 16 rows (the kernel's code unrolled for them).
+    # and batches whose widest block is 8, 16 or 24 rows (the kernel's code unrolled for them).
     rng = np.random.default_rng(11)
     rt = vbatch.Runtime(device)
     runs = [(ms, side, dtype, form, cap)
             for ms in ([1, 2, 7, 8, 9, 15, 16, 17, 23, 24, 25, 31, 32], [1, 2, 7, 8, 3],
-                       [16, 9, 1, 15, 4])
+                       [16, 9, 1, 15, 4], [17, 24, 20, 3, 1])
             for side in ("left", "right") for dtype in (np.float64, np.float32)
             for form in ("packedF", "packedC")
             for cap in (32, 70)]  # (at most 32 columns: one group of them)

@@ -124,6 +124,9 @@ def test_a_block_past_the_grid_is_named_at_submit():
                                             np.zeros((1, ok + 32), np.float32)]))
     blas.check_plan(_plan("trsm", a=[np.eye(32, dtype=np.float32)],
                           b=[np.zeros((32, ok), np.float32)]))
+    with pytest.raises(InputError, match=r"problem 0: a 32 x 2097152 block needs 65536 blocks"):
+        blas.check_plan(_plan("trsm", a=[np.eye(32, dtype=np.float32)],
+                              b=[np.zeros((32, ok + 32), np.float32)]))
     # A GEMM's grid is one-dimensional: any width.
     blas.check_plan(_plan("gemm", a=[np.zeros((1, 1), np.float32)],
                           b=[np.zeros((1, ok + 32), np.float32)]))
