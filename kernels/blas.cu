@@ -109,7 +109,9 @@ struct FirstValues {
     return !fresh ? S(r, c) : scale != T(0) ? scale * S(r, c) : T(0);
   }
   // The first value of an element already read from S (a caller that issues its loads first).
-  __device__ __forceinline__ T of(T v) const { return !fresh ? v : scale != T(0) ? scale * v : T(0); }
+  __device__ __forceinline__ T of(T v) const {
+    return !fresh ? v : scale != T(0) ? scale * v : T(0);
+  }
 };
 
 // X[r0:r0+rows, c0:c0+ncol] := its first values (F), coalesced for either layout: a skipped

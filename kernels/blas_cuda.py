@@ -28,8 +28,9 @@ DTYPES = ("float64", "float32")
 # the grid's second dimension), in code unrolled for the narrowest of DIAG_COLS_NBS rows that
 # holds the launch's widest block. Against the block kernels it replaced (four warps a block, a
 # lane per row, for at most 32 right-hand sides; a thread per column, 128 a block, past that),
-# TRSM with 16 right-hand sides, float64, the sweep's medians: 0.68x uniform Nmax 8-512, 0.81x
-# skewed (H200; docs/decisions.md#blas-diag-cols).
+# TRSM with 16 right-hand sides, float64, the sweep's medians over Nmax 8-512, column- / row-major:
+# 0.66x / 0.70x uniform, 0.82x / 0.87x skewed, 0.69x / 0.71x lognormal (H200;
+# docs/decisions.md#blas-diag-cols).
 DIAG_NB = 32
 DIAG_WARPS = 4
 DIAG_COLS_NBS = (8, 16, 24, 32)  # blas_diag_cols' unrolled widths
