@@ -37,7 +37,8 @@ import numpy as np
 
 from vbatch.kernels.backend import Backend, Completion, TraceRecord, kernel_modules
 from vbatch.kernels.lapack import BlasThreads, Calls
-from vbatch.core.batch import MatrixList, PackedBatch, array_kind, array_module, pack, tight_layout
+from vbatch.core.batch import (MatrixList, PackedBatch, array_kind, array_module, pack,
+                               tight_template)
 from vbatch.scheduler.plan import Launch, Plan
 
 # Tasks are handed to threads in chunks of at least this many flops (or one task), so that the
@@ -211,10 +212,18 @@ class CpuBackend(Backend):
 
     def new_buffer(self, m, n, dtype, order: str, zero: bool = True) -> View:
         # (zeros always: on the host they cost nothing that matters)
-        off, ld, total = tight_layout(m, n, order)
-        b = PackedBatch.model_construct(data=np.zeros(total, dtype), m=m, n=n, offset=off, ld=ld,
-                                        order=order)
-        return self._view(b, from_list=True)
+        layout, total = tight_template(m, n, order)
+        return self._view(layout.with_data(np.zeros(total, dtype)), from_list=True)
+
+    @staticmethod
+    def new_data(like: np.ndarray) -> np.ndarray:
+        return np.zeros(like.shape, like.dtype)  # (zeros: as new_output's)
+
+    def buffer_maker(self, m, n, dtype, order: str, zero: bool = True):
+        # A packed batch each call (the runtime's replay makes outputs as batches and passes
+        # them to run), over one layout and cache.
+        layout, total = tight_template(m, n, order)
+        return lambda: layout.with_data(np.zeros(total, dtype))
 
     def batch_of(self, staged: View) -> PackedBatch:
         return staged.batch
@@ -246,6 +255,14 @@ class CpuBackend(Backend):
         modules = {fam: self._op(fam) for fam in plan.families}
         return Execution(plan, buffers, np.zeros(plan.k, dtype=np.int32), states, modules,
                          scalars or {})
+
+    def run(self, plan: Plan, buffers: dict, config, scalars: dict | None = None) -> Completion:
+        # (the runtime's replay passes the buffers as packed batches, where staging gives
+        # views)
+        views = {name: None if b is None else self._view(b) for name, b in buffers.items()}
+        ex = self.begin(plan, views, config, scalars)
+        self.launch_all(ex, plan.launches)
+        return self.end(ex)
 
     def calls(self, dtype, order: str) -> Calls:
         """This thread's caller for BLAS/LAPACK on ``dtype`` matrices stored in ``order``."""
@@ -289,11 +306,15 @@ class CpuBackend(Backend):
         """Run ``chunks`` on the pool and this thread, each thread taking the next chunk when
         it finishes one (largest tasks first)."""
         helpers = min(self.threads.size, len(chunks)) - 1
-        if helpers > 0 or self.threads.oversubscribed:
-            # One BLAS thread each while several threads run chunks at once; a launch of one
-            # chunk (every tiny call) keeps the BLAS's own counts: setting them and back cost
-            # ~8 us of a 137 us call (10 matrices of 8 x 8, 2-core VM).
-            self.threads.narrow()
+        if helpers <= 0 and not self.threads.oversubscribed:
+            # One thread (every tiny call): the BLAS keeps its own counts, and there is no
+            # hand-out: setting the counts and back cost ~8 us of a 137 us call, the hand-out
+            # ~4 us of a 45 us one (10 matrices of 8 x 8, 2-core VM).
+            for whole, tasks in chunks:
+                mod.run(self, ex, kind, whole, tasks)
+            return
+        # One BLAS thread each while several threads run chunks at once.
+        self.threads.narrow()
         it = iter(chunks)
         lock = threading.Lock()
         run = mod.run

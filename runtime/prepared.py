@@ -8,13 +8,15 @@ Every call goes through one: ``rt.gemm(...)`` finds the prepared call of its ope
 parameters and packed batches (by layout) in the runtime's cache, or prepares one. A run takes
 one of two roads, by what the call's first run found (never by operation):
 
-* **replay**: on an asynchronous backend, with nothing to wait for, every operand a packed batch
-  of the prepared layout in the backend's memory: the backend's ``fire`` on the operands' arrays,
-  the outputs allocated as the first run allocated them. No request, no check, no staging
-  (docs/decisions.md#host-prepared-calls);
+* **replay**: with nothing to wait for, every operand a packed batch of the prepared layout in
+  the backend's memory, on an asynchronous backend (or on a synchronous one, a call small enough
+  to run in the caller's thread, with nothing queued): the backend's ``fire`` (or ``run``) on
+  the operands' arrays, the outputs allocated as the first run allocated them. No request, no
+  check, no staging (docs/decisions.md#host-prepared-calls);
 * **staged**: the request (put together without validation where every operand is a packed
-  batch of the prepared layout, else validated), memory checks, ``after=``, staging (a list
-  gathered, a host batch uploaded), the plan's launches (``Runtime._submit``).
+  batch of the prepared layout or a list of the prepared signature, else validated), memory
+  checks, ``after=``, staging (a list gathered, a host batch uploaded), the plan's launches
+  (``Runtime._submit``).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from vbatch.core.batch import MatrixList, PackedBatch, Views
+from vbatch.core.batch import MatrixList, PackedBatch, Views, list_signature
 from vbatch.core.errors import InputError, validated
 from vbatch.runtime.future import Future
 
@@ -45,6 +47,33 @@ def layout_token(batch: PackedBatch) -> _Layout:
     if t is None:
         t = c["layout"] = _Layout()
     return t
+
+
+class _ListLayout:
+    """What a prepared call keeps of a list operand to bind a later list of the same
+    :func:`~vbatch.core.batch.list_signature` without validating it: the signature, and the
+    description a twin of it takes (its sizes, dtype, kind and staged order), not the
+    arrays."""
+
+    __slots__ = ("sig", "template")
+
+    def __init__(self, sig: tuple, ml: MatrixList):
+        self.sig = sig
+        self.template = ml.twin([]), ml.packed_order
+
+    def bind(self, mats: Any, known: bool, ow: bool) -> MatrixList | None:
+        """``mats`` as a validated list of this signature (``known``: the call's key held it,
+        so it was compared already), or None: another signature, another staged order (device
+        arrays of other strides), or read-only arrays to overwrite (validation names them)."""
+        if not known and list_signature(mats) != self.sig:
+            return None
+        ml, order = self.template
+        ml = ml.twin(mats)
+        if ml.addr is not None and ml.packed_order != order:
+            return None
+        if ow and ml.kind == "numpy" and not all(a.flags.writeable for a in ml.mats):
+            return None
+        return ml
 
 
 class Prepared:
@@ -73,6 +102,10 @@ class Prepared:
                 sizes[name] = (v.m, v.n, v.dtype)
             if type(v) is PackedBatch:
                 layout[name] = layout_token(v)
+            elif type(v) is MatrixList and v.vector is None and v.frontend is None:
+                sig = list_signature(v.mats)
+                if sig is not None:  # (a later list of this signature: a twin of v)
+                    layout[name] = _ListLayout(sig, v)
             values[name] = None  # held by the request of a kept call only
         self._values, self._fset = values, req.__pydantic_fields_set__
         self._layout, self._sizes = layout, sizes
@@ -147,6 +180,12 @@ class Prepared:
                     return None
                 out[name] = None
                 continue
+            if type(lay) is _ListLayout:
+                v = lay.bind(v, known, ow) if type(v) in (list, tuple) else None
+                if v is None:
+                    return None
+                out[name] = v
+                continue
             if type(v) is Views:
                 v = v.batch
             if lay is None or type(v) is not PackedBatch or (
@@ -170,12 +209,12 @@ class Prepared:
         recipe: per input buffer its operand, per output how it is made (0: a new buffer of its
         sizes, 1: a new buffer laid out as the input it replaces, 2: that input itself) and the
         operand whose form it comes back in (None: a scratch buffer, not given back). None
-        where a run must be staged (a list or host operand, a synchronous backend, a batch the
-        memory check may refuse)."""
+        where a run must be staged (a list or host operand, a batch the memory check may
+        refuse, a call a synchronous backend hands to its worker thread)."""
         rt = self.runtime
-        if not rt.backend.asynchronous:
-            return None
         b = rt.backend
+        if not b.asynchronous and not rt._small(self.op, req, self.plan):
+            return None
         ins = []
         for name, operand, written in self.op._ins:
             given = getattr(req, operand)
@@ -273,6 +312,10 @@ def _replayer(p: Prepared, ins: tuple, outs: tuple, kind: type) -> Any:
           "plan": p.plan, "tails": rt._tails}
     var: dict = {}  # operand -> the variable of its batch
     src = ["def replay(given, ow):"]
+    if not rt.backend.asynchronous:
+        # A synchronous backend runs a call in the caller's thread only while nothing is
+        # queued on its worker (Runtime._submit); else the call is staged, behind the queue.
+        src += ["    if rt._queued or rt._closed:", "        return None"]
     for _, o in ins:
         if o is None or o in var:
             continue
@@ -350,7 +393,7 @@ def _rebuild(cls, template: tuple, fields: dict):
     for name, v in fields.items():
         if type(v) is Views:
             v = v.batch
-        if type(v) is PackedBatch:
+        if type(v) is PackedBatch or type(v) is MatrixList:
             values[name] = v
     new = cls.__new__(cls)
     object.__setattr__(new, "__dict__", values)

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from vbatch.kernels import Completion, get_backend
-from vbatch.core.batch import MatrixList, PackedBatch, Views, staged_order
+from vbatch.core.batch import MatrixList, PackedBatch, Views, list_signature, staged_order
 from vbatch.ops.cholesky import CholeskyResult  # noqa: F401 - re-exported
 from vbatch.ops.posv import PosvResult  # noqa: F401 - re-exported
 from vbatch.core.errors import InputError, validated
@@ -486,10 +486,11 @@ _PLAIN = frozenset({bool, int, float, str, np.float64, np.float32, np.int64, np.
 
 def _key(op: Op, fields: dict) -> tuple | None:
     """A call's key in the runtime's prepared calls: the op, the fields' names, each packed
-    batch's layout token (its with_data twins share it) and the other fields' values (with
-    their types: True == 1 == 1.0 as dict keys); None where an operand is not a packed batch
-    (a list is staged on every call anyway). The key holds the tokens, so a key found is a
-    call on those very layouts."""
+    batch's layout token (its with_data twins share it), each list's signature (its arrays'
+    type, dtype and shapes: a list of the same signature is bound without validation) and the
+    other fields' values (with their types: True == 1 == 1.0 as dict keys); None where an
+    operand is neither (a list of mixed types, 1-D arrays, a foreign framework's: validated on
+    every call). The key holds the tokens, so a key found is a call on those very layouts."""
     key = [op.name, *fields]
     put = key.append
     for v in fields.values():
@@ -504,7 +505,10 @@ def _key(op: Op, fields: dict) -> tuple | None:
             put(t)
             put(v)
         else:
-            return None
+            sig = list_signature(v)
+            if sig is None:
+                return None
+            put(sig)
     return tuple(key)
 
 
@@ -516,17 +520,20 @@ def _new_buffer(b, req, buf):
                         not buf.complete)
 
 
-_NOKEY = object()  # (in a key: an argument that cannot be keyed, as a list)
+_NOKEY = object()  # (in a key: an argument that cannot be keyed, as a list of mixed types)
 
 
 def _lay(v: Any) -> Any:
-    """An operand in a generated method's key: its layout token, None, or _NOKEY."""
+    """An operand in a generated method's key: its layout token, a list's signature, None or
+    _NOKEY."""
     t = type(v)
     if t is Views:
         v, t = v.batch, PackedBatch
     if t is PackedBatch:
         return v.__dict__.get("_vb_cache", _NONE).get("layout") or layout_token(v)
-    return None if v is None else _NOKEY
+    if v is None:
+        return None
+    return list_signature(v) or _NOKEY
 
 
 def _val(v: Any) -> Any:

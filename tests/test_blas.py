@@ -702,21 +702,21 @@ def test_a_repeated_packed_call_validates_and_plans_nothing_again(device, monkey
     assert ref() is None, "the known-call path kept a batch alive"
 
 
-@pytest.mark.gpu
-def test_a_known_call_replays_on_cuda_with_fresh_outputs(monkeypatch):
-    """From its second run on, a known call on the GPU skips the request, the checks and the
-    staging (Prepared._replay): each call still gets its own output (earlier results stay
-    as they were), reads its operands' current contents, and keeps the output's form (a new
-    output, an out-of-place one, one written in place, the Views of an earlier list result)."""
-    import cupy
-
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_known_call_replays_with_fresh_outputs(device, monkeypatch):
+    """From its second run on, a known call skips the request, the checks and the staging
+    (Prepared._replay; on the CPU, a call small enough to run in the caller's thread): each
+    call still gets its own output (earlier results stay as they were), reads its operands'
+    current contents, and keeps the output's form (a new output, an out-of-place one, one
+    written in place, the Views of an earlier list result)."""
     rng = np.random.default_rng(21)
-    shapes = [(0, 3, 2), (1, 1, 1), (33, 31, 32), (64, 65, 63)]
+    last = (64, 65, 63) if device == "cuda" else (20, 21, 19)  # (CPU: small enough)
+    shapes = [(0, 3, 2), (1, 1, 1), (33, 31, 32), last]
     A = [rng.standard_normal((m, k)) for m, n, k in shapes]
     B = [rng.standard_normal((k, n)) for m, n, k in shapes]
     C = [rng.standard_normal((m, n)) for m, n, k in shapes]
-    a, b, c = (_form(x, "packedC", "cuda", np.float64) for x in (A, B, C))
-    rt = vbatch.Runtime("cuda")
+    a, b, c = (_form(x, "packedC", device, np.float64) for x in (A, B, C))
+    rt = vbatch.Runtime(device)
     runs = {"n": 0}
     real = rt._execute
 
@@ -724,28 +724,32 @@ def test_a_known_call_replays_on_cuda_with_fresh_outputs(monkeypatch):
         runs["n"] += 1
         return real(*args, **kw)
 
+    def ptr(x):
+        return x.data.ptr if device == "cuda" else x.ctypes.data
+
     monkeypatch.setattr(rt, "_execute", counting)
     outs, cs = [], []
     for step in range(4):
         cs.append([x * (step + 1) for x in C])
-        c.data[...] = _form(cs[-1], "packedC", "cuda", np.float64).data
+        c.data[...] = _form(cs[-1], "packedC", device, np.float64).data
         outs.append(rt.gemm(a, b, c, alpha=2.0, beta=-1.0).result())
     assert runs["n"] == 1
-    assert len({o.data.data.ptr for o in outs}) == 4 and all(o.order == "C" for o in outs)
+    assert len({ptr(o.data) for o in outs}) == 4 and all(o.order == "C" for o in outs)
     for o, cc in zip(outs, cs):  # (each as computed: a later call wrote elsewhere)
         _check_gemm(A, B, cc, _mats(o), 2.0, -1.0, False, False, np.float64, "replayed")
     news = [rt.gemm(a, b).result() for _ in range(3)]  # a new output, from the sizes
-    assert runs["n"] == 2 and len({o.data.data.ptr for o in news}) == 3
+    assert runs["n"] == 2 and len({ptr(o.data) for o in news}) == 3
     for o in news:
         _check_gemm(A, B, [np.zeros_like(x) for x in C], _mats(o), 1.0, 0.0, False, False,
                     np.float64, "new output")
     for _ in range(3):  # in place: the result is c itself
-        c.data[...] = _form(C, "packedC", "cuda", np.float64).data
+        c.data[...] = _form(C, "packedC", device, np.float64).data
         assert rt.gemm(a, b, c, beta=1.0, overwrite=True).result() is c
         _check_gemm(A, B, C, _mats(c), 1.0, 1.0, False, False, np.float64, "in place")
     assert runs["n"] == 3
     # The Views of an earlier list result: a list-like result again.
-    v = rt.gemm([cupy.asarray(x) for x in A], [cupy.asarray(x) for x in B]).result()
+    xp = _xp(device)
+    v = rt.gemm([xp.asarray(x) for x in A], [xp.asarray(x) for x in B]).result()
     for _ in range(3):
         got = rt.gemm(v, v, trans_b=True).result()
         assert type(got) is type(v) and len(got) == len(shapes)

@@ -388,6 +388,50 @@ def test_a_prepared_call_runs_again_and_names_other_sizes(device, form, op):
         _check(case2, res, params, np.float64, f"{op}, overwrite=True")
 
 
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("op", OPS)
+def test_a_list_of_known_sizes_runs_the_kept_call(device, op, monkeypatch):
+    """A call on a list of the same array type, dtype and shapes as an earlier call's runs
+    that call's kept (validated, planned) call on the new arrays, validating nothing: the
+    result is the new arrays'. In place, the outputs are the caller's new arrays. A list of
+    other sizes or dtype is a call of its own; read-only arrays to overwrite are named."""
+    import vbatch.runtime.runtime as runtime_mod
+    from vbatch import InputError
+
+    sizes = [0, 1, 31, 33, 5]
+    rt = Runtime(device)
+    case = make_case(op, np.random.default_rng(9), sizes)
+    params = case.params[-1]
+
+    def lists(c, dtype=np.float64):
+        return {k: _form(v, "list", device, dtype) for k, v in c.operands.items()}
+
+    for ow in (False, True):  # (each its own kept call: the first validates)
+        case.call(rt, lists(case), {**params, "overwrite": ow}).result()
+    validations = []
+    real = runtime_mod.validated
+    monkeypatch.setattr(runtime_mod, "validated",
+                        lambda *a, **kw: validations.append(a[0]) or real(*a, **kw))
+    for seed in (10, 11):
+        again = make_case(op, np.random.default_rng(seed), sizes)
+        _check(again, case.call(rt, lists(again), params).result(), params, np.float64,
+               f"{op}, list of known sizes, seed {seed}")
+        mine = lists(again)
+        res = case.call(rt, mine, {**params, "overwrite": True}).result()
+        assert all(g is a for g, a in zip(case.outputs(res)[-1], mine[case.written]))
+        _check(again, res, params, np.float64, f"{op}, in place, seed {seed}")
+    assert not validations, validations
+    for new_sizes, dtype in (([0, 1, 31, 34, 5], np.float64), (sizes, np.float32)):
+        other = make_case(op, np.random.default_rng(12), new_sizes)
+        _check(other, case.call(rt, lists(other, dtype), params).result(), params, dtype,
+               f"{op}, sizes {new_sizes}, {np.dtype(dtype).name}")
+    if device == "cpu":  # (device arrays are always writable)
+        mine = lists(case)
+        mine[case.written][3].flags.writeable = False
+        with pytest.raises(InputError, match=r"problem 3: .*read-only"):
+            case.call(rt, mine, {**params, "overwrite": True})
+
+
 def test_every_ops_methods_and_functions_come_from_its_registration():
     """Runtime methods, module functions and vbatch.distributed.Runtime methods carry each
     op's own signature (then after=, overwrite=) and docstring."""

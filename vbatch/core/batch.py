@@ -494,14 +494,24 @@ def tight_offsets(sizes: np.ndarray, ld: np.ndarray | None = None) -> np.ndarray
     return out
 
 
-_TIGHT: dict = {}  # read-only shape arrays (by identity) -> their layout (tight_layout)
+_TIGHT: dict = {}  # read-only shape arrays (by identity) -> their layout (tight_template)
 
 
 def tight_layout(m: np.ndarray, n: np.ndarray, order: str) -> tuple[np.ndarray, np.ndarray, int]:
-    """``(offset, ld, total elements)`` of matrices of shapes ``(m, n)`` packed back to back.
-    For read-only ``m`` and ``n`` (an op's shape rule that keeps its arrays, as the sparse
-    solve's scratch does) the layout is made once: for 40,517 fronts it was ~0.3 ms of every
-    solve of the 1000 Laplacians (H100 host, 2026-11-25)."""
+    """``(offset, ld, total elements)`` of matrices of shapes ``(m, n)`` packed back to back
+    (:func:`tight_template`)."""
+    t, total = tight_template(m, n, order)
+    return t.offset, t.ld, total
+
+
+def tight_template(m: np.ndarray, n: np.ndarray, order: str) -> tuple["PackedBatch", int]:
+    """Matrices of shapes ``(m, n)`` packed back to back: a batch over no buffer yet (its
+    ``with_data`` gives one over a buffer of the returned total elements). For read-only ``m``
+    and ``n`` (a validated list's, an op's shape rule that keeps its arrays, as the sparse
+    solve's scratch does) it is made once, so every batch laid out from those arrays shares
+    one cache, as with_data twins do: a list staged again with the same sizes finds what a
+    backend derived from its layout. Made every call, the layout alone was ~0.3 ms of every
+    solve of the 1000 Laplacians (40,517 fronts; H100 host, 2026-11-25)."""
     frozen = not getattr(getattr(m, "flags", None), "writeable", True) and \
         not getattr(getattr(n, "flags", None), "writeable", True)
     if frozen:
@@ -511,9 +521,11 @@ def tight_layout(m: np.ndarray, n: np.ndarray, order: str) -> tuple[np.ndarray, 
     ld = np.maximum(n if order == "C" else m, 1).astype(np.int64)
     size = ld * (m if order == "C" else n)
     off = tight_offsets(size)
-    out = off, ld, int(off[-1] + size[-1]) if len(size) else 0
+    off.flags.writeable = ld.flags.writeable = False
+    t = PackedBatch.model_construct(data=None, m=m, n=n, offset=off, ld=ld, order=order)
+    out = t, int(off[-1] + size[-1]) if len(size) else 0
     if frozen:
-        off.flags.writeable = ld.flags.writeable = False
+        t.cache()  # (made here: every batch made from it shares it)
         if len(_TIGHT) > 64:
             _TIGHT.clear()
         _TIGHT[id(m), id(n), order] = (m, n, out)  # (holding m and n keeps their ids theirs)
@@ -571,6 +583,7 @@ def _describe_uniform(mats: list, square: bool) -> dict | None:
 
 _DTYPE = attrgetter("dtype")
 _SHAPE = attrgetter("shape")
+_NDIM = attrgetter("ndim")
 _STRIDES = attrgetter("strides")
 _PTR = attrgetter("data.ptr")
 
@@ -584,6 +597,33 @@ def addresses(mats: list, itemsize: int) -> np.ndarray:
     st = np.fromiter(chain.from_iterable(map(_STRIDES, mats)), dtype=np.int64, count=2 * k)
     addr[1:] = st.reshape(k, 2).T // itemsize
     return addr
+
+
+def list_signature(mats: Any) -> tuple | None:
+    """A list operand's part of a call's key (runtime/runtime.py): its arrays' type, dtype and
+    shapes. A later list of the same signature is the same call on other data: it is staged
+    without being validated again (:meth:`MatrixList.twin`). None where the list is not of
+    one plain numpy or cupy array type and one supported dtype, all 2-D: it is then validated
+    on every call (adopted frameworks, 1-D right-hand sides, anything the general pass
+    names). Reading the shapes is the floor of any list call: ~0.05 us an array for numpy,
+    ~0.2 for cupy (docs/decisions.md#host-list-form)."""
+    if type(mats) not in (list, tuple) or not mats:
+        return None
+    types = set(map(type, mats))
+    if len(types) != 1:
+        return None
+    t = types.pop()
+    if t is not np.ndarray and array_kind(mats[0]) != "cupy":
+        return None  # (a numpy subclass, a foreign framework's array)
+    dtypes = set(map(_DTYPE, mats))
+    if len(dtypes) != 1:
+        return None
+    dtype = dtypes.pop()
+    if dtype not in SUPPORTED_DTYPES or set(map(_NDIM, mats)) != {2}:
+        return None
+    k = len(mats)
+    shapes = np.fromiter(chain.from_iterable(map(_SHAPE, mats)), dtype=np.int64, count=2 * k)
+    return t, dtype, shapes.tobytes()
 
 
 class MatrixList(BaseModel):
@@ -688,6 +728,24 @@ class MatrixList(BaseModel):
             "source": list(source) if adopted else mats,
         }
 
+    def twin(self, mats: Any) -> "MatrixList":
+        """This list's validated description over other arrays of the same
+        :func:`list_signature` (the caller has checked it): the arrays and, for device arrays,
+        their addresses are the new ones; sizes, dtype and kind are this list's (the same
+        arrays, so a plan or layout keyed by them is found by identity)."""
+        mats = list(mats)
+        d = {**self.__dict__, "mats": mats, "source": mats}
+        if self.kind != "numpy":
+            addr = addresses(mats, self.dtype.itemsize)
+            addr.flags.writeable = False
+            d["addr"] = addr
+        new = MatrixList.__new__(MatrixList)
+        object.__setattr__(new, "__dict__", d)
+        object.__setattr__(new, "__pydantic_fields_set__", self.__pydantic_fields_set__)
+        object.__setattr__(new, "__pydantic_extra__", None)
+        object.__setattr__(new, "__pydantic_private__", None)
+        return new
+
     @property
     def k(self) -> int:
         return len(self.mats)
@@ -715,23 +773,33 @@ def staged_order(x: Any) -> str | None:
     return x.order if t is PackedBatch else x.packed_order if t is MatrixList else None
 
 
-def _pack_host(ml: "MatrixList", data: np.ndarray, order: str, total: int) -> bool:
-    """Small plain numpy arrays into ``data`` back to back by one ``np.concatenate``: of the
-    matrices or their transposes where all have one shape, else of each flattened in ``order``
-    (a view of an array stored that way, else a copy). A Python step per array (a view and a
-    copy into it) was most of packing such a list: 20,000 of 8 x 8, 1.39 / 0.98 us an array
-    column- / row-major, 0.40 / 0.21 by one call (2-core VM). False for anything else, which
-    the caller's loop places one by one: larger matrices (one copy each is then the cost;
-    flattening and gathering them into the other order lost up to 10x, 200 of 50-150 rows),
-    subclasses (an ``np.matrix`` stays 2-D when flattened), and a layout with space no matrix
-    fills (an empty matrix of a nonzero other dimension)."""
+def _pack_host(ml: "MatrixList", layout: "PackedBatch", data: np.ndarray, total: int) -> bool:
+    """Small plain numpy arrays into ``data`` (``layout``'s buffer) back to back by one
+    ``np.concatenate``: of the matrices or their transposes where all have one shape, else of
+    each flattened in the layout's order (a view of an array stored that way, else a copy). A
+    Python step per array (a view and a copy into it) was most of packing such a list: 20,000
+    of 8 x 8, 1.39 / 0.98 us an array column- / row-major, 0.40 / 0.21 by one call (2-core
+    VM). False for anything else, which the caller's loop places one by one: larger matrices
+    (one copy each is then the cost; flattening and gathering them into the other order lost
+    up to 10x, 200 of 50-150 rows), subclasses (an ``np.matrix`` stays 2-D when flattened),
+    and a layout with space no matrix fills (an empty matrix of a nonzero other dimension).
+    What depends on the sizes alone is kept with the layout: found again, it is ~5 of the ~9
+    us this took for 10 matrices of 8 x 8."""
     mats = ml.mats
     k = len(mats)
-    if (not k or total > _PACK_SMALL * k or total != int((ml.m * ml.n).sum())
-            or set(map(type, mats)) != {np.ndarray}):
+    c = layout.cache()
+    facts = c.get("host-pack")
+    if facts is None:
+        m, n = ml.m, ml.n
+        one = bool(k) and (m == m[0]).all() and (n == n[0]).all()
+        facts = c["host-pack"] = (
+            bool(k) and total <= _PACK_SMALL * k and total == int((m * n).sum()),
+            (int(m[0]), int(n[0])) if one else None)
+    if not facts[0] or set(map(type, mats)) != {np.ndarray}:
         return False
-    m0, n0 = int(ml.m[0]), int(ml.n[0])
-    if ml.vector is None and (ml.m == m0).all() and (ml.n == n0).all():
+    order = layout.order
+    if ml.vector is None and facts[1] is not None:
+        m0, n0 = facts[1]
         if order == "F":
             np.concatenate([a.T for a in mats], axis=0, out=data.reshape(k * n0, m0))
         else:
@@ -754,23 +822,21 @@ def pack(mats: Any, order: Literal["F", "C"] = "C", backend: Any = None) -> Pack
     one copy per matrix.
     """
     ml = mats if isinstance(mats, MatrixList) else validated(MatrixList, mats=mats)
-    offset, ld, total = tight_layout(ml.m, ml.n, order)
+    layout, total = tight_template(ml.m, ml.n, order)
+    offset, ld = layout.offset, layout.ld
     if ml.kind == "numpy":
         data = np.empty(total, dtype=ml.dtype)
-        if _pack_host(ml, data, order, total):
-            return PackedBatch.model_construct(data=data, m=ml.m, n=ml.n, offset=offset, ld=ld,
-                                               order=order)
-        fortran = order == "F"
-        for i, a in enumerate(ml.mats):
-            r, c = int(ml.m[i]), int(ml.n[i])
-            if r and c:
-                flat = data[offset[i] : offset[i] + r * c]
-                view = flat.reshape(r, c, order="F" if fortran else "C")
-                view[...] = a
+        if not _pack_host(ml, layout, data, total):
+            fortran = order == "F"
+            for i, a in enumerate(ml.mats):
+                r, c = int(ml.m[i]), int(ml.n[i])
+                if r and c:
+                    flat = data[offset[i] : offset[i] + r * c]
+                    view = flat.reshape(r, c, order="F" if fortran else "C")
+                    view[...] = a
     else:
         if backend is None:
             raise ValueError(f"a list of {ml.kind} arrays is gathered on its device: pass the "
                              "backend (vbatch.pack does)")
         data = backend.gather(ml.mats, ml.m, ml.n, offset, ld, ml.dtype, order, ml.addr)
-    return PackedBatch.model_construct(data=data, m=ml.m, n=ml.n, offset=offset, ld=ld,
-                                       order=order)
+    return layout.with_data(data)
