@@ -805,7 +805,9 @@ def _pack_host(ml: "MatrixList", layout: "PackedBatch", data: np.ndarray, total:
         else:
             np.concatenate(mats, axis=0, out=data.reshape(k * m0, n0))
         return True
-    np.concatenate([a.reshape(-1, order=order) for a in mats], out=data)
+    # (ravel without keywords: reshape(-1, order=...) took 0.6 us an array, ravel 0.17)
+    flat = [a.ravel() for a in mats] if order == "C" else [a.T.ravel() for a in mats]
+    np.concatenate(flat, out=data)
     return True
 
 
