@@ -70,7 +70,7 @@ class Runtime:
         self._tails: dict = {}
         self._lock = threading.Lock()
         self._opts: dict = {}  # (op, dtype, order) -> planner options (identity-keyed)
-        # (family, dtype name) -> what `python -m vbatch tune` measured for this machine
+        # (family, dtype name, order) -> what `python -m vbatch tune` measured for this machine
         self._tuned = tuned_options(self.backend, self.config)
         self._plans: OrderedDict = OrderedDict()  # size signature -> plan, last used last
         self._calls: dict = {}  # the call's key (_key) -> its Prepared, oldest first
@@ -104,12 +104,14 @@ class Runtime:
                      order: str | None = None) -> MappingProxyType:
         """The planner's options for ``op`` on this dtype: the config's, else the backend's
         (those of every kernel family the op uses, merged in the op's order, each family's
-        defaults followed by what ``python -m vbatch tune`` measured for it on this machine).
+        defaults followed by what ``python -m vbatch tune`` measured for it on this machine,
+        for this layout).
 
-        ``order``: the layout of the batch ("F", "C"; None: not said), where a backend's
-        defaults depend on it. One read-only mapping per (op, dtype), the same object for
-        every layout whose options are those of ``order=None``; another only where the layout
-        changes a default. (Options are set through the :class:`Config` alone.)"""
+        ``order``: the layout of the batch ("F", "C"; None: not said, read as column-major
+        where tuned), where a backend's defaults and the tuned options depend on it. One
+        read-only mapping per (op, dtype), the same object for every layout whose options are
+        those of ``order=None``; another only where the layout changes one. (Options are set
+        through the :class:`Config` alone.)"""
         dtype = np.dtype(dtype)
         hit = self._opts.get((op, dtype, order))
         if hit is None:
@@ -127,7 +129,8 @@ class Runtime:
         hit = {}
         for fam in families:
             hit.update(self.backend.plan_defaults(fam, dtype, order))
-            hit.update(self._tuned.get((fam, dtype.name), {}))
+            # (tuned per layout; a layout not said takes the column-major one's)
+            hit.update(self._tuned.get((fam, dtype.name, order or "F"), {}))
         cfg = self.config
         for name in Config.PLANNER:
             if getattr(cfg, name) is not None and name in hit:

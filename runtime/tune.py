@@ -9,8 +9,12 @@ others'. Knobs go in order, each with the ones before it at their chosen values 
 descent). A candidate's score is the geometric mean over the workloads of its median time over
 that of the value in force, which stays unless a candidate beats it by more than ``MARGIN``.
 
+Every workload is timed in both layouts of a packed batch, column-major ("F") and row-major
+("C"), each layout's options tuned on its own: a layout's defaults may differ
+(``layout_defaults``), and a choice measured on one layout is not the other's.
+
 The file (``Config.tune_file``; default ``~/.cache/vbatch/tune.json``) maps a key to the
-chosen options, per family and dtype, and the timings behind them. The key names the backend
+chosen options, per family, dtype and layout, and the timings behind them. The key names the backend
 and device (:meth:`Backend.tune_key`) and a hash of every kernel source (the ``.cu`` files,
 their headers and the kernel modules): an entry made for other kernels is not used. A runtime
 takes, per option, the config's value, else the file's, else the kernel module's default.
@@ -32,6 +36,10 @@ import numpy as np
 MARGIN = 0.03
 DEFAULT_FILE = Path("~/.cache/vbatch/tune.json")
 FAMILIES = ("potrf",)  # the families whose modules declare TUNE (the batched Cholesky's)
+ORDERS = ("F", "C")  # the layouts tuned, each on its own
+# The entry's layout: options per family, dtype and order. An entry without it (options per
+# family and dtype, measured on column-major batches alone) is not used.
+FORMAT = 2
 
 _HASH: dict = {}
 _FILES: dict = {}
@@ -82,27 +90,29 @@ def entry_key(backend) -> str:
 
 
 def tuned_options(backend, config) -> dict:
-    """``{(family, dtype name): {option: value}}`` from the file for this backend and these
-    kernels, or ``{}`` (no file, no entry, an entry of a ``--quick`` run, or ``config.tuned``
-    off)."""
+    """``{(family, dtype name, order): {option: value}}`` from the file for this backend and
+    these kernels, or ``{}`` (no file, no entry, an entry of a ``--quick`` run or of another
+    format, or ``config.tuned`` off)."""
     if not config.tuned:
         return {}
     data = _read(file_path(config.tune_file))
     if not data:  # the common case: no file; no device query, no hashing
         return {}
     entry = data.get(entry_key(backend))
-    if not isinstance(entry, dict) or entry.get("quick"):
+    if not isinstance(entry, dict) or entry.get("quick") or entry.get("format") != FORMAT:
         return {}
     out = {}
     for fam, per_dtype in entry.get("options", {}).items():
-        for dt, opts in per_dtype.items():
-            out[(fam, dt)] = dict(opts)
+        for dt, per_order in per_dtype.items():
+            for order, opts in per_order.items():
+                out[(fam, dt, order)] = dict(opts)
     return out
 
 
 # ----------------------------------------------------------------------------- measuring
-def _batch(rt, dist: str, k: int, nmax: int, dtype, seed: int):
-    """A packed batch of SPD matrices on the runtime's device (generated there on CUDA)."""
+def _batch(rt, dist: str, k: int, nmax: int, dtype, seed: int, order: str):
+    """A packed batch of SPD matrices in ``order`` on the runtime's device (generated there on
+    CUDA)."""
     from vbatch.core.batch import PackedBatch, tight_offsets
     from vbatch.ops.generate import sizes, spd_packed
 
@@ -115,8 +125,8 @@ def _batch(rt, dist: str, k: int, nmax: int, dtype, seed: int):
         ld = np.maximum(n, 1)
         off = tight_offsets(n, ld)
         data = cupy.empty(int((ld * n).sum()), dtype)
-        return spd_fill(PackedBatch.from_buffer(data, n, off, ld, "F"), seed)
-    return spd_packed(n, dtype, np.random.default_rng(seed))
+        return spd_fill(PackedBatch.from_buffer(data, n, off, ld, order), seed)
+    return spd_packed(n, dtype, np.random.default_rng(seed), order)
 
 
 def _race(runtimes: dict, batches: list, reps: int) -> dict:
@@ -162,13 +172,13 @@ def tune(device: str = "auto", dtypes=("float64", "float32"), quick: bool = Fals
         if quick:
             work = (("uniform", 24, 40), ("skewed", 24, 80))
             reps = 1
-        for dt in dtypes:
+        for dt, order in ((dt, order) for dt in dtypes for order in ORDERS):
             dtype = np.dtype(dt)
-            opts = {name: value for name, value in probe.plan_options(dtype, fam).items()
+            opts = {name: value for name, value in probe.plan_options(dtype, fam, order).items()
                     if name in Config.PLANNER}
-            batches = [(f"{d} k={k} Nmax={m}", _batch(probe, d, k, m, dtype, 1 + i))
+            batches = [(f"{d} k={k} Nmax={m}", _batch(probe, d, k, m, dtype, 1 + i, order))
                        for i, (d, k, m) in enumerate(work)]
-            log(f"{backend.name} {fam} {dt}: {', '.join(w for w, _ in batches)}")
+            log(f"{backend.name} {fam} {dt} {order}: {', '.join(w for w, _ in batches)}")
             for names, candidates in knobs:
                 now = tuple(opts[nm] for nm in names)
                 cands = list(dict.fromkeys([now] + candidates))
@@ -193,12 +203,12 @@ def tune(device: str = "auto", dtypes=("float64", "float32"), quick: bool = Fals
                     mark = "*" if c == best else " "
                     log(f"  {mark} {label} = {'/'.join(map(str, c)):<12} "
                         + " ".join(f"{t:9.3f}" for t in ms[c]) + f"   x{score[c]:.3f}")
-                timings.setdefault(fam, {}).setdefault(dt, {})[label] = {
+                timings.setdefault(fam, {}).setdefault(dt, {}).setdefault(order, {})[label] = {
                     "/".join(map(str, c)): ms[c] for c in cands}
-            chosen.setdefault(fam, {})[dt] = {nm: opts[nm] for names, _ in knobs
-                                              for nm in names}
-    entry = {"options": chosen, "timings": timings, "reps": reps, "quick": quick,
-             "date": time.strftime("%Y-%m-%d %H:%M:%S")}
+            chosen.setdefault(fam, {}).setdefault(dt, {})[order] = {
+                nm: opts[nm] for names, _ in knobs for nm in names}
+    entry = {"format": FORMAT, "options": chosen, "timings": timings, "reps": reps,
+             "quick": quick, "date": time.strftime("%Y-%m-%d %H:%M:%S")}
     out = file_path(path)
     data = dict(_read(out))
     data[entry_key(backend)] = entry
@@ -210,9 +220,11 @@ def tune(device: str = "auto", dtypes=("float64", "float32"), quick: bool = Fals
 
 
 def describe(entry: dict) -> str:
-    """The chosen options of an entry, one line per family and dtype."""
+    """The chosen options of an entry, one line per family, dtype and layout."""
     lines = []
     for fam, per in entry.get("options", {}).items():
-        for dt, opts in per.items():
-            lines.append(f"{fam} {dt}: " + ", ".join(f"{k}={v}" for k, v in opts.items()))
+        for dt, per_order in per.items():
+            for order, opts in per_order.items():
+                lines.append(f"{fam} {dt} {order}: "
+                             + ", ".join(f"{k}={v}" for k, v in opts.items()))
     return "\n".join(lines)

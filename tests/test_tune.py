@@ -6,16 +6,18 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 from vbatch import Runtime
 from vbatch.kernels import potrf_cpu
+from vbatch.ops.generate import spd_packed
 from vbatch.runtime import cli
-from vbatch.runtime.tune import entry_key, tune, tuned_options
+from vbatch.runtime.tune import FORMAT, entry_key, tune, tuned_options
 
 
-def _write(path, key, options, quick=False):
-    path.write_text(json.dumps({key: {"options": options, "quick": quick}}))
+def _write(path, key, options, quick=False, format=FORMAT):
+    path.write_text(json.dumps({key: {"options": options, "quick": quick, "format": format}}))
 
 
 def test_a_runtime_takes_the_entry_for_its_backend_and_kernels(tmp_path):
@@ -23,17 +25,26 @@ def test_a_runtime_takes_the_entry_for_its_backend_and_kernels(tmp_path):
     plain = Runtime("cpu", tuned=False)
     key = entry_key(plain.backend)
     default = potrf_cpu.plan_defaults("float64")["nb"]
-    _write(f, key, {"potrf": {"float64": {"nb": 128}}})
+    _write(f, key, {"potrf": {"float64": {"F": {"nb": 128}, "C": {"nb": 256}}}})
     rt = Runtime("cpu", tune_file=str(f))
-    assert rt.plan_options("float64")["nb"] == 128
+    assert rt.plan_options("float64")["nb"] == 128  # (a layout not said: column-major's)
+    assert rt.plan_options("float64", order="F")["nb"] == 128
+    assert rt.plan_options("float64", order="C")["nb"] == 256  # each layout its own
     assert rt.plan_options("float32")["nb"] == default  # no entry for float32
-    assert rt.plan_options("float64", "posv")["nb"] == 128  # every op of the family
+    assert rt.plan_options("float64", "posv", "C")["nb"] == 256  # every op of the family
+    for order, nb in (("F", 128), ("C", 256)):  # what a call on a batch of that layout plans
+        batch = spd_packed([40, 3], np.float64, np.random.default_rng(0), order)
+        assert rt.plan(batch).opts["nb"] == nb
     assert Runtime("cpu", tune_file=str(f), nb=256).plan_options("float64")["nb"] == 256
     assert Runtime("cpu", tune_file=str(f), tuned=False).plan_options("float64")["nb"] == default
-    # Measured on other kernels (another hash), or by a quick run: not taken.
-    _write(f, key.rsplit(" ", 1)[0] + " 0123456789abcdef", {"potrf": {"float64": {"nb": 128}}})
+    # Measured on other kernels (another hash), by a quick run, or written in another format
+    # (options per dtype alone, measured on column-major batches): not taken.
+    _write(f, key.rsplit(" ", 1)[0] + " 0123456789abcdef",
+           {"potrf": {"float64": {"F": {"nb": 128}}}})
     assert Runtime("cpu", tune_file=str(f)).plan_options("float64")["nb"] == default
-    _write(f, key, {"potrf": {"float64": {"nb": 128}}}, quick=True)
+    _write(f, key, {"potrf": {"float64": {"F": {"nb": 128}}}}, quick=True)
+    assert Runtime("cpu", tune_file=str(f)).plan_options("float64")["nb"] == default
+    _write(f, key, {"potrf": {"float64": {"nb": 128}}}, format=None)
     assert Runtime("cpu", tune_file=str(f)).plan_options("float64")["nb"] == default
     # A missing or unreadable file is no entry.
     f.write_text("{not json")
@@ -46,15 +57,16 @@ def test_tune_measures_every_candidate_and_writes_its_choice(tmp_path):
     f = tmp_path / "sub" / "tune.json"
     lines = []
     entry = tune("cpu", ("float64",), quick=True, path=str(f), log=lines.append)
-    nb = entry["options"]["potrf"]["float64"]["nb"]
     candidates = {potrf_cpu.plan_defaults("float64")["nb"], *potrf_cpu.TUNE[0][1]}
-    assert nb in candidates
-    timed = entry["timings"]["potrf"]["float64"]["nb"]
-    assert {int(c) for c in timed} == candidates
-    assert all(len(ms) == 2 and all(t > 0 for t in ms) for ms in timed.values())
+    for order in ("F", "C"):  # each layout timed and chosen on its own
+        assert entry["options"]["potrf"]["float64"][order]["nb"] in candidates
+        timed = entry["timings"]["potrf"]["float64"][order]["nb"]
+        assert {int(c) for c in timed} == candidates
+        assert all(len(ms) == 2 and all(t > 0 for t in ms) for ms in timed.values())
     saved = json.loads(f.read_text())
     assert saved[entry_key(Runtime("cpu", tuned=False).backend)]["options"] == entry["options"]
-    assert sum(line.lstrip().startswith("*") for line in lines) == 1  # one choice marked
+    assert sum(line.lstrip().startswith("*") for line in lines) == 2  # one choice a layout
+    assert any("float64 C:" in line for line in lines)
 
 
 def test_tune_command(tmp_path, capsys):
@@ -62,7 +74,7 @@ def test_tune_command(tmp_path, capsys):
     assert cli.main(["tune", "--device", "cpu", "--quick", "--dtype", "float32",
                      "--file", str(f)]) == 0
     out = capsys.readouterr().out
-    assert "potrf float32: nb=" in out and f.exists()
+    assert "potrf float32 F: nb=" in out and "potrf float32 C: nb=" in out and f.exists()
     with pytest.raises(SystemExit) as e:
         cli.main(["tune", "--reps", "0"])
     assert e.value.code == 2
@@ -78,6 +90,6 @@ def test_a_candidate_the_backend_refuses_is_skipped(tmp_path, monkeypatch):
     lines = []
     entry = tune("cpu", ("float64",), quick=True, path=str(tmp_path / "t.json"),
                  log=lines.append)
-    assert entry["options"]["potrf"]["float64"]["block"] in (0, 64)
-    assert set(entry["timings"]["potrf"]["float64"]["block/block_above"]) == {"0/0", "64/0"}
+    assert entry["options"]["potrf"]["float64"]["F"]["block"] in (0, 64)
+    assert set(entry["timings"]["potrf"]["float64"]["F"]["block/block_above"]) == {"0/0", "64/0"}
     assert any("block must be 0 or a multiple of nb = 32" in ln for ln in lines)
