@@ -203,10 +203,11 @@ class CpuBackend(Backend):
     @staticmethod
     def _view(batch: PackedBatch, from_list: bool = False) -> View:
         cache = batch.cache()
-        hit = cache.get("cpu-view")
+        isz = batch.dtype.itemsize
+        key = ("cpu-view", isz)  # (bytes: a layout's cache may serve several dtypes)
+        hit = cache.get(key)
         if hit is None:  # per layout: a packed batch's metadata never changes
-            isz = batch.dtype.itemsize
-            hit = cache["cpu-view"] = ((batch.offset * isz).tolist(), batch.ld.tolist())
+            hit = cache[key] = ((batch.offset * isz).tolist(), batch.ld.tolist())
         return View(batch.data.ctypes.data, hit[0], hit[1], batch.order, batch.dtype, batch.m,
                     batch.n, batch, from_list)
 

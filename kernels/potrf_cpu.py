@@ -386,11 +386,11 @@ def _pivots(plan, out, p):
     cache = plan.cache if out.from_list else b.cache()
     key = ("potrf-pivots", id(plan), b.order)
     hit = cache.get(key)
-    if hit is None:
+    if hit is None or hit[3] is not plan:  # (the plan held: another can't take its id)
         first = np.zeros(plan.k + 1, dtype=np.int64)
         np.cumsum(p, out=first[1:])
         owner = np.repeat(np.arange(plan.k), p)
         diag = (np.repeat(b.offset, p) + (np.arange(int(first[-1])) - first[owner])
                 * np.repeat(b.ld + 1, p))
-        hit = cache[key] = (diag, owner, first)
-    return hit
+        hit = cache[key] = (diag, owner, first, plan)
+    return hit[:3]

@@ -94,6 +94,8 @@ class Op:
             for o in outs))
         object.__setattr__(self, "_scratch", tuple(b for b in self.buffers if b.scratch))
         object.__setattr__(self, "names", tuple(b.name for b in self.buffers))
+        # (the request fields that are batches: a call's key reads a list there by its sizes)
+        object.__setattr__(self, "operands", frozenset(b.operand for b in ins if b.operand))
         if not self.families:
             object.__setattr__(self, "families", (self.name,))
 

@@ -61,17 +61,18 @@ class _ListLayout:
         self.sig = sig
         self.template = ml.twin([]), ml.packed_order
 
-    def bind(self, mats: Any, known: bool, ow: bool) -> MatrixList | None:
+    def bind(self, mats: Any, known: bool, written: bool) -> MatrixList | None:
         """``mats`` as a validated list of this signature (``known``: the call's key held it,
         so it was compared already), or None: another signature, another staged order (device
-        arrays of other strides), or read-only arrays to overwrite (validation names them)."""
+        arrays of other strides), or read-only arrays the call writes (``written``: validation
+        names them)."""
         if not known and list_signature(mats) != self.sig:
             return None
         ml, order = self.template
         ml = ml.twin(mats)
         if ml.addr is not None and ml.packed_order != order:
             return None
-        if ow and ml.kind == "numpy" and not all(a.flags.writeable for a in ml.mats):
+        if written and ml.kind == "numpy" and not all(a.flags.writeable for a in ml.mats):
             return None
         return ml
 
@@ -84,12 +85,13 @@ class Prepared:
     naming the problem and operand, never a new plan. ``after=`` and ``overwrite=`` are per
     run. ``plan`` is the plan every run executes."""
 
-    __slots__ = ("runtime", "op", "plan", "_req", "_values", "_fset", "_operands", "_layout",
-                 "_sizes", "_sig", "_overwrite", "_scalars", "_replay", "_fire")
+    __slots__ = ("runtime", "op", "plan", "_req", "_values", "_fset", "_operands", "_written",
+                 "_layout", "_sizes", "_sig", "_overwrite", "_scalars", "_replay", "_fire")
 
     def __init__(self, runtime: Any, op: Any, req: Any, plan: Any, keep: bool = True):
         self.runtime, self.op, self.plan = runtime, op, plan
         self._operands = tuple(dict.fromkeys(operand for _, operand, _ in op._ins))
+        self._written = frozenset(operand for _, operand, w in op._ins if w)
         self._overwrite = bool(getattr(req, "overwrite", False))
         # (what a rebinding is checked against: only a kept call validates one)
         self._sig = op.signature(req) if keep else None
@@ -181,7 +183,8 @@ class Prepared:
                 out[name] = None
                 continue
             if type(lay) is _ListLayout:
-                v = lay.bind(v, known, ow) if type(v) in (list, tuple) else None
+                v = (lay.bind(v, known, ow and name in self._written)
+                     if type(v) in (list, tuple) else None)
                 if v is None:
                     return None
                 out[name] = v
@@ -223,7 +226,8 @@ class Prepared:
                 continue
             if type(given) is not PackedBatch or given.kind != b.kind:
                 return None
-            if written and not ow and not given.cache().get(("fits", b.name)):
+            if written and not ow and not given.cache().get(("fits", b.name,
+                                                             given.dtype.itemsize)):
                 return None
             ins.append((name, operand))
 
@@ -353,7 +357,10 @@ def _replayer(p: Prepared, ins: tuple, outs: tuple, kind: type) -> Any:
             "        c = fire(datas) if fire else None",
             "        if c is None:",
             f"            c = p._first(datas, {{{', '.join(buffers)}}})",
-            "    except BaseException as exc:  # noqa: BLE001 - delivered through the future",
+            # (a synchronous backend works in the caller's thread: Ctrl-C there is the
+            # caller's, as on the staged road, Runtime._run_sync)
+            f"    except {'BaseException' if rt.backend.asynchronous else 'Exception'} as exc:"
+            "  # noqa: BLE001 - delivered through the future",
             "        return p._failed(exc)",
             f"    out = {{{', '.join(back)}}}",
             "    fut = Future(rt, threaded=False)",

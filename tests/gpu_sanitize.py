@@ -311,17 +311,17 @@ def blas(rng, dtype) -> int:
                 ("trsm", vbatch.Runtime("cuda").trsm, 0)]
         for side_ok, fn, budget in runs:
             blas_cuda.TRSV_SMEM = budget
-            for trans in (False, True):
-                X = fn(t, r, trans_a=trans).result()
-                for i, (tt, rr) in enumerate(zip(T, R)):
-                    op = tt.T if trans else tt
-                    x = X.matrix(i).get().astype(np.float64)
-                    res = op @ x - rr if side_ok == "trsm" else x - op @ rr
-                    den = np.linalg.norm(op) * (np.linalg.norm(x) + np.linalg.norm(rr)) or 1
-                    if not np.linalg.norm(res) / den <= 4 * max(len(tt), 1) * eps:
-                        print(f"{side_ok} trans={trans} {order} budget {budget} problem {i}")
-                        bad += 1
+            bad += _triangular(side_ok, fn, T, R, t, r, eps, f"{order} budget {budget}")
         blas_cuda.TRSV_SMEM = real
+        # The diagonal kernel's code for launches whose widest block has 8, 16 and 24 rows
+        # (the sizes above reach its 32-row code), with 16 right-hand sides.
+        for widths in ([0, 1, 5, 8], [3, 9, 16, 12], [17, 24, 20, 2]):
+            Tw = [np.tril(rng.uniform(-1, 1, (n, n)) / max(n, 1)) + 2 * np.eye(n)
+                  for n in widths]
+            Rw = [rng.standard_normal((n, 16)) for n in widths]
+            tw, rw = (dev([x.astype(dtype) for x in y], order) for y in (Tw, Rw))
+            for side_ok, fn in (("trsm", rt.trsm), ("trmm", rt.trmm)):
+                bad += _triangular(side_ok, fn, Tw, Rw, tw, rw, eps, f"{order} rows {widths}")
         S = spd_list(ns, dtype, rng)
         S[5] = make_indefinite(S[5], 20)
         res = rt.posv(dev(S, order), r).result()
@@ -363,6 +363,23 @@ def registered(rng, dtype) -> int:
                         if not err <= 50 * max(sizes) * eps:
                             print(f"{op.name} {order} {params} problem {i}: {err:.2e}")
                             bad += 1
+    return bad
+
+
+def _triangular(kind, fn, T, R, t, r, eps, tag) -> int:
+    """``fn`` (a runtime's trsm or trmm) on the packed ``t`` and ``r`` (of ``T``, ``R``), both
+    transpositions, checked against float64: the count of problems wrong."""
+    bad = 0
+    for trans in (False, True):
+        X = fn(t, r, trans_a=trans).result()
+        for i, (tt, rr) in enumerate(zip(T, R)):
+            op = tt.T if trans else tt
+            x = X.matrix(i).get().astype(np.float64)
+            res = op @ x - rr if kind == "trsm" else x - op @ rr
+            den = np.linalg.norm(op) * (np.linalg.norm(x) + np.linalg.norm(rr)) or 1
+            if not np.linalg.norm(res) / den <= 4 * max(len(tt), 1) * eps:
+                print(f"{kind} trans={trans} {tag} problem {i}")
+                bad += 1
     return bad
 
 

@@ -391,10 +391,11 @@ def test_a_prepared_call_runs_again_and_names_other_sizes(device, form, op):
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("op", OPS)
 def test_a_list_of_known_sizes_runs_the_kept_call(device, op, monkeypatch):
-    """A call on a list of the same array type, dtype and shapes as an earlier call's runs
-    that call's kept (validated, planned) call on the new arrays, validating nothing: the
-    result is the new arrays'. In place, the outputs are the caller's new arrays. A list of
-    other sizes or dtype is a call of its own; read-only arrays to overwrite are named."""
+    """A call on a list of the same array type, dtype and shapes as earlier calls' (kept the
+    second time those sizes came) runs the kept (validated, planned) call on the new arrays,
+    validating nothing: the result is the new arrays'. In place, the outputs are the caller's
+    new arrays. A list of other sizes or dtype is a call of its own; read-only arrays to
+    overwrite are named."""
     import vbatch.runtime.runtime as runtime_mod
     from vbatch import InputError
 
@@ -406,7 +407,7 @@ def test_a_list_of_known_sizes_runs_the_kept_call(device, op, monkeypatch):
     def lists(c, dtype=np.float64):
         return {k: _form(v, "list", device, dtype) for k, v in c.operands.items()}
 
-    for ow in (False, True):  # (each its own kept call: the first validates)
+    for ow in (False, True, False, True):  # (each its own call, kept the second time)
         case.call(rt, lists(case), {**params, "overwrite": ow}).result()
     validations = []
     real = runtime_mod.validated

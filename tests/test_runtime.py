@@ -419,3 +419,56 @@ def test_a_cpu_call_with_little_arithmetic_but_much_memory_goes_to_the_worker(jo
     for mats in (batch(3), spd_list([90, 90], np.float64, np.random.default_rng(4))):
         with pytest.raises(RuntimeError, match="closed"):
             rt.cholesky(mats)
+
+
+def test_a_list_call_is_kept_the_second_time_its_sizes_come():
+    """A stream of lists of new sizes keeps no call (each would hold its plan); the second
+    list of one set of sizes is kept, and the third runs it."""
+    rt = Runtime("cpu")
+    rng = np.random.default_rng(5)
+    for n in range(1, 6):
+        rt.cholesky(spd_list([n, n + 2], np.float64, rng)).result()
+    assert not rt._calls
+    for i in range(3):
+        mats = spd_list([3, 9], np.float64, rng)
+        res = rt.cholesky(mats).result()
+        for a, f in zip(mats, res.factors):
+            check_factor(a, f, np.float64)
+        assert len(rt._calls) == (1 if i else 0)
+
+
+def test_ctrl_c_in_a_call_run_in_the_callers_thread_reaches_the_caller(monkeypatch):
+    """A small CPU call runs in the caller's thread, staged or replayed (a known packed call):
+    KeyboardInterrupt raised there reaches the caller, an exception goes into the future."""
+    rt = Runtime("cpu")
+    packed = vbatch.pack(batch(3))
+    for _ in range(2):
+        rt.cholesky(packed).result()
+    assert next(iter(rt._calls.values()))._replay  # (the CPU's replay road)
+
+    def raising(exc):
+        def run(*args, **kw):
+            raise exc
+        return run
+
+    monkeypatch.setattr(CpuBackend, "run", raising(KeyboardInterrupt()))
+    with pytest.raises(KeyboardInterrupt):
+        rt.cholesky(packed)
+    monkeypatch.setattr(CpuBackend, "run", raising(ValueError("in the kernels")))
+    fut = rt.cholesky(packed)
+    with pytest.raises(ValueError, match="in the kernels"):
+        fut.result()
+
+
+def test_a_layout_shared_by_two_dtypes_gives_each_its_own_byte_offsets():
+    """One set of read-only sizes is one layout and one cache (tight_template), whatever the
+    dtype of the buffer: the CPU's views of it hold each dtype's byte offsets."""
+    from vbatch.core.batch import tight_template
+
+    n = np.array([3, 5, 2], np.int64)
+    n.flags.writeable = False
+    layout, total = tight_template(n, n, "F")
+    b = Runtime("cpu").backend
+    for dtype in (np.float64, np.float32, np.float64):
+        view = b._view(layout.with_data(np.zeros(total, dtype)))
+        assert view.off == (layout.offset * np.dtype(dtype).itemsize).tolist()

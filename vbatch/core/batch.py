@@ -499,9 +499,23 @@ _TIGHT: dict = {}  # read-only shape arrays (by identity) -> their layout (tight
 
 def tight_layout(m: np.ndarray, n: np.ndarray, order: str) -> tuple[np.ndarray, np.ndarray, int]:
     """``(offset, ld, total elements)`` of matrices of shapes ``(m, n)`` packed back to back
-    (:func:`tight_template`)."""
-    t, total = tight_template(m, n, order)
-    return t.offset, t.ld, total
+    (for read-only ``m`` and ``n``, made once: :func:`tight_template`)."""
+    if _frozen(m, n):
+        t, total = tight_template(m, n, order)
+        return t.offset, t.ld, total
+    return _layout(m, n, order)
+
+
+def _frozen(m, n) -> bool:
+    return not getattr(getattr(m, "flags", None), "writeable", True) and \
+        not getattr(getattr(n, "flags", None), "writeable", True)
+
+
+def _layout(m, n, order: str) -> tuple[np.ndarray, np.ndarray, int]:
+    ld = np.maximum(n if order == "C" else m, 1).astype(np.int64)
+    size = ld * (m if order == "C" else n)
+    off = tight_offsets(size)
+    return off, ld, int(off[-1] + size[-1]) if len(size) else 0
 
 
 def tight_template(m: np.ndarray, n: np.ndarray, order: str) -> tuple["PackedBatch", int]:
@@ -510,20 +524,19 @@ def tight_template(m: np.ndarray, n: np.ndarray, order: str) -> tuple["PackedBat
     and ``n`` (a validated list's, an op's shape rule that keeps its arrays, as the sparse
     solve's scratch does) it is made once, so every batch laid out from those arrays shares
     one cache, as with_data twins do: a list staged again with the same sizes finds what a
-    backend derived from its layout. Made every call, the layout alone was ~0.3 ms of every
-    solve of the 1000 Laplacians (40,517 fronts; H100 host, 2026-11-25)."""
-    frozen = not getattr(getattr(m, "flags", None), "writeable", True) and \
-        not getattr(getattr(n, "flags", None), "writeable", True)
+    backend derived from its layout. (That cache is shared by batches of any dtype: its
+    entries name the itemsize where they depend on it.) Made every call, the layout alone was
+    ~0.3 ms of every solve of the 1000 Laplacians (40,517 fronts; H100 host, 2026-11-25)."""
+    frozen = _frozen(m, n)
     if frozen:
         hit = _TIGHT.get((id(m), id(n), order))
         if hit is not None and hit[0] is m and hit[1] is n:
             return hit[2]
-    ld = np.maximum(n if order == "C" else m, 1).astype(np.int64)
-    size = ld * (m if order == "C" else n)
-    off = tight_offsets(size)
-    off.flags.writeable = ld.flags.writeable = False
+    off, ld, total = _layout(m, n, order)
+    if frozen:
+        off.flags.writeable = ld.flags.writeable = False
     t = PackedBatch.model_construct(data=None, m=m, n=n, offset=off, ld=ld, order=order)
-    out = t, int(off[-1] + size[-1]) if len(size) else 0
+    out = t, total
     if frozen:
         t.cache()  # (made here: every batch made from it shares it)
         if len(_TIGHT) > 64:
