@@ -28,6 +28,8 @@ columns refactored, the rows below solved against them and the pivot reduced by 
 
 from __future__ import annotations
 
+import weakref
+
 from dataclasses import dataclass
 
 import numpy as np
@@ -386,11 +388,11 @@ def _pivots(plan, out, p):
     cache = plan.cache if out.from_list else b.cache()
     key = ("potrf-pivots", id(plan), b.order)
     hit = cache.get(key)
-    if hit is None or hit[3] is not plan:  # (the plan held: another can't take its id)
+    if hit is None or hit[3]() is not plan:  # (a later plan may take a dead one's id)
         first = np.zeros(plan.k + 1, dtype=np.int64)
         np.cumsum(p, out=first[1:])
         owner = np.repeat(np.arange(plan.k), p)
         diag = (np.repeat(b.offset, p) + (np.arange(int(first[-1])) - first[owner])
                 * np.repeat(b.ld + 1, p))
-        hit = cache[key] = (diag, owner, first, plan)
+        hit = cache[key] = (diag, owner, first, weakref.ref(plan))
     return hit[:3]
