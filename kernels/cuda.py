@@ -391,6 +391,73 @@ class _Done(Completion):
         self.event.synchronize()
 
 
+# Host arrays of at least STAGE_MIN bytes cross the link through two pinned buffers of
+# STAGE_CHUNK bytes: host threads copy one chunk while the other crosses. Pageable copies ran at
+# 8.7 GB/s up and 2.7 down (a new array's pages faulted in one thread), pinned ones at 54, one
+# thread's host copy at 10-12; these at 24.6 up and 14.1-25.3 down (714 MiB, H100 host,
+# docs/decisions.md#host-pinned-staging).
+STAGE_MIN = 8 << 20
+STAGE_CHUNK = 32 << 20
+STAGE_THREADS = 8
+
+
+class _Staging:
+    """Two pinned buffers, a stream and an event each, and the threads that fill and empty
+    them: one per device, used by one transfer at a time."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.stream = cupy.cuda.Stream(non_blocking=True)
+        self.chunk = c = STAGE_CHUNK
+        mem = [cupy.cuda.alloc_pinned_memory(c) for _ in range(2)]
+        self.pins = [np.frombuffer(m, np.uint8, c) for m in mem]
+        self.ptrs = [m.ptr for m in mem]
+        self.events = [cupy.cuda.Event(disable_timing=True) for _ in range(2)]
+        import concurrent.futures as cf
+
+        self.pool = cf.ThreadPoolExecutor(STAGE_THREADS, thread_name_prefix="vbatch-stage")
+
+    def copy(self, dst: np.ndarray, src: np.ndarray) -> None:
+        """``dst[...] = src`` (bytes) in parallel parts (numpy releases the GIL to copy)."""
+        n = dst.size
+        step = max(1, -(-n // STAGE_THREADS))
+        parts = [(lo, min(lo + step, n)) for lo in range(0, n, step)]
+        list(self.pool.map(lambda r: np.copyto(dst[r[0]:r[1]], src[r[0]:r[1]]), parts))
+
+    def up(self, src: np.ndarray, dst_ptr: int) -> None:
+        """``src`` (host bytes) to the device at ``dst_ptr``; returns when it is there."""
+        kind, c = cupy.cuda.runtime.memcpyHostToDevice, self.chunk
+        with self.lock:
+            for i, lo in enumerate(range(0, src.size, c)):
+                b, hi = i % 2, min(lo + c, src.size)
+                self.events[b].synchronize()  # (its last chunk has crossed)
+                self.copy(self.pins[b][:hi - lo], src[lo:hi])
+                cupy.cuda.runtime.memcpyAsync(dst_ptr + lo, self.ptrs[b], hi - lo, kind,
+                                              self.stream.ptr)
+                self.events[b].record(self.stream)
+            self.stream.synchronize()
+
+    def down(self, src_ptr: int, dst: np.ndarray) -> None:
+        """The device bytes at ``src_ptr`` into ``dst`` (host bytes), the next chunk crossing
+        while this one is copied out."""
+        kind, c = cupy.cuda.runtime.memcpyDeviceToHost, self.chunk
+        chunks = [(lo, min(lo + c, dst.size)) for lo in range(0, dst.size, c)]
+
+        def fetch(i):
+            lo, hi = chunks[i]
+            cupy.cuda.runtime.memcpyAsync(self.ptrs[i % 2], src_ptr + lo, hi - lo, kind,
+                                          self.stream.ptr)
+            self.events[i % 2].record(self.stream)
+
+        with self.lock:
+            fetch(0)
+            for i, (lo, hi) in enumerate(chunks):
+                if i + 1 < len(chunks):
+                    fetch(i + 1)  # (its buffer was emptied by the step before)
+                self.events[i % 2].synchronize()
+                self.copy(dst[lo:hi], self.pins[i % 2][:hi - lo])
+
+
 class CudaBackend(Backend):
     name = "cuda"
     kind = "cupy"
@@ -402,7 +469,35 @@ class CudaBackend(Backend):
         self._slots = _SlotPool()
         self._mem_total: dict[int, int] = {}
         self._info: dict[int, dict] = {}
+        self._staging: dict[int, _Staging] = {}
         self.kernels = launchers()
+
+    def _stage(self) -> _Staging:
+        dev = cupy.cuda.runtime.getDevice()
+        st = self._staging.get(dev)
+        if st is None:
+            st = self._staging[dev] = _Staging()
+        return st
+
+    def upload(self, host: np.ndarray) -> cupy.ndarray:
+        """A device copy of a host array (through pinned buffers past STAGE_MIN bytes)."""
+        if host.nbytes < STAGE_MIN or not host.flags.c_contiguous:
+            return cupy.asarray(host)
+        out = cupy.empty(host.shape, host.dtype)
+        self._stage().up(host.reshape(-1).view(np.uint8), out.data.ptr)
+        return out
+
+    def download(self, d: cupy.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        """``d`` on the host: into ``out`` (same size and dtype) or a new array."""
+        if out is None:
+            if d.nbytes < STAGE_MIN:
+                return d.get()
+            out = np.empty(d.shape, d.dtype)
+        if d.nbytes < STAGE_MIN or not (out.flags.c_contiguous and d.flags.c_contiguous):
+            out[...] = d.get()
+            return out
+        self._stage().down(d.data.ptr, out.reshape(-1).view(np.uint8))
+        return out
 
     def tune_key(self) -> str:
         """The GPU's name and compute capability, and the CUDA runtime's version."""
@@ -440,14 +535,14 @@ class CudaBackend(Backend):
             # arrays), laid out from the sizes alone: its device tables are kept with the plan.
             if batch.kind == "numpy":
                 host = pack(batch, order="C")
-                work = host.with_data(cupy.asarray(host.data))
+                work = host.with_data(self.upload(host.data))
             else:
                 work = pack(batch, order=batch.packed_order, backend=self)
             work.cache()["tight"] = True
             return work
         if batch.kind == "cupy":
             return batch
-        return batch.with_data(cupy.asarray(batch.data))  # one upload; the copy is ours
+        return batch.with_data(self.upload(batch.data))  # one upload; the copy is ours
 
     def new_output(self, like: PackedBatch) -> PackedBatch:
         return like.with_data(self.new_data(like.data))
@@ -544,7 +639,7 @@ class CudaBackend(Backend):
     def scatter(self, work: PackedBatch, target) -> None:
         if isinstance(target, PackedBatch):
             if target.kind == "numpy":
-                target.data[...] = work.data.get()
+                self.download(work.data, target.data)
             else:
                 target.data[...] = work.data
             return
@@ -552,13 +647,13 @@ class CudaBackend(Backend):
             self._copy(target, work.data, work.m, work.n, work.offset, work.ld, work.order,
                        to_packed=False)
             return
-        host = work.with_data(work.data.get())
+        host = work.with_data(self.download(work.data))
         for i, a in enumerate(target):
             if a.size:
                 a[...] = host._view(i)
 
     def export(self, work: PackedBatch, kind: str) -> PackedBatch:
-        return work if kind == "cupy" else work.with_data(work.data.get())
+        return work if kind == "cupy" else work.with_data(self.download(work.data))
 
     # ------------------------------------------------------------ execution
     def _streams_for(self, n: int) -> list:

@@ -492,3 +492,36 @@ def test_slot_pool_keeps_a_running_slot(cupy):
             gate.open()
         loop.give(s)
     assert len(loop._inflight) == 1
+
+
+@pytest.mark.gpu
+def test_host_batches_cross_through_the_pinned_chunks(cupy, monkeypatch):
+    """Host arrays past STAGE_MIN bytes go up and come back through two pinned buffers, a
+    chunk at a time (here 1,000 bytes: many chunks, elements split between two, a short last
+    one): a host packed batch's factors, in place or not, and a host list's solutions are
+    LAPACK's; inputs not overwritten are left as they were."""
+    from vbatch.kernels import cuda as kc
+
+    monkeypatch.setattr(kc, "STAGE_MIN", 0)
+    monkeypatch.setattr(kc, "STAGE_CHUNK", 1000)
+    rt = _rt()
+    monkeypatch.setattr(rt.backend, "_staging", {})  # (buffers of the chunk set here)
+    rng = np.random.default_rng(8)
+    ns = [0, 1, 5, 31, 33, 64]
+    mats = spd_list(ns, np.float64, rng)
+    for order in ("F", "C"):
+        packed = pack(mats, order=order)
+        before = packed.data.copy()
+        res = rt.cholesky(packed).result()
+        assert isinstance(res.factors.data, np.ndarray) and not res.info.any()
+        np.testing.assert_array_equal(packed.data, before)
+        for i, a in enumerate(mats):
+            check_factor(a, res.factors.matrix(i), np.float64)
+        same = rt.cholesky(packed, overwrite=True).result()
+        assert same.factors is packed
+        for i, a in enumerate(mats):
+            check_factor(a, packed.matrix(i), np.float64)
+    rhs = [rng.standard_normal((n, 3)) for n in ns]
+    x = rt.posv(mats, rhs).result()
+    for a, b, xi in zip(mats, rhs, x.solutions):
+        assert np.linalg.norm(a @ xi - b) <= 1e-10 * (1 + np.linalg.norm(b)) * max(len(a), 1)
