@@ -401,6 +401,15 @@ STAGE_CHUNK = 32 << 20
 STAGE_THREADS = 8
 
 
+def _pinned(a: np.ndarray) -> bool:
+    """Whether host array ``a`` lies in page-locked memory the device can copy from directly
+    (allocated or registered through CUDA)."""
+    try:
+        return cupy.cuda.runtime.pointerGetAttributes(a.ctypes.data).type == 1  # (host)
+    except cupy.cuda.runtime.CUDARuntimeError:
+        return False
+
+
 class _Staging:
     """Two pinned buffers, a stream and an event each, and the threads that fill and empty
     them: one per device, used by one transfer at a time."""
@@ -435,6 +444,12 @@ class _Staging:
                 cupy.cuda.runtime.memcpyAsync(dst_ptr + lo, self.ptrs[b], hi - lo, kind,
                                               self.stream.ptr)
                 self.events[b].record(self.stream)
+            self.stream.synchronize()
+
+    def direct(self, dst: int, src: int, nbytes: int, kind: int) -> None:
+        """One copy between pinned host memory and the device; returns when it is done."""
+        with self.lock:
+            cupy.cuda.runtime.memcpyAsync(dst, src, nbytes, kind, self.stream.ptr)
             self.stream.synchronize()
 
     def down(self, src_ptr: int, dst: np.ndarray) -> None:
@@ -480,11 +495,17 @@ class CudaBackend(Backend):
         return st
 
     def upload(self, host: np.ndarray) -> cupy.ndarray:
-        """A device copy of a host array (through pinned buffers past STAGE_MIN bytes)."""
+        """A device copy of a host array (through pinned buffers past STAGE_MIN bytes; in one
+        copy where the array is in pinned memory already)."""
         if host.nbytes < STAGE_MIN or not host.flags.c_contiguous:
             return cupy.asarray(host)
         out = cupy.empty(host.shape, host.dtype)
-        self._stage().up(host.reshape(-1).view(np.uint8), out.data.ptr)
+        st = self._stage()
+        if _pinned(host):
+            st.direct(out.data.ptr, host.ctypes.data, host.nbytes,
+                      cupy.cuda.runtime.memcpyHostToDevice)
+        else:
+            st.up(host.reshape(-1).view(np.uint8), out.data.ptr)
         return out
 
     def download(self, d: cupy.ndarray, out: np.ndarray | None = None) -> np.ndarray:
@@ -496,7 +517,11 @@ class CudaBackend(Backend):
         if d.nbytes < STAGE_MIN or not (out.flags.c_contiguous and d.flags.c_contiguous):
             out[...] = d.get()
             return out
-        self._stage().down(d.data.ptr, out.reshape(-1).view(np.uint8))
+        st = self._stage()
+        if _pinned(out):
+            st.direct(out.ctypes.data, d.data.ptr, d.nbytes, cupy.cuda.runtime.memcpyDeviceToHost)
+        else:
+            st.down(d.data.ptr, out.reshape(-1).view(np.uint8))
         return out
 
     def tune_key(self) -> str:

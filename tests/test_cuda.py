@@ -498,8 +498,9 @@ def test_slot_pool_keeps_a_running_slot(cupy):
 def test_host_batches_cross_through_the_pinned_chunks(cupy, monkeypatch):
     """Host arrays past STAGE_MIN bytes go up and come back through two pinned buffers, a
     chunk at a time (here 1,000 bytes: many chunks, elements split between two, a short last
-    one): a host packed batch's factors, in place or not, and a host list's solutions are
-    LAPACK's; inputs not overwritten are left as they were."""
+    one), or in one copy from and to pinned memory: a host packed batch's factors, in place or
+    not, and a host list's solutions are LAPACK's; inputs not overwritten are left as they
+    were."""
     from vbatch.kernels import cuda as kc
 
     monkeypatch.setattr(kc, "STAGE_MIN", 0)
@@ -525,3 +526,17 @@ def test_host_batches_cross_through_the_pinned_chunks(cupy, monkeypatch):
     x = rt.posv(mats, rhs).result()
     for a, b, xi in zip(mats, rhs, x.solutions):
         assert np.linalg.norm(a @ xi - b) <= 1e-10 * (1 + np.linalg.norm(b)) * max(len(a), 1)
+    # A batch in pinned memory already crosses in one copy each way.
+    packed = pack(mats, order="F")
+    assert not kc._pinned(packed.data)
+    pinned = np.frombuffer(cupy.cuda.alloc_pinned_memory(packed.data.nbytes), np.float64,
+                           packed.data.size)
+    pinned[...] = packed.data
+    assert kc._pinned(pinned)
+    host = packed.with_data(pinned)
+    res = rt.cholesky(host).result()
+    for i, a in enumerate(mats):
+        check_factor(a, res.factors.matrix(i), np.float64)
+    assert rt.cholesky(host, overwrite=True).result().factors is host
+    for i, a in enumerate(mats):
+        check_factor(a, host.matrix(i), np.float64)
