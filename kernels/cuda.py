@@ -27,6 +27,7 @@ launches kernel by kernel instead.
 
 from __future__ import annotations
 
+import concurrent.futures as cf
 import ctypes
 import functools
 import operator
@@ -71,7 +72,6 @@ def precompile(names: list[str], jobs: int = 8) -> None:
     """Compile kernels in parallel processes, filling CuPy's on-disk cache, so that later
     processes load binaries instead of running NVRTC (a fresh machine would otherwise spend
     minutes compiling one instantiation after another)."""
-    import concurrent.futures as cf
     import multiprocessing as mp
 
     with cf.ProcessPoolExecutor(jobs, mp_context=mp.get_context("spawn")) as pool:
@@ -422,8 +422,6 @@ class _Staging:
         self.pins = [np.frombuffer(m, np.uint8, c) for m in mem]
         self.ptrs = [m.ptr for m in mem]
         self.events = [cupy.cuda.Event(disable_timing=True) for _ in range(2)]
-        import concurrent.futures as cf
-
         self.pool = cf.ThreadPoolExecutor(STAGE_THREADS, thread_name_prefix="vbatch-stage")
 
     def copy(self, dst: np.ndarray, src: np.ndarray) -> None:

@@ -29,7 +29,6 @@ columns refactored, the rows below solved against them and the pivot reduced by 
 from __future__ import annotations
 
 import weakref
-
 from dataclasses import dataclass
 
 import numpy as np

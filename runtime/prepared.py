@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from vbatch.core.batch import MatrixList, PackedBatch, Views, list_signature
-from vbatch.core.errors import InputError, validated
+from vbatch.core.errors import InputError, constructed, validated
 from vbatch.runtime.future import Future
 
 _PACKED = object()  # (_list_form: an operand that came as a packed batch)
@@ -394,7 +394,7 @@ def _give(work: PackedBatch, form):
 
 def _rebuild(cls, template: tuple, fields: dict):
     """A request of ``cls`` from a validated one's fields (``template``), the batches of this
-    call put back in: what pydantic's model_construct does, without its per-field work."""
+    call put back in, validating nothing."""
     values, fields_set = template
     values = dict(values)
     for name, v in fields.items():
@@ -402,9 +402,4 @@ def _rebuild(cls, template: tuple, fields: dict):
             v = v.batch
         if type(v) is PackedBatch or type(v) is MatrixList:
             values[name] = v
-    new = cls.__new__(cls)
-    object.__setattr__(new, "__dict__", values)
-    object.__setattr__(new, "__pydantic_fields_set__", fields_set)
-    object.__setattr__(new, "__pydantic_extra__", None)
-    object.__setattr__(new, "__pydantic_private__", None)
-    return new
+    return constructed(cls, values, fields_set)

@@ -29,7 +29,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, field_validator, model_validator
 
-from vbatch.core.errors import InputError, validated
+from vbatch.core.errors import InputError, constructed, validated
 from vbatch.core.frontends import adopt, frontend_of, give, give_all
 
 SUPPORTED_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
@@ -265,15 +265,9 @@ class PackedBatch(BaseModel):
         return self._like({**self.__dict__, "data": data})
 
     def _like(self, fields: dict) -> "PackedBatch":
-        """A batch of these fields, valid because they come from this valid one: what
-        model_construct does, without its per-field work (0.8 us against 1.7 us for copy.copy,
-        pydantic's __copy__, once per call for the output batch)."""
-        new = PackedBatch.__new__(PackedBatch)
-        object.__setattr__(new, "__dict__", fields)
-        object.__setattr__(new, "__pydantic_fields_set__", self.__pydantic_fields_set__)
-        object.__setattr__(new, "__pydantic_extra__", None)
-        object.__setattr__(new, "__pydantic_private__", None)
-        return new
+        """A batch of these fields, valid because they come from this valid one (once per
+        call for the output batch)."""
+        return constructed(PackedBatch, fields, self.__pydantic_fields_set__)
 
     def with_frontend(self, frontend: str | None) -> "PackedBatch":
         """The same batch, given back to ``frontend`` (its matrices and ``buffer``)."""
@@ -756,12 +750,7 @@ class MatrixList(BaseModel):
             addr = addresses(mats, self.dtype.itemsize)
             addr.flags.writeable = False
             d["addr"] = addr
-        new = MatrixList.__new__(MatrixList)
-        object.__setattr__(new, "__dict__", d)
-        object.__setattr__(new, "__pydantic_fields_set__", self.__pydantic_fields_set__)
-        object.__setattr__(new, "__pydantic_extra__", None)
-        object.__setattr__(new, "__pydantic_private__", None)
-        return new
+        return constructed(MatrixList, d, self.__pydantic_fields_set__)
 
     @property
     def k(self) -> int:

@@ -56,3 +56,16 @@ def validated(model: type[M], what: str = "batch", **fields: Any) -> M:
                 where = ".".join(str(p) for p in err.get("loc", ()))
                 problems.append((None, f"{where}: {err['msg']}" if where else err["msg"]))
         raise InputError(problems, what) from None
+
+
+def constructed(model: type[M], values: dict, fields_set: set) -> M:
+    """A ``model`` of ``values`` that are valid because they come from a validated instance
+    (``fields_set``: its ``__pydantic_fields_set__``): what pydantic's ``model_construct`` does,
+    without its per-field work (0.8 us against 1.7 for ``copy.copy``), on paths run every
+    call."""
+    new = model.__new__(model)
+    object.__setattr__(new, "__dict__", values)
+    object.__setattr__(new, "__pydantic_fields_set__", fields_set)
+    object.__setattr__(new, "__pydantic_extra__", None)
+    object.__setattr__(new, "__pydantic_private__", None)
+    return new
