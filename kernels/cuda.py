@@ -2,9 +2,11 @@
 
 What each launch kind runs belongs to its op's launcher (``kernels/<op>_cuda.py``: the kernel, its
 grid and the device tables) and ``.cu`` file; this module is the part every op shares. Kernels are
-compiled at run time by NVRTC through ``cupy.RawModule`` (:mod:`vbatch.kernels.cuda_build` gives
-each its source text): one module per template instantiation, compiled the first time a plan
-needs it and cached per device (CuPy also keeps the binaries on disk, ``$CUPY_CACHE_DIR``).
+loaded from the cubins a build with nvcc left beside this module (``bin/``,
+:func:`vbatch.kernels.cuda_build.build_binaries`), or, for a device or source they were not built
+for, compiled at run time by NVRTC through ``cupy.RawModule`` (:mod:`vbatch.kernels.cuda_build`
+gives each its source text): one module per template instantiation, compiled the first time a
+plan needs it and cached per device (CuPy also keeps the binaries on disk, ``$CUPY_CACHE_DIR``).
 
 Per (plan, batch layout), built once: the op's device tables (per-problem arrays and the plan's
 task table; for a list, laid out from its sizes alone, kept with the plan), a launch record per
@@ -42,6 +44,7 @@ from cupy_backends.cuda.api import driver
 
 from vbatch.kernels.backend import Backend, Completion, TraceRecord
 from vbatch.kernels.cuda_build import (
+    Binaries,
     copy_name,
     launchers,
     source_of,
@@ -54,13 +57,37 @@ from vbatch.scheduler.plan import Launch, Plan
 
 @cupy.memoize(for_each_device=True)
 def _kernel(expr: str, source: str):
-    """The kernel for one template instantiation, compiled on first use on this device.
+    """The kernel for one template instantiation on this device: prebuilt where the package has
+    a cubin for the device (:func:`_prebuilt`), else compiled by NVRTC on first use.
 
-    One module per instantiation: a plan compiles only what it launches (an instantiation takes
-    1-4 s of NVRTC time; all of them together, minutes)."""
+    One NVRTC module per instantiation: a plan compiles only what it launches (an instantiation
+    takes 1-4 s of NVRTC time; all of them together, minutes)."""
+    kern = _prebuilt(expr)
+    if kern is not None:
+        return kern
     mod = cupy.RawModule(code=source_text(source), options=("-std=c++17",),
                          name_expressions=(expr,))
     return mod.get_function(expr)
+
+
+@functools.cache
+def _binaries() -> Binaries | None:
+    return Binaries.read()
+
+
+def _prebuilt(expr: str):
+    """Kernel ``expr`` from the package's cubins (cuda_build.Binaries), or None where none was
+    built for this device's architecture from its source as it is now."""
+    idx = _binaries()
+    hit = None if idx is None else idx.find(expr, cupy.cuda.Device().compute_capability)
+    if hit is None:
+        return None
+    return _module(str(hit[0])).get_function(hit[1])
+
+
+@cupy.memoize(for_each_device=True)
+def _module(path: str):
+    return cupy.RawModule(path=path)
 
 
 def _compile_one(expr: str) -> str:

@@ -12,14 +12,10 @@ bad arguments or when the device or compiler it needs is missing.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import re
 import shutil
-import subprocess
 import sys
-import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -29,7 +25,6 @@ import numpy as np
 # measured worst cases on the demo's matrices are 0.1-0.3 n eps, so 2 leaves room for other
 # summation orders (GPU kernels) without hiding a real error, which is O(1) or NaN.
 RESIDUAL_C = 2.0
-NVCC_ARCHS = ("sm_80", "sm_90")  # Ampere and Hopper: what CI's compile check builds
 TRACE_OPS = ("cholesky", "posv", "potrs", "trsm", "gemm")
 
 
@@ -58,14 +53,15 @@ def _int_at_least(lo: int):
 
 def _arch(text: str) -> str:
     # -cubin needs a real architecture; a virtual one (compute_90) or "native" makes nvcc fail
-    # after a minute of work instead of here.
-    if not re.fullmatch(r"sm_\d+[af]?", text):
+    # after a minute of work instead of here, and the backend loads cubins of plain ones only
+    # (an sm_90a cubin would never be used).
+    if not re.fullmatch(r"sm_\d+", text):
         raise argparse.ArgumentTypeError(f"expected a GPU architecture such as sm_90, got {text!r}")
     return text
 
 
 def _parser(prog: str) -> argparse.ArgumentParser:
-    from vbatch.kernels.cuda_build import DTYPES, ORDERS
+    from vbatch.kernels.cuda_build import ARCHS, DTYPES, ORDERS
     from vbatch.kernels.potrf_cuda import NB_SUPPORTED
     from vbatch.ops.generate import DISTRIBUTIONS
 
@@ -138,9 +134,10 @@ def _parser(prog: str) -> argparse.ArgumentParser:
         description="Compile every CUDA kernel instantiation a plan with these parameters can "
                     "launch (by default all: both dtypes, every supported nb, both orders). "
                     "Without --nvcc: through CuPy/NVRTC into CuPy's on-disk kernel cache, in "
-                    "parallel processes (needs cupy and a GPU). With --nvcc: generate one "
-                    "translation unit per dtype and compile it to cubins with nvcc (needs no "
-                    "cupy or GPU; CI's compile check).",
+                    "parallel processes (needs cupy and a GPU). With --nvcc: to cubins with "
+                    "nvcc, one per template, type and architecture, and their index, where the "
+                    "CUDA backend loads them from (needs no cupy or GPU; what the package's "
+                    "build does where nvcc is present).",
     )
     comp.add_argument("--dtype", nargs="+", choices=DTYPES, default=list(DTYPES))
     comp.add_argument("--nb", type=int, nargs="+", choices=NB_SUPPORTED,
@@ -152,10 +149,12 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     comp.add_argument("--nvcc", action="store_true",
                       help="compile with nvcc to cubins instead of through CuPy/NVRTC")
     comp.add_argument("--arch", type=_arch, nargs="+", default=None,
-                      help=f"with --nvcc: GPU architectures ({' '.join(NVCC_ARCHS)})")
+                      help=f"with --nvcc: GPU architectures (those of {' '.join(ARCHS)} "
+                           f"that this nvcc knows)")
     comp.add_argument("--out", default=None, metavar="DIR",
-                      help="with --nvcc: keep the generated .cu files and cubins in DIR "
-                           "(default: a temporary folder, removed afterwards)")
+                      help="with --nvcc: write the cubins and their index to DIR, replacing "
+                           "those there (default: the installed package's kernels/bin, where "
+                           "the CUDA backend looks)")
     tun = sub.add_parser(
         "tune", help="measure the planner's crossovers here and keep them as the defaults",
         description="Time each tunable option's candidates (the kernel modules' TUNE) on "
@@ -194,39 +193,27 @@ def cmd_compile(args) -> int:
 def _compile_nvcc(args) -> int:
     from vbatch.kernels import cuda_build as build
 
-    nvcc = shutil.which("nvcc")
-    kdir = build.HERE
-    # One translation unit per dtype: independent nvcc processes, so --jobs > 1 shortens the
-    # wall time (one unit of everything takes ~55 s per architecture on one core).
-    units = {dt: build.kernel_names([dt], args.nb, args.order) for dt in args.dtype}
-    total = sum(len(v) for v in units.values())
+    names = build.kernel_names(args.dtype, args.nb, args.order)
+    out = Path(args.out) if args.out else build.BIN
     t0 = time.perf_counter()
-    keep = contextlib.nullcontext(args.out) if args.out else None
-    with keep or tempfile.TemporaryDirectory(prefix="vbatch-nvcc-") as where:
-        out = Path(where)
-        cmds = []
-        for dt, names in units.items():
-            cu = out / f"vbatch_{dt}.cu"
-            cu.write_text(build.instantiation_source(names))
-            cmds += [[nvcc, "-std=c++17", f"-arch={arch}", "-cubin", f"-I{kdir}",
-                      "-o", str(out / f"vbatch_{dt}.{arch}.cubin"), str(cu)]
-                     for arch in args.arch]
-        with ThreadPoolExecutor(args.jobs) as pool:
-            runs = list(pool.map(lambda c: subprocess.run(c, capture_output=True, text=True),
-                                 cmds))
+    try:
+        runs = build.build_binaries(out, args.arch, names, jobs=args.jobs,
+                                    nvcc=shutil.which("nvcc"))
+    except (OSError, ValueError) as exc:
+        print(f"building the kernels in {out} failed: {exc}", file=sys.stderr)
+        return 1
     failed = 0
-    for cmd, r in zip(cmds, runs):
+    for cmd, r in runs:
         if r.returncode or r.stdout or r.stderr:  # warnings too: CI's log should show them
             print(" ".join(cmd), file=sys.stderr)
             sys.stderr.write(r.stdout + r.stderr)
         failed += r.returncode != 0
     secs = time.perf_counter() - t0
     if failed:
-        print(f"nvcc failed in {failed} of {len(cmds)} runs ({secs:.1f} s)", file=sys.stderr)
+        print(f"nvcc failed in {failed} of {len(runs)} runs ({secs:.1f} s)", file=sys.stderr)
         return 1
-    kept = f", kept in {args.out}" if args.out else ""
-    print(f"compiled {total} kernels for {' '.join(args.arch)} with nvcc in {secs:.1f} s "
-          f"({len(cmds)} nvcc runs{kept})")
+    print(f"compiled {len(names)} kernels for {' '.join(args.arch)} with nvcc in {secs:.1f} s "
+          f"({len(runs)} nvcc runs, into {out})")
     return 0
 
 
@@ -400,7 +387,12 @@ def _check_compile(args) -> None:
     if args.nvcc:
         if shutil.which("nvcc") is None:
             args.parser.error("--nvcc: nvcc is not on PATH")
-        args.arch = args.arch or list(NVCC_ARCHS)
+        from vbatch.kernels.cuda_build import nvcc_archs
+
+        args.arch = args.arch or nvcc_archs(shutil.which("nvcc"))
+        if not args.arch:
+            args.parser.error("--nvcc: this nvcc knows none of the architectures the package "
+                              "builds by default; name them with --arch")
         if args.out:
             try:
                 Path(args.out).mkdir(parents=True, exist_ok=True)

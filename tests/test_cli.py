@@ -115,10 +115,14 @@ def test_compile_nvcc_reports_a_failed_nvcc_and_exits_1(tmp_path):
     fake.chmod(0o755)
     p = run("compile", "--nvcc", "--arch", "sm_90", "--dtype", "float32", "--out",
             str(tmp_path / "out"), env_path=str(tmp_path))
+    from vbatch.kernels import cuda_build as build
+
+    runs = len(build.units(build.kernel_names(["float32"])))
     assert p.returncode == 1, p.stdout + p.stderr
-    assert "error: planted failure" in p.stderr and "nvcc failed in 1 of 1 runs" in p.stderr
-    src = (tmp_path / "out" / "vbatch_float32.cu").read_text()
-    assert "vb::fused_step<float,32,160,true>" in src
+    assert "error: planted failure" in p.stderr
+    assert f"nvcc failed in {runs} of {runs} runs" in p.stderr
+    assert "fused_step_float.sm_90.cubin" in p.stderr
+    assert not (tmp_path / "out" / build.INDEX).exists()  # (no index of a failed build)
 
 
 @pytest.mark.gpu

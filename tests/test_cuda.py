@@ -28,6 +28,35 @@ def _rt(**opts):
     return Runtime("cuda", **opts)
 
 
+def test_every_kernel_loads_from_the_cubins_built_for_this_device(cupy):
+    """Where a build with nvcc left cubins for this device's architecture, every kernel the
+    backend can launch loads from them (its symbol as indexed), and the first call of a new
+    process compiles nothing: a misread symbol, a cubin that does not load, or an NVRTC run
+    fails here."""
+    import os
+    import subprocess
+    import sys
+    import tempfile
+
+    from vbatch.kernels import cuda as kc
+    from vbatch.kernels import cuda_build as build
+
+    idx = build.Binaries.read()
+    if idx is None or idx.arch_for(cupy.cuda.Device().compute_capability) is None:
+        pytest.skip("no cubins built for this device (a build without nvcc)")
+    for name in build.kernel_names():
+        kern = kc._prebuilt(name)
+        assert kern is not None and kern.kernel.ptr, name
+    code = ("import cupy, numpy as np, vbatch; "
+            "m = [cupy.asarray(np.eye(n) * 4) for n in (1, 40, 300)]; "
+            "r = vbatch.posv(m, m).result(); print(r.info.tolist())")
+    with tempfile.TemporaryDirectory() as cache:
+        p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           env=dict(os.environ, CUPY_CACHE_DIR=cache), timeout=300)
+        assert p.returncode == 0 and p.stdout.split() == ["[0,", "0,", "0]"], p.stderr
+        assert not [f for f in os.scandir(cache)], "NVRTC compiled at the first call"
+
+
 class Gate:
     """A kernel that holds a stream until the test opens it (a flag in pinned host memory), so
     that work queued behind it is still pending however fast or slow the machine is. It gives
@@ -475,8 +504,8 @@ def test_slot_pool_keeps_a_running_slot(cupy):
             pool.track(s)
             kept.append(s)
         assert not slow.event.done, "the gate gave up (its 120 s liveness bound)"
-        assert sum(s is slow for s in pool._inflight) == 1
-        assert len(pool._inflight) <= 64 + 1
+        assert sum(s is slow for s in pool._inflight) == 1, "the running slot, once"
+        assert len(pool._inflight) <= 64 + 1, f"{len(pool._inflight)} slots kept"
     finally:
         gate.open()
     # submit-then-wait: the slot is still running (behind a closed gate) when tracked
@@ -487,11 +516,11 @@ def test_slot_pool_keeps_a_running_slot(cupy):
             gate.close(busy)
             s.event.record(busy)
             loop.track(s)
-            assert not s.event.done
+            assert not s.event.done, "the gate did not hold the stream"
         finally:
             gate.open()
         loop.give(s)
-    assert len(loop._inflight) == 1
+    assert len(loop._inflight) == 1, f"{len(loop._inflight)} entries for one slot"
 
 
 @pytest.mark.gpu

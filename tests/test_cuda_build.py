@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -303,8 +304,8 @@ def test_the_selection_module_imports_without_cupy():
     assert p.returncode == 0 and int(p.stdout) == len(build.kernel_names()), p.stderr
 
 
-def _cubin_kernels(cubin: Path) -> set[str]:
-    """The kernels a cubin defines, spelled as kernel_names spells them."""
+def _readelf_kernels(cubin: Path) -> set[str]:
+    """The kernels a cubin defines, as binutils read them, spelled as kernel_names spells them."""
     elf = subprocess.run(["readelf", "-sW", str(cubin)], capture_output=True, text=True,
                          check=True).stdout
     mangled = [ln.split()[-1] for ln in elf.splitlines() if " FUNC " in ln and " GLOBAL " in ln]
@@ -314,19 +315,84 @@ def _cubin_kernels(cubin: Path) -> set[str]:
     return {re.sub(r"^void |\(.*$", "", ln).replace(" ", "") for ln in plain.splitlines() if ln}
 
 
-# Two nvcc processes (one per dtype) on 2 cores: 31 s idle, 62-64 s with the cores shared with
-# another job; under the ~90 s past which it would leave the default run. .ci/run compiles sm_80
-# and sm_90 again whether or not the tests ran.
-@pytest.mark.slow
+def test_a_kernel_symbol_reads_back_as_its_name():
+    assert build.kernel_of("_ZN2vb10small_stepIfLi4ELb0ELi16EEEvPKyPKlPKiPKiiiii") \
+        == "vb::small_step<float,4,false,16>"
+    assert build.kernel_of("_ZN2vb13blas_gemm_mmaILi64ELi64ELi32ELi3ELb1ELb1ELi3EEEvPKy") \
+        == "vb::blas_gemm_mma<64,64,32,3,true,true,3>"
+    assert build.kernel_of("_ZN2vb13copy_matricesIdEEvPKliiii") == "vb::copy_matrices<double>"
+    assert build.kernel_of("_ZN2vb1fILin5ELj7EEEvv") == "vb::f<-5,7>"
+    # Not a kernel template of namespace vb: a plain function, another namespace, a device
+    # helper's internal symbol.
+    for other in ("_ZN2vb4copyEPdi", "_ZN3foo10small_stepIfLi4EEEvv",
+                  "$__internal_0_$__cuda_sm20_div_s64", "_ZN2vb10small_stepIPdEEvv", "main"):
+        assert build.kernel_of(other) is None, other
+
+
+def test_every_kernel_has_a_unit_of_one_source():
+    names = build.kernel_names()
+    groups = build.units(names)
+    assert sorted(n for ns in groups.values() for n in ns) == sorted(names)
+    for unit, members in groups.items():
+        assert len({build.source_of(n) for n in members}) == 1, unit
+        src = build.instantiation_source(members)
+        assert src.count('#include "') == len(build.HEADERS) + 1, unit
+    assert build.unit_of("vb::fused_step<double,8,96,false>") == "fused_step_double"
+    assert build.unit_of("vb::update_mma<16,32,true>") == "update_mma"
+
+
+def _index(folder: Path, sources=None, archs=("sm_80", "sm_90", "sm_100", "sm_120")):
+    name = build.copy_name("float64")
+    src = build.source_of(name)
+    idx = {"format": build.FORMAT, "archs": list(archs),
+           "sources": sources or {src: build.source_hash(src)},
+           "kernels": {name: [build.unit_of(name), "_ZN2vb13copy_matricesIdEEvv"]}}
+    (folder / build.INDEX).write_text(json.dumps(idx))
+    return name
+
+
+def test_a_device_takes_the_cubin_of_its_architecture(tmp_path):
+    name = _index(tmp_path)
+    b = build.Binaries.read(tmp_path)
+    want = {"80": "sm_80", "86": "sm_80", "89": "sm_80", "90": "sm_90", "100": "sm_100",
+            "103": "sm_100", "120": "sm_120", "121": "sm_120", "75": None, "110": None}
+    assert {cc: b.arch_for(cc) for cc in want} == want
+    assert b.find(name, "90") == (tmp_path / f"{build.unit_of(name)}.sm_90.cubin",
+                                  "_ZN2vb13copy_matricesIdEEvv")
+    # No cubin for this device, or for this kernel.
+    assert b.find(name, "75") is None
+    assert b.find(build.copy_name("float32"), "90") is None
+
+
+def test_a_cubin_of_another_source_is_not_used(tmp_path):
+    name = _index(tmp_path, sources={"copy.cu": "0" * 64})
+    assert build.Binaries.read(tmp_path).find(name, "90") is None
+
+
+def test_an_index_that_cannot_be_read_is_no_index(tmp_path):
+    assert build.Binaries.read(tmp_path) is None
+    (tmp_path / build.INDEX).write_text("{not json")
+    assert build.Binaries.read(tmp_path) is None
+    (tmp_path / build.INDEX).write_text(json.dumps({"format": build.FORMAT + 1}))
+    assert build.Binaries.read(tmp_path) is None
+
+
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
-def test_nvcc_compiles_every_kernel_for_sm_90(tmp_path):
-    p = subprocess.run([sys.executable, "-m", "vbatch", "compile", "--nvcc", "--arch", "sm_90",
-                        "--out", str(tmp_path)], capture_output=True, text=True, cwd=ROOT,
-                       timeout=600)
-    assert p.returncode == 0, p.stdout + p.stderr
-    assert p.stdout.startswith(f"compiled {len(build.kernel_names())} kernels for sm_90"), p.stdout
-    if shutil.which("readelf") is None or shutil.which("c++filt") is None:
-        pytest.skip("compiled; binutils (readelf, c++filt) missing: the kernel set unchecked")
-    for dt in sel.DTYPES:
-        assert _cubin_kernels(tmp_path / f"vbatch_{dt}.sm_90.cubin") == set(
-            build.kernel_names([dt]))
+def test_a_build_indexes_the_kernels_its_cubins_define(tmp_path):
+    names = [build.copy_name("float64"), build.spd_fill_name("float32")]
+    runs = build.build_binaries(tmp_path, ["sm_80"], names, jobs=2)
+    assert all(r.returncode == 0 for _, r in runs), [r.stderr for _, r in runs]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        [build.INDEX] + [f"{build.unit_of(n)}.sm_80.cubin" for n in names])
+    b = build.Binaries.read(tmp_path)
+    assert b.archs == ("sm_80",) and sorted(b.kernels) == sorted(names)
+    for n in names:
+        cubin, symbol = b.find(n, "86")
+        assert symbol in build.elf_functions(cubin.read_bytes())
+        assert build.kernel_of(symbol) == n
+        if shutil.which("readelf") and shutil.which("c++filt"):
+            assert _readelf_kernels(cubin) == {n}
+    # A second build replaces the first's cubins and index.
+    runs = build.build_binaries(tmp_path, ["sm_90"], names[:1], jobs=2)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        [build.INDEX, f"{build.unit_of(names[0])}.sm_90.cubin"])
