@@ -162,7 +162,13 @@ class Backend(ABC):
         """Where kernels read an input: the caller's packed buffer when it is on this
         backend's memory, else a copy; a list packed (gathered into one buffer).
         ``writable``: an output will be written over it, so it must be a packed buffer that is
-        the caller's (packed, ``overwrite``) or our own copy (a list, written back after)."""
+        the caller's (packed, ``overwrite``), a list's own memory (a batch whose cache says
+        ``in_place``: :meth:`reads_in_place`) or our own copy (a list, written back after)."""
+
+    def reads_in_place(self, batch: PackedBatch | MatrixList) -> bool:
+        """Whether :meth:`stage_input` of ``batch`` written in place (``writable``) works on
+        the caller's own memory, with no copy (the memory check then counts none)."""
+        return False
 
     @abstractmethod
     def new_output(self, like: Any) -> PackedBatch:

@@ -51,7 +51,14 @@ from vbatch.kernels.cuda_build import (
     source_text,
     spd_fill_name,
 )
-from vbatch.core.batch import MatrixList, PackedBatch, addresses, array_kind, pack
+from vbatch.core.batch import (
+    MatrixList,
+    PackedBatch,
+    addresses,
+    array_kind,
+    in_place_layout,
+    pack,
+)
 from vbatch.scheduler.plan import Launch, Plan
 
 
@@ -127,6 +134,7 @@ class _Params(ctypes.Structure):
 
 
 SCALARS = 4  # K, lo, hi, extra
+IN_PLACE_KEPT = 16  # layouts of in-place lists kept (CudaBackend._in_place)
 
 
 @dataclass
@@ -510,6 +518,7 @@ class CudaBackend(Backend):
         self._mem_total: dict[int, int] = {}
         self._info: dict[int, dict] = {}
         self._staging: dict[int, _Staging] = {}
+        self._places: dict[tuple, PackedBatch] = {}  # in-place list layouts (_in_place)
         self.kernels = launchers()
 
     def _stage(self) -> _Staging:
@@ -581,6 +590,10 @@ class CudaBackend(Backend):
         if batch is None:
             return None
         if isinstance(batch, MatrixList):
+            if writable and batch.kind == "cupy":
+                work = self._in_place(batch)
+                if work is not None:
+                    return work
             # One packed buffer on the device (an upload, or one gather kernel for cupy
             # arrays), laid out from the sizes alone: its device tables are kept with the plan.
             if batch.kind == "numpy":
@@ -593,6 +606,35 @@ class CudaBackend(Backend):
         if batch.kind == "cupy":
             return batch
         return batch.with_data(self.upload(batch.data))  # one upload; the copy is ours
+
+    def reads_in_place(self, batch) -> bool:
+        return (type(batch) is MatrixList and batch.kind == "cupy"
+                and in_place_layout(batch) is not None)
+
+    def _in_place(self, ml: MatrixList) -> PackedBatch | None:
+        """A cupy list written in place (``overwrite``) as a packed batch over the memory its
+        arrays occupy (:func:`~vbatch.core.batch.in_place_layout`): no gather, no scatter and
+        no copy of its matrices. One layout per set of addresses and sizes (the last
+        ``IN_PLACE_KEPT``), so that calls on the same arrays find their device tables and
+        graph again."""
+        lay = in_place_layout(ml)
+        if lay is None:
+            return None
+        base, offset, ld, order, span = lay
+        dev = cupy.cuda.runtime.getDevice()
+        key = (dev, ml.dtype, order, base, span, offset.tobytes(), ld.tobytes(),
+               ml.m.tobytes(), ml.n.tobytes())
+        tmpl = self._places.get(key)
+        if tmpl is None:
+            tmpl = PackedBatch.model_construct(data=None, m=ml.m, n=ml.n, offset=offset, ld=ld,
+                                               order=order)
+            tmpl.cache()["in_place"] = True
+            while len(self._places) >= IN_PLACE_KEPT:
+                self._places.pop(next(iter(self._places)), None)
+            self._places[key] = tmpl
+        # (the view keeps the caller's arrays alive while kernels may write them)
+        mem = cupy.cuda.UnownedMemory(base, span * ml.dtype.itemsize, ml.mats, dev)
+        return tmpl.with_data(cupy.ndarray((span,), ml.dtype, cupy.cuda.MemoryPointer(mem, 0)))
 
     def new_output(self, like: PackedBatch) -> PackedBatch:
         return like.with_data(self.new_data(like.data))

@@ -327,6 +327,8 @@ class Runtime:
                for i in np.flatnonzero(need > total)]
         if big:
             raise InputError(big)
+        if not packed and overwrite and written and b.reads_in_place(batch):
+            return  # written where it lies
         free = b.memory_free()
         if staged > free:
             raise InputError([(None, f"the batch needs {_bytes(staged)} of {where} to run "
@@ -376,7 +378,7 @@ class Runtime:
                 staged[name] = _new_buffer(b, req, buf)
             else:
                 staged[name] = staged[like] if overwrite else b.new_output(staged[like])
-                if type(given) is MatrixList:
+                if type(given) is MatrixList and not _in_place(staged[name]):
                     lists = lists or {}
                     lists[name] = given
         for buf in op._scratch:
@@ -414,7 +416,7 @@ class Runtime:
                     out[name] = _give(exported, _list_form(form))
                 elif type(given) is MatrixList:
                     if overwrite:
-                        if not device_writeback:
+                        if not device_writeback and not _in_place(work):
                             b.scatter(work, given.mats)
                         out[name] = given.source
                     else:
@@ -532,6 +534,11 @@ def _once(seen: dict, h: int, most: int) -> bool:
     if len(seen) > most:
         seen.pop(next(iter(seen)), None)
     return True
+
+
+def _in_place(staged) -> bool:
+    """Whether a staged buffer is the caller's list itself (Backend.stage_input)."""
+    return bool(staged.__dict__.get("_vb_cache", {}).get("in_place"))
 
 
 def _new_buffer(b, req, buf):

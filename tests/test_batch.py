@@ -106,3 +106,50 @@ def test_spd_packed_is_spd_in_both_orders():
         for i in (1, 2):
             m = b.matrix(i).astype(np.float64)
             assert np.allclose(m, m.T) and np.linalg.eigvalsh(m).min() > 0
+
+
+def _device_list(m, n, ptr, rs, cs, dtype=np.float64):
+    """A device list's description as the CUDA backend reads it: sizes, addresses (bytes) and
+    strides (elements); no arrays (in_place_layout reads none)."""
+    from vbatch.core.batch import MatrixList
+
+    addr = np.array([ptr, rs, cs], dtype=np.int64)
+    return MatrixList.model_construct(mats=[None] * len(m), kind="cupy", dtype=np.dtype(dtype),
+                                      m=np.asarray(m), n=np.asarray(n), addr=addr)
+
+
+def test_a_device_list_lies_in_one_layout_where_its_arrays_are():
+    from vbatch.core.batch import in_place_layout
+
+    # column-major 3 x 3 and 2 x 4 (leading dimension 5), out of address order
+    base, off, ld, order, span = in_place_layout(
+        _device_list([3, 2], [3, 4], [1400, 1000], [1, 1], [3, 5]))
+    assert (base, off.tolist(), ld.tolist(), order, span) == (1000, [50, 0], [3, 5], "F", 59)
+    # row-major; an empty matrix (address 0) and a single row occupy what they hold
+    base, off, ld, order, span = in_place_layout(
+        _device_list([2, 0, 1], [4, 0, 6], [2000, 0, 1000], [4, 1, 6], [1, 1, 1]))
+    assert (base, off.tolist(), ld.tolist(), order, span) == (1000, [125, 0, 0], [4, 1, 6],
+                                                             "C", 133)
+    # float32: offsets in its own elements
+    assert in_place_layout(_device_list([2], [2], [1004], [1], [2], np.float32))[1].tolist() \
+        == [0]
+
+
+@pytest.mark.parametrize("case", ["overlap", "inside", "twice", "misaligned", "no unit stride",
+                                  "short leading dimension", "negative stride", "mixed orders",
+                                  "all empty"])
+def test_a_device_list_that_cannot_be_written_where_it_lies_is_copied(case):
+    from vbatch.core.batch import in_place_layout
+
+    m, n, ptr, rs, cs = {
+        "overlap": ([3, 3], [3, 3], [1000, 1064], [1, 1], [3, 3]),
+        "inside": ([4, 1], [4, 1], [1000, 1008], [1, 1], [4, 1]),  # one inside another's extent
+        "twice": ([2, 2], [2, 2], [1000, 1000], [1, 1], [2, 2]),
+        "misaligned": ([2, 2], [2, 2], [1000, 1204], [1, 1], [2, 2]),
+        "no unit stride": ([2, 2], [2, 2], [1000, 2000], [2, 1], [4, 2]),  # every other row
+        "short leading dimension": ([3], [3], [1000], [1], [2]),
+        "negative stride": ([3], [3], [1000], [1], [-3]),
+        "mixed orders": ([2, 2], [3, 3], [1000, 2000], [1, 3], [2, 1]),
+        "all empty": ([0, 0], [0, 3], [0, 0], [1, 1], [1, 1]),
+    }[case]
+    assert in_place_layout(_device_list(m, n, ptr, rs, cs)) is None

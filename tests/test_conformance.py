@@ -32,7 +32,7 @@ import pytest
 
 from _check import to_host
 from conftest import DEVICES
-from vbatch import PackedBatch, Runtime
+from vbatch import InputError, PackedBatch, Runtime
 from vbatch.kernels.cpu import CpuBackend
 from vbatch.ops.generate import spd
 from vbatch.ops.op import OPS as REGISTERED
@@ -386,6 +386,57 @@ def test_a_prepared_call_runs_again_and_names_other_sizes(device, form, op):
         given = case.outputs(res)[-1]
         assert all(g is a for g, a in zip(given, mine[case.written]))
         _check(case2, res, params, np.float64, f"{op}, overwrite=True")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("order", ["F", "C"])
+@pytest.mark.parametrize("op", OPS)
+def test_a_device_list_in_place_is_written_where_it_lies(op, order, monkeypatch):
+    """overwrite=True on CuPy views into one buffer, either order, a NaN gap after each: every
+    output is in its own view, nothing between them is written, and nothing is copied (no
+    write-back; the memory check passes with no free memory). A list whose views overlap is
+    copied and written back, as before."""
+    import cupy
+
+    from vbatch.core.batch import MatrixList
+
+    case = make_case(op, np.random.default_rng(5), SIZES)
+    params = case.params[-1]
+    mats = [np.asarray(a, np.float64) for a in case.operands[case.written]]
+    buf = cupy.full(sum(a.size + 3 for a in mats), np.nan)
+    views, at, gap = [], 0, np.ones(buf.size, bool)
+    for a in mats:
+        v = buf[at:at + a.size].reshape(a.shape, order=order)
+        v[...] = cupy.asarray(a)
+        views.append(v)
+        gap[at:at + a.size] = False
+        at += a.size + 3
+    rt = Runtime("cuda")
+    written = MatrixList(mats=views)
+    monkeypatch.setattr(rt.backend, "memory_total", lambda: 2 * buf.nbytes)
+    monkeypatch.setattr(rt.backend, "memory_free", lambda: 0)
+    rt._check_memory(written, True, True)  # (no copy: nothing to find room for)
+    with pytest.raises(InputError, match="of GPU memory to run"):
+        rt._check_memory(written, False, True)
+    monkeypatch.undo()
+    monkeypatch.setattr(rt.backend, "scatter", None)  # (a write-back would call it)
+    for run in range(2):  # (the second finds the layout's tables and graph again)
+        buf[cupy.asarray(gap)] = np.nan
+        for v, a in zip(views, mats):
+            v[...] = cupy.asarray(a)
+        # (the other operands anew: posv writes its matrices too, as lists of their own)
+        operands = {k: _form(v, "list", "cuda", np.float64) for k, v in case.operands.items()}
+        operands[case.written] = views
+        res = case.call(rt, operands, {**params, "overwrite": True}).result()
+        assert all(g is v for g, v in zip(case.outputs(res)[-1], views))
+        _check(case, res, params, np.float64, f"{op} {order}, in place, run {run}")
+        assert cupy.isnan(buf[cupy.asarray(gap)]).all(), f"{op} {order}: wrote between views"
+    if op == "potrf":
+        monkeypatch.undo()
+        views[2][...] = cupy.asarray(mats[2])
+        twice = [views[2], views[2]]  # (one matrix twice: copied, factored, written back)
+        res = rt.cholesky(twice, overwrite=True).result()
+        assert res.info.tolist() == [0, 0] and res.factors[0] is views[2]
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -610,6 +610,44 @@ def addresses(mats: list, itemsize: int) -> np.ndarray:
     return addr
 
 
+def in_place_layout(ml: "MatrixList") -> tuple | None:
+    """A device list's arrays as one packed layout over the memory they already occupy:
+    ``(base, offset, ld, order, span)``, the lowest address (bytes), each matrix's offset from
+    it and leading dimension (elements), the order, and the elements from ``base`` to the end
+    of the last matrix. Written in place there, a list needs no copy. None where its arrays
+    cannot be read so: one without a unit stride along the order's axis (the same for all, as
+    :attr:`MatrixList.packed_order` chooses), a stride of zero or less, an address that is not
+    a multiple of the itemsize, or two matrices whose extents overlap (a matrix written twice
+    at once). Empty matrices occupy nothing."""
+    a = ml.addr
+    if a is None or not ml.k:
+        return None
+    isz = ml.dtype.itemsize
+    order = ml.packed_order
+    inner, outer = (ml.m, ml.n) if order == "F" else (ml.n, ml.m)
+    unit, ld = (a[1], a[2]) if order == "F" else (a[2], a[1])
+    live = inner * outer > 0
+    if not live.any():
+        return None
+    # (one column, or one row, has no leading dimension to respect: its own length is one)
+    ld = np.where(live & (outer > 1), ld, np.maximum(inner, 1))
+    ok = (unit == 1) | (inner <= 1)
+    ok &= ld >= np.maximum(inner, 1)
+    ptr = a[0]
+    ok &= ptr % isz == 0
+    if not ok[live].all():
+        return None
+    base = int(ptr[live].min())
+    offset = np.where(live, (ptr - base) // isz, 0)
+    end = offset + (outer - 1) * ld + inner
+    at = np.flatnonzero(live)
+    at = at[np.argsort(offset[at], kind="stable")]
+    if len(at) > 1 and (np.maximum.accumulate(end[at])[:-1] > offset[at][1:]).any():
+        return None
+    offset.flags.writeable = ld.flags.writeable = False
+    return base, offset, ld, order, int(end[at].max())
+
+
 def list_signature(mats: Any) -> tuple | None:
     """A list operand's part of a call's key (runtime/runtime.py): its arrays' type, dtype and
     shapes. A later list of the same signature is the same call on other data: it is staged
