@@ -519,6 +519,7 @@ class CudaBackend(Backend):
         self._info: dict[int, dict] = {}
         self._staging: dict[int, _Staging] = {}
         self._places: dict[tuple, PackedBatch] = {}  # in-place list layouts (_in_place)
+        self._seen: dict[tuple, bool] = {}  # list layouts seen once (_in_place)
         self.kernels = launchers()
 
     def _stage(self) -> _Staging:
@@ -608,6 +609,8 @@ class CudaBackend(Backend):
         return batch.with_data(self.upload(batch.data))  # one upload; the copy is ours
 
     def reads_in_place(self, batch) -> bool:
+        # (the memory check asks only of lists past a quarter of the memory: _in_place takes
+        # every such list whose layout it can describe)
         return (type(batch) is MatrixList and batch.kind == "cupy"
                 and in_place_layout(batch) is not None)
 
@@ -616,7 +619,10 @@ class CudaBackend(Backend):
         arrays occupy (:func:`~vbatch.core.batch.in_place_layout`): no gather, no scatter and
         no copy of its matrices. One layout per set of addresses and sizes (the last
         ``IN_PLACE_KEPT``), so that calls on the same arrays find their device tables and
-        graph again."""
+        graph again. A layout new to the plan costs its tables and launch records (up to
+        ~1 ms for a plan of 40 launches), more than the copies of a small list, so a list
+        at addresses first seen is gathered, unless it is more than a quarter of the device's
+        memory (the copy may not fit, and copying it costs more)."""
         lay = in_place_layout(ml)
         if lay is None:
             return None
@@ -626,6 +632,12 @@ class CudaBackend(Backend):
                ml.m.tobytes(), ml.n.tobytes())
         tmpl = self._places.get(key)
         if tmpl is None:
+            nbytes = int((ml.m * ml.n).sum()) * ml.dtype.itemsize
+            if key not in self._seen and 4 * nbytes <= self.memory_total():
+                while len(self._seen) >= 4 * IN_PLACE_KEPT:
+                    self._seen.pop(next(iter(self._seen)), None)
+                self._seen[key] = True
+                return None
             tmpl = PackedBatch.model_construct(data=None, m=ml.m, n=ml.n, offset=offset, ld=ld,
                                                order=order)
             tmpl.cache()["in_place"] = True
