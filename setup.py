@@ -4,8 +4,9 @@ type and architecture, in vbatch/kernels/bin), so that a fresh install's first c
 instead of compiling through NVRTC.
 
 ``VBATCH_CUDA_ARCHS`` names the architectures (by default those of
-``vbatch.kernels.cuda_build.ARCHS`` that this nvcc knows); ``none`` builds none. An editable
-install builds none: its kernels compile from the sources being edited.
+``vbatch.kernels.cuda_build.ARCHS`` that this nvcc knows; a failure then installs without
+kernels, a failure for named ones stops the build); ``none`` builds none. An editable install
+builds none: its kernels compile from the sources being edited.
 """
 
 from __future__ import annotations
@@ -44,20 +45,27 @@ def _core_dependencies() -> list[str]:
 class BuildWithKernels(build_py):
     def run(self):
         super().run()
+        lib = Path(self.build_lib).resolve()
+        out = lib / "vbatch" / "kernels" / "bin"
+        shutil.rmtree(out, ignore_errors=True)  # (an earlier build's must not ship)
         archs = _archs()
         if self.editable_mode or archs == []:
             return
-        lib = Path(self.build_lib).resolve()
-        cmd = [sys.executable, "-m", "vbatch", "compile", "--nvcc",
-               "--out", str(lib / "vbatch" / "kernels" / "bin"), "--jobs", str(os.cpu_count() or 1)]
+        cmd = [sys.executable, "-m", "vbatch", "compile", "--nvcc", "--out", str(out),
+               "--jobs", str(min(os.cpu_count() or 1, 32))]
         cmd += ["--arch", *archs] if archs else []
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(
             [str(lib)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
         # (from the build folder: the checkout's own folders must not shadow the package)
-        if subprocess.run(cmd, env=env, cwd=lib).returncode:
+        if subprocess.run(cmd, env=env, cwd=lib).returncode == 0:
+            return
+        if archs:  # (named: the build was asked for them)
             sys.exit("vbatch: compiling the CUDA kernels with nvcc failed (above). Set "
                      "VBATCH_CUDA_ARCHS=none to install without them: kernels then compile "
                      "through NVRTC on first use.")
+        shutil.rmtree(out, ignore_errors=True)
+        print("vbatch: WARNING: compiling the CUDA kernels with nvcc failed (above); installed "
+              "without them, so kernels compile through NVRTC on first use", file=sys.stderr)
 
 
 setup(cmdclass={"build_py": BuildWithKernels},

@@ -58,7 +58,7 @@ class _Stub(CpuBackend):
     def order_after(self, after):
         pass
 
-    def stage_input(self, batch, writable):
+    def stage_input(self, batch, writable, others=()):
         return batch
 
     def new_output(self, like):

@@ -158,12 +158,15 @@ class Backend(ABC):
 
     # ------------------------------------------------------------ memory
     @abstractmethod
-    def stage_input(self, batch: PackedBatch | MatrixList, writable: bool) -> Any:
+    def stage_input(self, batch: PackedBatch | MatrixList, writable: bool,
+                    others: tuple = ()) -> Any:
         """Where kernels read an input: the caller's packed buffer when it is on this
         backend's memory, else a copy; a list packed (gathered into one buffer).
         ``writable``: an output will be written over it, so it must be a packed buffer that is
         the caller's (packed, ``overwrite``), a list's own memory (a batch whose cache says
-        ``in_place``: :meth:`reads_in_place`) or our own copy (a list, written back after)."""
+        ``in_place``: :meth:`reads_in_place`) or our own copy (a list, written back after).
+        ``others``: the call's other operands; a list that shares memory with one of them is
+        copied."""
 
     def reads_in_place(self, batch: PackedBatch | MatrixList) -> bool:
         """Whether :meth:`stage_input` of ``batch`` written in place (``writable``) works on

@@ -179,7 +179,7 @@ class CpuBackend(Backend):
     def memory_free(self) -> int:
         return _host_memory()[1]
 
-    def stage_input(self, batch, writable: bool) -> View:
+    def stage_input(self, batch, writable: bool, others: tuple = ()) -> View:
         if batch is None:
             return None
         if isinstance(batch, MatrixList):

@@ -56,7 +56,9 @@ from vbatch.core.batch import (
     PackedBatch,
     addresses,
     array_kind,
+    extents,
     in_place_layout,
+    overlaps,
     pack,
 )
 from vbatch.scheduler.plan import Launch, Plan
@@ -84,12 +86,25 @@ def _binaries() -> Binaries | None:
 
 def _prebuilt(expr: str):
     """Kernel ``expr`` from the package's cubins (cuda_build.Binaries), or None where none was
-    built for this device's architecture from its source as it is now."""
+    built for this device's architecture from its source as it is now, or where the driver
+    cannot load its cubin (one built by a newer nvcc than the driver knows, a damaged file):
+    it then compiles through NVRTC."""
     idx = _binaries()
     hit = None if idx is None else idx.find(expr, cupy.cuda.Device().compute_capability)
-    if hit is None:
+    if hit is None or str(hit[0]) in _UNUSABLE:
         return None
-    return _module(str(hit[0])).get_function(hit[1])
+    try:
+        return _module(str(hit[0])).get_function(hit[1])
+    except (OSError, cupy.cuda.driver.CUDADriverError) as exc:
+        import warnings
+
+        _UNUSABLE.add(str(hit[0]))
+        warnings.warn(f"vbatch: the prebuilt kernels in {hit[0]} do not load ({exc}); "
+                      f"compiling through NVRTC instead", RuntimeWarning, stacklevel=3)
+        return None
+
+
+_UNUSABLE: set = set()  # cubins the driver refused (_prebuilt)
 
 
 @cupy.memoize(for_each_device=True)
@@ -520,6 +535,7 @@ class CudaBackend(Backend):
         self._staging: dict[int, _Staging] = {}
         self._places: dict[tuple, PackedBatch] = {}  # in-place list layouts (_in_place)
         self._seen: dict[tuple, bool] = {}  # list layouts seen once (_in_place)
+        self._place_lock = threading.Lock()
         self.kernels = launchers()
 
     def _stage(self) -> _Staging:
@@ -587,12 +603,12 @@ class CudaBackend(Backend):
         return cupy.cuda.runtime.memGetInfo()[0] + cupy.get_default_memory_pool().free_bytes()
 
     # ------------------------------------------------------------ memory
-    def stage_input(self, batch, writable: bool) -> PackedBatch:
+    def stage_input(self, batch, writable: bool, others: tuple = ()) -> PackedBatch:
         if batch is None:
             return None
         if isinstance(batch, MatrixList):
             if writable and batch.kind == "cupy":
-                work = self._in_place(batch)
+                work = self._in_place(batch, others)
                 if work is not None:
                     return work
             # One packed buffer on the device (an upload, or one gather kernel for cupy
@@ -614,7 +630,7 @@ class CudaBackend(Backend):
         return (type(batch) is MatrixList and batch.kind == "cupy"
                 and in_place_layout(batch) is not None)
 
-    def _in_place(self, ml: MatrixList) -> PackedBatch | None:
+    def _in_place(self, ml: MatrixList, others: tuple = ()) -> PackedBatch | None:
         """A cupy list written in place (``overwrite``) as a packed batch over the memory its
         arrays occupy (:func:`~vbatch.core.batch.in_place_layout`): no gather, no scatter and
         no copy of its matrices. One layout per set of addresses and sizes (the last
@@ -626,24 +642,36 @@ class CudaBackend(Backend):
         lay = in_place_layout(ml)
         if lay is None:
             return None
+        # Another operand of the call in the same memory (posv(A, A), a packed c over a's
+        # buffer) would be read while it is written: copied, it is read as it was.
+        mine = extents(ml)
+        try:
+            if any(overlaps(mine, ext) for o in others if (ext := extents(o)) is not None):
+                return None
+        except ValueError:  # (a device operand whose memory is unknown)
+            return None
         base, offset, ld, order, span = lay
         dev = cupy.cuda.runtime.getDevice()
         key = (dev, ml.dtype, order, base, span, offset.tobytes(), ld.tobytes(),
                ml.m.tobytes(), ml.n.tobytes())
         tmpl = self._places.get(key)
         if tmpl is None:
-            nbytes = int((ml.m * ml.n).sum()) * ml.dtype.itemsize
-            if key not in self._seen and 4 * nbytes <= self.memory_total():
-                while len(self._seen) >= 4 * IN_PLACE_KEPT:
-                    self._seen.pop(next(iter(self._seen)), None)
-                self._seen[key] = True
-                return None
-            tmpl = PackedBatch.model_construct(data=None, m=ml.m, n=ml.n, offset=offset, ld=ld,
-                                               order=order)
-            tmpl.cache()["in_place"] = True
-            while len(self._places) >= IN_PLACE_KEPT:
-                self._places.pop(next(iter(self._places)), None)
-            self._places[key] = tmpl
+            # (as the memory check counts a list: it asks for room for a copy past a quarter)
+            nbytes = int((np.maximum(ml.m, 1) * ml.n).sum()) * ml.dtype.itemsize
+            with self._place_lock:
+                if key not in self._seen and 4 * nbytes <= self.memory_total():
+                    while len(self._seen) >= 4 * IN_PLACE_KEPT:
+                        self._seen.pop(next(iter(self._seen)))
+                    self._seen[key] = True
+                    return None
+                if any(a.device.id != dev for a in ml.mats):
+                    return None  # (the view below would claim another GPU's memory)
+                tmpl = PackedBatch.model_construct(data=None, m=ml.m, n=ml.n, offset=offset,
+                                                   ld=ld, order=order)
+                tmpl.cache()["in_place"] = True
+                while len(self._places) >= IN_PLACE_KEPT:
+                    self._places.pop(next(iter(self._places)))
+                self._places[key] = tmpl
         # (the view keeps the caller's arrays alive while kernels may write them)
         mem = cupy.cuda.UnownedMemory(base, span * ml.dtype.itemsize, ml.mats, dev)
         return tmpl.with_data(cupy.ndarray((span,), ml.dtype, cupy.cuda.MemoryPointer(mem, 0)))

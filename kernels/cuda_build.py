@@ -30,6 +30,7 @@ import functools
 import hashlib
 import json
 import re
+import shutil
 import struct
 import subprocess
 import tempfile
@@ -137,9 +138,14 @@ def instantiation_source(names: list[str] | None = None) -> str:
     ]
     head += [f'#include "{h}"' for h in HEADERS]
     head += [f'#include "{s}"' for s in sorted({source_of(n) for n in names})]
+    return "\n".join(head) + _taken(names)
+
+
+def _taken(names: list[str]) -> str:
+    """A table taking each kernel's address: what instantiates it."""
     table = ["", "[[maybe_unused]] static void* const vb_all[] = {"]
     table += [f"  (void*)&{name}," for name in names]
-    return "\n".join(head + table + ["};", ""])
+    return "\n".join(table + ["};", ""])
 
 
 # ----------------------------------------------------------------------------- prebuilt binaries
@@ -279,42 +285,48 @@ def nvcc_archs(nvcc: str = "nvcc") -> list[str]:
 def build_binaries(out: Path, archs=ARCHS, names: list[str] | None = None, jobs: int = 8,
                    nvcc: str = "nvcc") -> list[tuple[list[str], subprocess.CompletedProcess]]:
     """Compile ``names`` (default: all of :func:`kernel_names`) with nvcc, a cubin per unit and
-    architecture in ``out``, and write their index there (what :meth:`Binaries.read` reads),
-    replacing any cubins and index already in it. Returns each nvcc run's command and result;
-    the index is written only when all succeeded. Raises ValueError if a cubin lacks a kernel
-    it was to define."""
+    architecture, and put them and their index (what :meth:`Binaries.read` reads) in ``out``,
+    replacing the cubins and index there, once every run succeeded (else ``out`` is left as it
+    was). Each unit is the text NVRTC would compile, read once, so the hash the index records is
+    that of what was compiled. Returns each nvcc run's command and result. Raises ValueError if
+    a cubin lacks a kernel it was to define."""
     names = kernel_names() if names is None else list(names)
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    for old in [*out.glob("*.cubin"), out / INDEX]:
-        old.unlink(missing_ok=True)
     groups = units(names)
+    texts = {src: source_text(src) for src in sorted({source_of(n) for n in names})}
     with tempfile.TemporaryDirectory(prefix="vbatch-nvcc-") as tmp:
+        tmp = Path(tmp)
         cmds = []
         for unit, members in groups.items():
-            cu = Path(tmp) / f"{unit}.cu"
-            cu.write_text(instantiation_source(members))
-            cmds += [[nvcc, "-std=c++17", f"-arch={arch}", "-cubin", f"-I{HERE}",
-                      "-o", str(out / f"{unit}.{arch}.cubin"), str(cu)] for arch in archs]
+            cu = tmp / f"{unit}.cu"
+            cu.write_text(texts[source_of(members[0])] + _taken(members))
+            cmds += [[nvcc, "-std=c++17", f"-arch={arch}", "-cubin",
+                      "-o", str(tmp / f"{unit}.{arch}.cubin"), str(cu)] for arch in archs]
         with ThreadPoolExecutor(jobs) as pool:
             runs = list(pool.map(lambda c: subprocess.run(c, capture_output=True, text=True),
                                  cmds))
-    if any(r.returncode for r in runs):
-        return list(zip(cmds, runs))
-    kernels = {}
-    for unit, members in groups.items():
-        found = {}
-        for symbol in elf_functions((out / f"{unit}.{archs[0]}.cubin").read_bytes()):
-            name = kernel_of(symbol)
-            if name is not None:
-                found[name] = symbol
-        missing = [n for n in members if n not in found]
-        if missing:
-            raise ValueError(f"the cubin of {unit} lacks {len(missing)} of its kernels: "
-                             f"{', '.join(missing[:3])}")
-        kernels.update({n: [unit, found[n]] for n in members})
-    index = {"format": FORMAT, "archs": list(archs),
-             "sources": {s: source_hash(s) for s in sorted({source_of(n) for n in names})},
-             "kernels": kernels}
-    (out / INDEX).write_text(json.dumps(index, indent=0, sort_keys=True))
+        if any(r.returncode for r in runs):
+            return list(zip(cmds, runs))
+        kernels = {}
+        for unit, members in groups.items():
+            found = {}
+            for symbol in elf_functions((tmp / f"{unit}.{archs[0]}.cubin").read_bytes()):
+                name = kernel_of(symbol)
+                if name is not None:
+                    found[name] = symbol
+            missing = [n for n in members if n not in found]
+            if missing:
+                raise ValueError(f"the cubin of {unit} lacks {len(missing)} of its kernels: "
+                                 f"{', '.join(missing[:3])}")
+            kernels.update({n: [unit, found[n]] for n in members})
+        index = {"format": FORMAT, "archs": list(archs),
+                 "sources": {src: hashlib.sha256(t.encode()).hexdigest()
+                             for src, t in texts.items()},
+                 "kernels": kernels}
+        out.mkdir(parents=True, exist_ok=True)
+        for old in [*out.glob("*.cubin"), out / INDEX]:
+            old.unlink(missing_ok=True)
+        for cubin in tmp.glob("*.cubin"):
+            shutil.move(str(cubin), out / cubin.name)
+        (out / INDEX).write_text(json.dumps(index, indent=0, sort_keys=True))
     return list(zip(cmds, runs))

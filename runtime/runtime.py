@@ -370,7 +370,13 @@ class Runtime:
         staged: dict = {}
         for name, operand, written in op._ins:
             given = getattr(req, operand)
-            staged[name] = None if given is None else b.stage_input(given, overwrite and written)
+            if given is None:
+                staged[name] = None
+            elif overwrite and written:
+                others = tuple(getattr(req, o) for o in op.operands if o != operand)
+                staged[name] = b.stage_input(given, True, others)
+            else:
+                staged[name] = b.stage_input(given, False)
         lists = None
         for name, operand, like, buf in op._outs:
             given = getattr(req, operand)

@@ -137,7 +137,7 @@ def test_a_device_list_lies_in_one_layout_where_its_arrays_are():
 
 @pytest.mark.parametrize("case", ["overlap", "inside", "twice", "misaligned", "no unit stride",
                                   "short leading dimension", "negative stride", "mixed orders",
-                                  "all empty"])
+                                  "all empty", "zero stride"])
 def test_a_device_list_that_cannot_be_written_where_it_lies_is_copied(case):
     from vbatch.core.batch import in_place_layout
 
@@ -151,5 +151,32 @@ def test_a_device_list_that_cannot_be_written_where_it_lies_is_copied(case):
         "negative stride": ([3], [3], [1000], [1], [-3]),
         "mixed orders": ([2, 2], [3, 3], [1000, 2000], [1, 3], [2, 1]),
         "all empty": ([0, 0], [0, 3], [0, 0], [1, 1], [1, 1]),
+        "zero stride": ([3], [3], [1000], [1], [0]),  # (a broadcast: every column one)
     }[case]
     assert in_place_layout(_device_list(m, n, ptr, rs, cs)) is None
+
+
+def test_a_one_by_one_matrix_takes_any_strides_and_float32_its_own_alignment():
+    from vbatch.core.batch import in_place_layout
+
+    assert in_place_layout(_device_list([1, 2], [1, 2], [1000, 1008], [77, 1], [-5, 2]))[1] \
+        .tolist() == [0, 1]
+    assert in_place_layout(_device_list([2], [2], [1002], [1], [2], np.float32)) is None
+
+
+def test_operands_that_share_memory_are_found():
+    from vbatch.core.batch import extents, overlaps
+
+    mine = extents(_device_list([3, 2], [3, 2], [1000, 2000], [1, 1], [3, 2]))
+    assert [r.tolist() for r in mine] == [[1000, 2000], [1072, 2032]]
+    # column-major 3 x 3 at 1000: bytes [1000, 1072)
+    for ptr, meets in ((1072, False), (1064, True), (900, False), (2024, True), (2032, False)):
+        other = extents(_device_list([1], [1], [ptr], [1], [1]))
+        assert overlaps(mine, other) is meets, ptr
+    # a range that spans one of mine from before it to after it
+    assert overlaps(mine, (np.array([990]), np.array([1100])))
+    assert overlaps(mine, mine) and not overlaps(mine, (np.array([], np.int64),) * 2)
+    # a negative stride reaches below its address
+    back = extents(_device_list([1], [3], [1100], [1], [-3]))
+    assert [r.tolist() for r in back] == [[1052], [1108]]
+    assert extents([np.zeros(3)]) is None  # (not a device operand)

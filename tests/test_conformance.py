@@ -420,19 +420,25 @@ def test_a_device_list_in_place_is_written_where_it_lies(op, order, monkeypatch)
     with pytest.raises(InputError, match="of GPU memory to run"):
         rt._check_memory(written, False, True)
     monkeypatch.undo()
+    operands = {k: _form(v, "list", "cuda", np.float64) for k, v in case.operands.items()}
+    operands[case.written] = views
     for run in range(3):  # (a small list's first call at new addresses is copied: run 0)
         if run == 1:
             monkeypatch.setattr(rt.backend, "scatter", None)  # (a write-back would call it)
         buf[cupy.asarray(gap)] = np.nan
-        for v, a in zip(views, mats):
-            v[...] = cupy.asarray(a)
-        # (the other operands anew: posv writes its matrices too, as lists of their own)
-        operands = {k: _form(v, "list", "cuda", np.float64) for k, v in case.operands.items()}
-        operands[case.written] = views
+        # (every operand's values again, at the same addresses: posv writes its matrices too)
+        for k, v in case.operands.items():
+            for x, a in zip(operands[k], v):
+                x[...] = cupy.asarray(np.asarray(a, np.float64))
         res = case.call(rt, operands, {**params, "overwrite": True}).result()
         assert all(g is v for g, v in zip(case.outputs(res)[-1], views))
         _check(case, res, params, np.float64, f"{op} {order}, in place, run {run}")
         assert cupy.isnan(buf[cupy.asarray(gap)]).all(), f"{op} {order}: wrote between views"
+    # Another operand over the same memory (posv(A, A)) would be read while written: copied.
+    ml = MatrixList(mats=views)
+    assert rt.backend._in_place(ml, (ml,)) is None
+    other = MatrixList(mats=[cupy.zeros((2, 2))] * len(views))
+    assert rt.backend._in_place(ml, (other,)) is not None
     if op == "potrf":
         monkeypatch.undo()
         views[2][...] = cupy.asarray(mats[2])

@@ -648,6 +648,39 @@ def in_place_layout(ml: "MatrixList") -> tuple | None:
     return base, offset, ld, order, int(end[at].max())
 
 
+def extents(x: Any) -> tuple[np.ndarray, np.ndarray] | None:
+    """The byte ranges ``[start, end)`` a device operand's matrices occupy (a packed batch: its
+    whole buffer), or None where it holds no device memory (a host operand, anything else).
+    Raises ValueError for a device list whose addresses were not read."""
+    t = type(x)
+    if t is PackedBatch and x.kind != "numpy":
+        ptr = x.data.data.ptr
+        return np.array([ptr]), np.array([ptr + x.data.nbytes])
+    if t is not MatrixList or x.kind == "numpy":
+        return None
+    a = x.addr
+    if a is None:
+        raise ValueError("a device list without its addresses")
+    isz, live = x.dtype.itemsize, x.m * x.n > 0
+    down, right = (x.m - 1) * a[1], (x.n - 1) * a[2]
+    lo = a[0] + isz * (np.minimum(down, 0) + np.minimum(right, 0))
+    hi = a[0] + isz * (np.maximum(down, 0) + np.maximum(right, 0) + 1)
+    return lo[live], hi[live]
+
+
+def overlaps(a: tuple, b: tuple) -> bool:
+    """Whether a range of ``b`` meets one of ``a`` (ranges of :func:`extents`; ``a``'s
+    disjoint, as :func:`in_place_layout` requires of a list)."""
+    if not len(a[0]) or not len(b[0]):
+        return False
+    order = np.argsort(a[0], kind="stable")
+    start, end = a[0][order], a[1][order]
+    # (a's ranges are disjoint: the last to start before b's end ends last of those that do)
+    i = np.searchsorted(start, b[1], side="left") - 1
+    hit = i >= 0
+    return bool((end[i[hit]] > b[0][hit]).any())
+
+
 def list_signature(mats: Any) -> tuple | None:
     """A list operand's part of a call's key (runtime/runtime.py): its arrays' type, dtype and
     shapes. A later list of the same signature is the same call on other data: it is staged
