@@ -12,6 +12,7 @@ bad arguments or when the device or compiler it needs is missing.
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import shutil
 import sys
@@ -399,6 +400,13 @@ def _check_compile(args) -> None:
             except OSError as exc:
                 args.parser.error(f"argument --out: cannot make folder {args.out!r}: "
                                   f"{exc.strerror or exc}")
+        else:
+            from vbatch.kernels.cuda_build import BIN
+
+            # (a read-only install: say so before a minute of nvcc, not after)
+            if not os.access(BIN if BIN.exists() else BIN.parent, os.W_OK):
+                args.parser.error(f"--nvcc: the package's kernel folder {BIN} is not "
+                                  f"writable; name another with --out")
         return
     if args.arch or args.out:
         args.parser.error("--arch and --out apply only with --nvcc")

@@ -109,6 +109,24 @@ def test_compile_nvcc_to_a_file_is_a_usage_error(tmp_path):
                        "--out: cannot make folder")
 
 
+def test_compile_nvcc_into_a_read_only_package_is_a_usage_error(tmp_path, monkeypatch, capsys):
+    import os
+
+    from vbatch.runtime import cli
+
+    fake = tmp_path / "nvcc"
+    fake.write_text("#!/bin/sh\nexit 0\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    real = os.access
+    # (nothing writable; nvcc still found: shutil.which asks for execute access)
+    monkeypatch.setattr(os, "access", lambda path, mode: mode != os.W_OK and real(path, mode))
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["compile", "--nvcc", "--arch", "sm_90"])
+    assert exc.value.code == 2
+    assert "is not writable; name another with --out" in capsys.readouterr().err
+
+
 def test_compile_nvcc_reports_a_failed_nvcc_and_exits_1(tmp_path):
     fake = tmp_path / "nvcc"
     fake.write_text("#!/bin/sh\necho 'error: planted failure' >&2\nexit 1\n")
