@@ -22,6 +22,8 @@ from vbatch import PackedBatch
 from vbatch.kernels.cuda import spd_fill
 from vbatch.ops.generate import sizes
 
+from sweep import _ms  # (the sweep's timer: synchronized, median after 3 warm-ups)
+
 CASES = (("uniform", 32, 2000), ("uniform", 128, 2000), ("uniform", 512, 2000),
          ("skewed", 512, 2000), ("uniform", 1024, 500))
 
@@ -41,20 +43,6 @@ def _spd(n, seed: int):
     return buf
 
 
-def _ms(fn, before, reps: int) -> float:
-    sync = cupy.cuda.Device().synchronize
-    ts = []
-    for i in range(reps + 3):
-        before()
-        sync()
-        t = time.perf_counter()
-        fn()
-        sync()
-        if i >= 3:
-            ts.append(time.perf_counter() - t)
-    return 1e3 * float(np.median(ts))
-
-
 def _case(rt, n, rng, reps: int) -> tuple[float, float, float]:
     """POTRF of the list in place, of the packed batch in place, POSV of the list in place."""
     k = len(n)
@@ -70,9 +58,9 @@ def _case(rt, n, rng, reps: int) -> tuple[float, float, float]:
         buf[...] = src
         rhs[...] = rhs_src
 
-    return (_ms(lambda: rt.cholesky(mats, overwrite=True).result(), restore, reps),
-            _ms(lambda: rt.cholesky(packed, overwrite=True).result(), restore, reps),
-            _ms(lambda: rt.posv(mats, bs, overwrite=True).result(), restore, reps))
+    return (_ms(lambda: rt.cholesky(mats, overwrite=True).result(), reps, restore),
+            _ms(lambda: rt.cholesky(packed, overwrite=True).result(), reps, restore),
+            _ms(lambda: rt.posv(mats, bs, overwrite=True).result(), reps, restore))
 
 
 def main(argv=None) -> int:

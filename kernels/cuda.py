@@ -57,6 +57,7 @@ from vbatch.core.batch import (
     addresses,
     array_kind,
     extents,
+    first_time,
     in_place_layout,
     overlaps,
     pack,
@@ -534,7 +535,7 @@ class CudaBackend(Backend):
         self._info: dict[int, dict] = {}
         self._staging: dict[int, _Staging] = {}
         self._places: dict[tuple, PackedBatch] = {}  # in-place list layouts (_in_place)
-        self._seen: dict[tuple, bool] = {}  # list layouts seen once (_in_place)
+        self._seen: dict[tuple, None] = {}  # list layouts seen once (_in_place)
         self._place_lock = threading.Lock()
         self.kernels = launchers()
 
@@ -659,10 +660,8 @@ class CudaBackend(Backend):
             # (as the memory check counts a list: it asks for room for a copy past a quarter)
             nbytes = int((np.maximum(ml.m, 1) * ml.n).sum()) * ml.dtype.itemsize
             with self._place_lock:
-                if key not in self._seen and 4 * nbytes <= self.memory_total():
-                    while len(self._seen) >= 4 * IN_PLACE_KEPT:
-                        self._seen.pop(next(iter(self._seen)))
-                    self._seen[key] = True
+                if (4 * nbytes <= self.memory_total()
+                        and first_time(self._seen, key, 4 * IN_PLACE_KEPT)):
                     return None
                 if any(a.device.id != dev for a in ml.mats):
                     return None  # (the view below would claim another GPU's memory)

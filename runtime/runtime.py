@@ -24,7 +24,14 @@ from typing import Any
 import numpy as np
 
 from vbatch.kernels import Completion, get_backend
-from vbatch.core.batch import MatrixList, PackedBatch, Views, list_signature, staged_order
+from vbatch.core.batch import (
+    MatrixList,
+    PackedBatch,
+    Views,
+    first_time,
+    list_signature,
+    staged_order,
+)
 from vbatch.ops.cholesky import CholeskyResult  # noqa: F401 - re-exported
 from vbatch.ops.posv import PosvResult  # noqa: F401 - re-exported
 from vbatch.core.errors import InputError, validated
@@ -221,7 +228,7 @@ class Runtime:
         if key is not None:
             lists = any(type(fields.get(n)) in (list, tuple) for n in o.operands)
             with self._lock:  # (iterating to evict while another thread inserts would raise)
-                if lists and _once(self._lists, hash(key), self.KNOWN):
+                if lists and first_time(self._lists, hash(key), self.KNOWN):
                     # A list call is kept the second time its sizes come: each kept call holds
                     # its plan, and kept at once, a stream of lists of new sizes (20,000
                     # matrices each) held +1.5 GiB, against +0.4 with the plans alone.
@@ -529,17 +536,6 @@ def _key(op: Op, fields: dict) -> tuple | None:
                 return None
             put(sig)
     return tuple(key)
-
-
-def _once(seen: dict, h: int, most: int) -> bool:
-    """Whether ``h`` is new to ``seen`` (then remembered, the oldest of more than ``most``
-    forgotten)."""
-    if h in seen:
-        return False
-    seen[h] = None
-    if len(seen) > most:
-        seen.pop(next(iter(seen)), None)
-    return True
 
 
 def _in_place(staged) -> bool:

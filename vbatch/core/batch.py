@@ -200,18 +200,14 @@ class PackedBatch(BaseModel):
             )
         if problems:
             raise InputError(problems)
-        # Two matrices must not share elements: kernels write them concurrently. The check is on
-        # extents [offset, end), so it is conservative for matrices interleaved through ld gaps.
-        by_off = live[np.argsort(off[live], kind="stable")]
-        clash = np.flatnonzero(off[by_off[1:]] < end[by_off[:-1]])
-        for c in clash[:1]:
-            a, b = int(by_off[c]), int(by_off[c + 1])
-            problems.append(
+        # Two matrices must not share elements: kernels write them concurrently.
+        clash = _overlap(off, end, live)
+        if clash is not None:
+            a, b = clash
+            raise InputError([
                 (b, f"overlaps problem {a} in the buffer (elements [{off[b]}, {end[b]}) and "
                     f"[{off[a]}, {end[a]}))")
-            )
-        if problems:
-            raise InputError(problems)
+            ])
         return self
 
     # ---------------------------------------------------------------- constructors
@@ -550,6 +546,26 @@ def _extent_end(m, n, off, ld, order) -> np.ndarray:
     return off + (n - 1) * ld + m
 
 
+def _overlap(off, end, live) -> tuple[int, int] | None:
+    """The first two of the matrices ``live`` (indices), by offset, whose extents
+    ``[off, end)`` overlap, or None. On extents, so it is conservative for matrices interleaved
+    through ld gaps. (Sorted by offset, any overlap shows between neighbours.)"""
+    by_off = live[np.argsort(off[live], kind="stable")]
+    clash = np.flatnonzero(off[by_off[1:]] < end[by_off[:-1]])
+    return (int(by_off[clash[0]]), int(by_off[clash[0] + 1])) if len(clash) else None
+
+
+def first_time(seen: dict, key: Any, most: int) -> bool:
+    """Whether ``key`` is new to ``seen`` (then remembered, the oldest of more than ``most``
+    forgotten): what a cache that keeps something the second time it comes asks."""
+    if key in seen:
+        return False
+    seen[key] = None
+    if len(seen) > most:
+        seen.pop(next(iter(seen)), None)
+    return True
+
+
 def _describe_uniform(mats: list, square: bool) -> dict | None:
     """MatrixList's common case without a Python step per array: every array of one numpy or
     cupy type, one supported dtype, 2-D (and square where asked). Each attribute is read for
@@ -639,10 +655,9 @@ def in_place_layout(ml: "MatrixList") -> tuple | None:
         return None
     base = int(ptr[live].min())
     offset = np.where(live, (ptr - base) // isz, 0)
-    end = offset + (outer - 1) * ld + inner
+    end = _extent_end(ml.m, ml.n, offset, ld, order)
     at = np.flatnonzero(live)
-    at = at[np.argsort(offset[at], kind="stable")]
-    if len(at) > 1 and (np.maximum.accumulate(end[at])[:-1] > offset[at][1:]).any():
+    if _overlap(offset, end, at) is not None:
         return None
     offset.flags.writeable = ld.flags.writeable = False
     return base, offset, ld, order, int(end[at].max())
