@@ -419,7 +419,7 @@ def _median_us(fn, reps, before=None):
 
 
 def cmd_floor(args):
-    """Per cell (op:dist:Nmax, the sweep's draw and operands, column-major pack): the whole
+    """Per cell (op:dist:Nmax, the sweep's draw and operands, the pack of --order): the whole
     call synchronized; the host's part (the call returned, nothing waited for); the plan's
     graph alone, launched and waited for, and back to back (the GPU's own time per run); the
     kernels one at a time between events; and, once, an empty kernel's graph."""
@@ -459,7 +459,8 @@ def cmd_floor(args):
         dtype = np.dtype(args.dtype)
         rng = np.random.default_rng(zlib.crc32(f"{op} {dtype.name} {dist} {nmax}".encode()))
         n = sweep._sizes(dist, args.k, int(nmax), rng)
-        row = _floor_cell(rt, op, *sweep.operands(op, dtype, n, rng, rt)[:2], reps, args.kinds)
+        row = _floor_cell(rt, op, *sweep.operands(op, dtype, n, rng, rt)[:2], reps, args.kinds,
+                          args.order)
         if magma is not None and op in sweep.ANCHORED:  # (the sweep's own cell, same draw)
             rng = np.random.default_rng(zlib.crc32(f"{op} {dtype.name} {dist} {nmax}".encode()))
             ms = sweep._cell(op, dtype, dist, int(nmax), args.k, [], reps, rt, magma, rng)
@@ -468,10 +469,10 @@ def cmd_floor(args):
                                         for v in row), flush=True)
 
 
-def _floor_cell(rt, op, ops, call, reps, kinds=False) -> list:
+def _floor_cell(rt, op, ops, call, reps, kinds=False, order="F") -> list:
     sync = cupy.cuda.Device().synchronize
     main = cupy.cuda.get_current_stream()
-    x = ops["packedF"]
+    x = ops["packed" + order]
     kw = {"batch": x} if op == "potrf" else x
     for _ in range(5):
         call(x)
@@ -581,6 +582,7 @@ def main():
     fl.add_argument("--reps", type=int, default=200)
     fl.add_argument("--magma", default=None)
     fl.add_argument("--kinds", action="store_true", help="each cell's kernel time per kernel")
+    fl.add_argument("--order", choices=("F", "C"), default="F", help="the pack's order")
     args = ap.parse_args()
     {"floor": cmd_floor, "host": cmd_host, "launches": cmd_launches, "crossover": cmd_crossover,
      "listpath": cmd_listpath, "ops": cmd_ops, "tiles": cmd_tiles,

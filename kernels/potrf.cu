@@ -160,6 +160,73 @@ __device__ __forceinline__ void trsm_row(T (&x)[NB], const T* D, int ldd, const 
   }
 }
 
+// ------------------------------------------------------------------ a warp's rows, row-major
+// The kernels keep a panel row per lane. Column-major, a lane's element of a column is one
+// coalesced warp access. Row-major, the lanes' rows are ld apart, and the same access touched
+// 32 lines per instruction: the row-major kernels took 1.5-2.6x the column-major ones' time
+// (H100, 2026-11-27). So row-major rows move RK columns at a time through a per-warp tile (32 x
+// RK), RK lanes to a row: each instruction moves RK contiguous elements of each of 32 / RK rows.
+// warp_rows_load / warp_rows_store: lane i holds row r0 + i of columns [c0, c0 + N) in v[0..N);
+// element (i, c) is read or written only where c < nc and ok(i, c). v itself holds the values
+// in flight, so every load is issued first. The column-major kernels keep their direct code.
+enum : int { RK = 8, RS = 32 / RK };
+
+// Element (i, k) of a row tile, by columns with a padding that keeps both ways of reading it, a
+// row per lane and RK lanes per row, free of bank conflicts for 4- and 8-byte elements. Both
+// are affine in the slot, so a lane's addresses are one register and immediate offsets (an
+// XOR swizzle took a register per slot, and small_step spilled).
+template <typename T>
+__device__ __forceinline__ constexpr int tix(int i, int k) { return k * (32 + 16 / sizeof(T)) + i; }
+template <typename T>
+__device__ __forceinline__ constexpr int row_tile() { return RK * (32 + 16 / sizeof(T)); }
+
+// Swap chunk [cb, cb + RK) of v between the two ways of holding it: slot s of a lane as element
+// (lane / RK + s * RS, lane % RK), and element k as (lane, k). `to_rows` says which way.
+template <typename T, int N>
+__device__ __forceinline__ void tile_turn(T (&v)[N], int cb, bool to_rows, T* tile) {
+  const int lane = threadIdx.x & 31, i0 = lane / RK, kk = lane % RK;
+#pragma unroll
+  for (int s = 0; s < RK; ++s) {
+    if (to_rows) tile[tix<T>(i0 + s * RS, kk)] = v[cb + s];
+    else tile[tix<T>(lane, s)] = v[cb + s];
+  }
+  __syncwarp();
+#pragma unroll
+  for (int s = 0; s < RK; ++s) v[cb + s] = to_rows ? tile[tix<T>(lane, s)] : tile[tix<T>(i0 + s * RS, kk)];
+  __syncwarp();
+}
+
+template <typename T, int N, typename Ok>
+__device__ __forceinline__ void warp_rows_load(T (&v)[N], const T* M, long long ld, int r0, int c0,
+                                               int nc, Ok ok, T* tile) {
+  static_assert(N % RK == 0, "whole chunks");
+  const int lane = threadIdx.x & 31, i0 = lane / RK, kk = lane % RK;
+  const T* q = M + at<true>(r0 + i0, c0 + kk, ld);  // slot s's row, one at a time
+#pragma unroll
+  for (int s = 0; s < RK; ++s, q += RS * ld)
+#pragma unroll
+    for (int cb = 0; cb < N; cb += RK)
+      v[cb + s] = (cb + kk < nc && ok(i0 + s * RS, cb + kk)) ? q[cb] : T(0);
+#pragma unroll
+  for (int cb = 0; cb < N; cb += RK)
+    if (cb < nc) tile_turn(v, cb, true, tile);  // nc is the same in every lane
+}
+
+template <typename T, int N, typename Ok>
+__device__ __forceinline__ void warp_rows_store(T (&v)[N], T* M, long long ld, int r0, int c0,
+                                                int nc, Ok ok, T* tile) {
+  const int lane = threadIdx.x & 31, i0 = lane / RK, kk = lane % RK;
+  T* q = M + at<true>(r0 + i0, c0 + kk, ld);
+#pragma unroll
+  for (int cb = 0; cb < N; cb += RK)
+    if (cb < nc) tile_turn(v, cb, false, tile);
+#pragma unroll
+  for (int s = 0; s < RK; ++s, q += RS * ld)
+#pragma unroll
+    for (int cb = 0; cb < N; cb += RK)
+      if (cb + kk < nc && ok(i0 + s * RS, cb + kk)) q[cb] = v[cb + s];
+}
+
 // ------------------------------------------------------------------ a panel row's update
 // x[c] -= sum_{kb <= k < j} L(j + r, k) L(j + c, k) for c < NB: row r of a panel brought up to
 // date from the factored columns [kb, j) (kb: the panel's block column; columns left of it
@@ -195,6 +262,53 @@ __device__ __forceinline__ void panel_update(T (&x)[NB], const T* Lb, long long 
       const T o = own[kk];
 #pragma unroll
       for (int c = 0; c < NB; ++c) x[c] = fma(-o, lt[buf][kk][c], x[c]);
+    }
+  }
+}
+
+// panel_update for row-major L: each lane's row of the chunk comes through the warp's two row
+// tiles (`tile`, 2 x row_tile), the next chunk by cp.async while this one is multiplied; rows
+// at or past m read as zero. Otherwise as panel_update.
+template <typename T, int NB, bool WARP, int KB = 8>
+__device__ __forceinline__ void panel_update_rows(T (&x)[NB], const T* Lb, long long ld, int j,
+                                                  int kb, int r, int w, int m, T (*lt)[KB][NB],
+                                                  T* tile) {
+  static_assert(KB == RK, "the chunks are the tile's");
+  const int lane = r & 31, rb = r - lane;  // rb: the warp's first row
+  const int i0 = lane / RK, kk = lane % RK, rows = m - rb - i0;
+  const T* p = Lb + at<true>(j + rb + i0, kk, ld);
+  // chunk k0 into tile buffer b, slot s of a lane being element (i0 + s * RS, kk)
+  const auto issue = [&](int k0, int b) {
+    const T* q = p + k0;
+#pragma unroll
+    for (int s = 0; s < RK; ++s, q += RS * ld) {
+      const bool ok = s * RS < rows && k0 + kk < j;
+      cp_async_zfill<sizeof(T)>(tile + b * row_tile<T>() + tix<T>(i0 + s * RS, kk), ok ? q : Lb, ok);
+    }
+    cp_async_commit();
+  };
+  T own[KB];
+  issue(kb, 0);
+  int buf = 0;
+  for (int k0 = kb; k0 < j; k0 += KB, buf ^= 1) {
+    const int k1 = k0 + KB;
+    // the other buffer was last read before the previous chunk's barrier
+    if (k1 < j) issue(k1, buf ^ 1);
+    else cp_async_commit();
+    cp_async_wait<1>();
+    __syncwarp();
+#pragma unroll
+    for (int k = 0; k < KB; ++k) own[k] = tile[buf * row_tile<T>() + tix<T>(lane, k)];
+    if (r < w) {
+#pragma unroll
+      for (int k = 0; k < KB; ++k) lt[buf][k][r] = own[k];
+    }
+    if (WARP) __syncwarp(); else __syncthreads();
+#pragma unroll
+    for (int k = 0; k < KB; ++k) {
+      const T o = own[k];
+#pragma unroll
+      for (int c = 0; c < NB; ++c) x[c] = fma(-o, lt[buf][k][c], x[c]);
     }
   }
 }
@@ -239,6 +353,7 @@ fused_step(const unsigned long long* tbl, const long long* meta, const int* imet
   __shared__ __align__(16) T pcol[2 * NB];   // POTF2's column broadcast
   __shared__ T invd[NB];
   __shared__ int s_fail;
+  __shared__ __align__(16) T rtile[ROW ? NT / 32 : 1][ROW ? 2 * row_tile<T>() : 1];  // row tiles
 
   vb::Task tk;
   if (!vb::block_task(tasks, lo, hi, tk)) return;
@@ -253,15 +368,24 @@ fused_step(const unsigned long long* tbl, const long long* meta, const int* imet
   const long long ld = pr.ld;
   const int r = threadIdx.x;
   const bool row = r < m;
+  const int rb = r & ~31;  // the warp's first row
+  T* tile = rtile[ROW ? r / 32 : 0];
 
   // 1. own row of A; zeros above the panel.
   T x[NB];
+  if constexpr (ROW) {
+    warp_rows_load(x, Ab, ld, j + rb, j, w, [&](int i, int) { return rb + i < m; }, tile);
+  } else {
 #pragma unroll
-  for (int c = 0; c < NB; ++c) x[c] = (row && c < w) ? Ab[at<ROW>(j + r, j + c, ld)] : T(0);
+    for (int c = 0; c < NB; ++c) x[c] = (row && c < w) ? Ab[at<ROW>(j + r, j + c, ld)] : T(0);
+  }
   zero_rect<T, ROW>(Lb, ld, 0, j, j, w, r, NT);
 
   // 2. update from the factored columns [kb, j).
-  if (j > kb) panel_update<T, NB, ROW, false, KB>(x, Lb, ld, j, kb, r, w, row, Lt);
+  if (j > kb) {
+    if constexpr (ROW) panel_update_rows<T, NB, false, KB>(x, Lb, ld, j, kb, r, w, m, Lt, tile);
+    else panel_update<T, NB, ROW, false, KB>(x, Lb, ld, j, kb, r, w, row, Lt);
+  }
 
   // 3. POTF2 by warp 0.
   if (r < 32) {
@@ -289,7 +413,15 @@ fused_step(const unsigned long long* tbl, const long long* meta, const int* imet
 
   // 5. own row back to L (zeros above the diagonal inside the block); after a failure also
   //    the failed column down to its diagonal, where thread wf holds the pivot as tested.
-  if (row) {
+  if constexpr (ROW) {
+#pragma unroll
+    for (int c = 0; c < NB; ++c)
+      if (r < w && c > r) x[c] = T(0);
+    warp_rows_store(x, Lb, ld, j + rb, j, w, [&](int i, int c) {
+      const int rr = rb + i;
+      return rr < m && (c < wf || (s_fail && c == wf && rr <= wf));
+    }, tile);
+  } else if (row) {
 #pragma unroll
     for (int c = 0; c < NB; ++c)
       if (c < wf || (s_fail && c == wf && r <= wf))
@@ -310,24 +442,37 @@ fused_step(const unsigned long long* tbl, const long long* meta, const int* imet
 // instructions a cycle per scheduler (ncu, H200, 2026-11-24); this kernel took 12.8 us.
 template <typename T, int NB, bool ROW>
 __device__ __forceinline__ void small_panel(const T* Ab, T* Lb, long long ld, int j, int kb, int m,
-                                            int w, int* info, int q, T* col, T* lt) {
+                                            int w, int* info, int q, T* col, T* lt, T* tile) {
   const int lane = threadIdx.x & 31;
   const bool row = lane < m;
   T a[NB];
+  if constexpr (ROW) {
+    warp_rows_load(a, Ab, ld, j, j, w, [&](int i, int c) { return i < m && c <= i; }, tile);
+  } else {
 #pragma unroll
-  for (int c = 0; c < NB; ++c)
-    a[c] = (row && c < w && c <= lane) ? Ab[at<ROW>(j + lane, j + c, ld)] : T(0);
+    for (int c = 0; c < NB; ++c)
+      a[c] = (row && c < w && c <= lane) ? Ab[at<ROW>(j + lane, j + c, ld)] : T(0);
+  }
   if (j > 0) zero_rect<T, ROW>(Lb, ld, 0, j, j, w, lane, 32);
-  if (j > kb)
-    panel_update<T, NB, ROW, true>(a, Lb, ld, j, kb, lane, w, row,
-                                   reinterpret_cast<T (*)[8][NB]>(lt));
+  if (j > kb) {
+    const auto lt8 = reinterpret_cast<T (*)[8][NB]>(lt);
+    if constexpr (ROW) panel_update_rows<T, NB, true>(a, Lb, ld, j, kb, lane, w, m, lt8, tile);
+    else panel_update<T, NB, ROW, true>(a, Lb, ld, j, kb, lane, w, row, lt8);
+  }
   const int fail = potf2_regs<T, NB>(a, w, row, col);
   // A failed pivot at panel column wf = fail - 1: the columns before it are final in every row
   // (LAPACK's leading factor) and written, and so is column wf down to its diagonal (the pivot
   // as tested, which lane wf holds: LAPACK's leading block); the rest is not.
   const int wf = fail ? fail - 1 : w;
   if (fail && lane == 0) info[q] = j + fail;
-  if (row) {
+  if constexpr (ROW) {
+#pragma unroll
+    for (int c = 0; c < NB; ++c)
+      if (c > lane) a[c] = T(0);
+    warp_rows_store(a, Lb, ld, j, j, w, [&](int i, int c) {
+      return i < m && (c < wf || (fail && c == wf && i <= wf));
+    }, tile);
+  } else if (row) {
 #pragma unroll
     for (int c = 0; c < NB; ++c)
       if (c < wf || (fail && c == wf && lane <= wf))
@@ -346,6 +491,7 @@ small_step(const unsigned long long* tbl, const long long* meta, const int* imet
            const int* tasks, int K, int lo, int hi, int unused) {
   __shared__ __align__(16) T col[WARPS][2 * 32];   // potf2_regs' column broadcast, per warp
   __shared__ __align__(16) T lt[WARPS][2 * 8 * 32];  // the update's top rows, per warp
+  __shared__ __align__(16) T rtile[ROW ? WARPS : 1][ROW ? 2 * row_tile<T>() : 1];  // row tiles
   const int warp = threadIdx.x >> 5;
   vb::Task tk;
   if (!vb::warp_task(tasks, lo, hi, WARPS, warp, tk)) return;
@@ -359,12 +505,14 @@ small_step(const unsigned long long* tbl, const long long* meta, const int* imet
   T* Lb = reinterpret_cast<T*>(tbl[1]) + pr.off;
   T* cb = col[warp];
   T* tw = lt[warp];
-  if (NBMIN <= 8 && w <= 8) small_panel<T, 8, ROW>(Ab, Lb, pr.ld, j, kb, m, w, info, tk.q, cb, tw);
+  T* rt = rtile[ROW ? warp : 0];
+  if (NBMIN <= 8 && w <= 8)
+    small_panel<T, 8, ROW>(Ab, Lb, pr.ld, j, kb, m, w, info, tk.q, cb, tw, rt);
   else if (NBMIN <= 16 && w <= 16)
-    small_panel<T, 16, ROW>(Ab, Lb, pr.ld, j, kb, m, w, info, tk.q, cb, tw);
+    small_panel<T, 16, ROW>(Ab, Lb, pr.ld, j, kb, m, w, info, tk.q, cb, tw, rt);
   else if (NBMIN <= 24 && w <= 24)
-    small_panel<T, 24, ROW>(Ab, Lb, pr.ld, j, kb, m, w, info, tk.q, cb, tw);
-  else small_panel<T, 32, ROW>(Ab, Lb, pr.ld, j, kb, m, w, info, tk.q, cb, tw);
+    small_panel<T, 24, ROW>(Ab, Lb, pr.ld, j, kb, m, w, info, tk.q, cb, tw, rt);
+  else small_panel<T, 32, ROW>(Ab, Lb, pr.ld, j, kb, m, w, info, tk.q, cb, tw, rt);
 }
 
 // ================================================================== separated kernels
@@ -601,6 +749,7 @@ trsm_step(const unsigned long long* tbl, const long long* meta, const int* imeta
   constexpr int RT = 128;
   __shared__ __align__(16) T D[NB * NB];  // D[k * NB + c] = L(c, k): rows pair into 128-bit loads
   __shared__ T invd[NB];
+  __shared__ __align__(16) T rtile[ROW ? RT / 32 : 1][ROW ? row_tile<T>() : 1];  // row tile
   vb::Task tk;
   if (!vb::block_task(tasks, lo, hi, tk)) return;
   const vb::Matrix pr = vb::matrix_of(meta, imeta, K, tk.q);
@@ -626,15 +775,25 @@ trsm_step(const unsigned long long* tbl, const long long* meta, const int* imeta
   __syncthreads();
   if (tid < wf) invd[tid] = T(1) / D[tid * NB + tid];
   __syncthreads();
-  const int r = r0 + tid;
-  if (r >= m) return;
   T x[NB];
+  if constexpr (ROW) {
+    const int rb = r0 + (tid & ~31);  // the warp's first row: whole warps stay for the tile
+    if (rb >= m) return;
+    T* tile = rtile[tid / 32];
+    const auto in = [&](int i, int) { return rb + i < m; };
+    warp_rows_load(x, S, ld, j + rb, j, wf, in, tile);
+    trsm_row<T, NB>(x, D, NB, invd, wf);
+    warp_rows_store(x, Lb, ld, j + rb, j, wf, in, tile);
+  } else {
+    const int r = r0 + tid;
+    if (r >= m) return;
 #pragma unroll
-  for (int c = 0; c < NB; ++c) x[c] = c < wf ? S[at<ROW>(j + r, j + c, ld)] : T(0);
-  trsm_row<T, NB>(x, D, NB, invd, wf);
+    for (int c = 0; c < NB; ++c) x[c] = c < wf ? S[at<ROW>(j + r, j + c, ld)] : T(0);
+    trsm_row<T, NB>(x, D, NB, invd, wf);
 #pragma unroll
-  for (int c = 0; c < NB; ++c)
-    if (c < wf) Lb[at<ROW>(j + r, j + c, ld)] = x[c];
+    for (int c = 0; c < NB; ++c)
+      if (c < wf) Lb[at<ROW>(j + r, j + c, ld)] = x[c];
+  }
 }
 
 // ================================================================== Schur complement (partial)

@@ -43,10 +43,10 @@ MAX_GRID_Y = 65535
 # uniform 512 3.58 -> 3.34, uniform 1024 4.69 -> 4.32, skewed 1024 1.49 -> 1.38, gauss 512 2.82 ->
 # 2.80, Nmax 256 unchanged; float32 (64, 512): uniform 1024 3.98 -> 3.69, skewed 1024 1.45 ->
 # 1.27, Nmax 256-512 unchanged (blocking float32 problems of 257-512 columns cost uniform 512
-# 7-15%). Measured on column-major batches; row-major ones keep (128, 512) (layout_defaults).
+# 7-15%). Measured on column-major batches; row-major float64 keeps (128, 512) (layout_defaults).
 BLOCK = {"float64": 96, "float32": 64}
 BLOCK_ABOVE = {"float64": 256, "float32": 512}
-ROW_BLOCK, ROW_BLOCK_ABOVE = 128, 512  # row-major batches: layout_defaults
+ROW_BLOCK, ROW_BLOCK_ABOVE = 128, 512  # row-major float64 batches: layout_defaults
 # A batch in which at most BLOCK_FEW_PER_SM x (multiprocessors) problems factor more than
 # max(BLOCK, BLOCK_FEW_ABOVE) columns blocks them all (the options block_few, block_few_above):
 # a fused step runs a block per problem, two of 256 threads to a multiprocessor, so fewer
@@ -81,19 +81,18 @@ FUSED_ROWS_MAX = 256
 # Fused panels of at most SMALL_ROWS rows run as small_step: a warp each, SMALL_WARPS to a block.
 SMALL_ROWS = 32
 SMALL_WARPS = 4
-# The narrowest register panel small_step compiles, per (type, row-major): a panel of w columns
-# runs the 8-, 16-, 24- or 32-wide unrolled code from this width up. With every width (8), a
-# launch's warps run four copies of the pivot loop (the float64 column-major kernel's code was
-# 2.6x larger, 229 against 88 KB of cubin, and spilled 52 bytes) and the warps of an SM stall on
-# instruction fetch (ncu, H100, 2026-11-25). The 32-wide code alone, which does up to 4x the
-# flops of a narrow panel, took float64 column-major small_step launches from 22.5 to 16.8 us
-# (uniform Nmax 32), 52.4 to 45.4 (uniform 128), 39.5 to 28.8 (skewed 128). float32, whose code
-# is smaller, lost 2 us at uniform 128 with it and nothing anywhere with 16 (the harness: up to
-# 3-5% at Nmax 64-256 with 32); row-major, where the 32-wide float64 code spills, lost 1-3 us
-# in the float64 uniform cases and 3.4 at float32 uniform 128, so it keeps every width (H200,
-# 2026-11-26, docs/decisions.md#potrf-small-nbmin).
-SMALL_NBMIN = {("double", "false"): 32, ("float", "false"): 16, ("double", "true"): 8,
-               ("float", "true"): 8}
+# The narrowest register panel small_step compiles, per type: a panel of w columns runs the 8-,
+# 16-, 24- or 32-wide unrolled code from this width up. With every width (8), a launch's warps
+# run four copies of the pivot loop (the float64 column-major kernel's code was 2.6x larger, 229
+# against 88 KB of cubin, and spilled 52 bytes) and the warps of an SM stall on instruction fetch
+# (ncu, H100, 2026-11-25). The 32-wide code alone, which does up to 4x the flops of a narrow
+# panel, took float64 column-major small_step launches from 22.5 to 16.8 us (uniform Nmax 32),
+# 52.4 to 45.4 (uniform 128), 39.5 to 28.8 (skewed 128). float32, whose code is smaller, lost 2
+# us at uniform 128 with it and nothing anywhere with 16 (the harness: up to 3-5% at Nmax
+# 64-256 with 32) (H200, 2026-11-26, docs/decisions.md#potrf-small-nbmin). Row-major kept every
+# width while its 32-wide float64 code spilled; since its rows move through the warp's tile
+# (potrf.cu, warp_rows_load) neither order spills, and both take the same widths.
+SMALL_NBMIN = {"double": 32, "float": 16}
 # Taller ones as fused_step, in whole warps up to FUSED_ROWS_MAX: a panel of r rows gets the
 # smallest block that holds it.
 FUSED_THREADS = tuple(range(SMALL_ROWS + 32, FUSED_ROWS_MAX + 1, 32))
@@ -137,11 +136,13 @@ def device_defaults(dtype, info: dict) -> dict:
 
 
 def layout_defaults(dtype, order: str) -> dict:
-    """Row-major batches keep the blocking measured before the per-dtype one: on them float64's
-    (96, 256) cost uniform 512 4.5%, gauss 512 10%, uniform and skewed 1024 5% (and saved
-    skewed 512 33%), float32's (64, 512) uniform 1024 2% (H200,
-    docs/decisions.md#potrf-block-row-major)."""
-    return {"block": ROW_BLOCK, "block_above": ROW_BLOCK_ABOVE} if order == "C" else {}
+    """Row-major float64 batches keep the blocking measured before the per-dtype one: on them
+    (96, 256) still costs uniform Nmax 320-512 9-16% and lognormal 10-20% (H100, with the
+    row tiles of potrf.cu; docs/decisions.md#potrf-block-row-major). float32 takes its
+    column-major (64, 512): 13-14% faster at skewed 768 and 1024, level at uniform."""
+    if order == "C" and np.dtype(dtype) == np.float64:
+        return {"block": ROW_BLOCK, "block_above": ROW_BLOCK_ABOVE}
+    return {}
 
 
 def check_options(dtype, options: dict) -> None:
@@ -222,7 +223,7 @@ def fused_name(T: str, nb: int, nt: int, R: str) -> str:
 
 
 def small_name(T: str, R: str) -> str:
-    return f"vb::small_step<{T},{SMALL_WARPS},{R},{SMALL_NBMIN[T, R]}>"
+    return f"vb::small_step<{T},{SMALL_WARPS},{R},{SMALL_NBMIN[T]}>"
 
 
 def update_name(T: str, nb: int, rc: int, R: str) -> str:

@@ -176,7 +176,8 @@ def test_every_selected_blas_kernel_is_in_kernel_names():
 def test_cuda_blocking_defaults_per_dtype_and_layout():
     """What the CUDA backend's plan_defaults gives POTRF (Backend.plan_defaults with the
     module's layout_defaults; no GPU needed): column-major float64 (96, 256), float32 (64, 512);
-    row-major (128, 512) in both; an unknown layout the column-major ones. block_few: two
+    row-major float64 (128, 512), float32 as column-major; an unknown layout the column-major
+    ones. block_few: two
     problems per multiprocessor of the device."""
     from vbatch.kernels.backend import Backend
 
@@ -192,7 +193,7 @@ def test_cuda_blocking_defaults_per_dtype_and_layout():
     pairs = {k: (v["block"], v["block_above"]) for k, v in got.items()}
     assert pairs == {("float64", "F"): (96, 256), ("float64", "C"): (128, 512),
                      ("float64", None): (96, 256), ("float32", "F"): (64, 512),
-                     ("float32", "C"): (128, 512), ("float32", None): (64, 512)}
+                     ("float32", "C"): (64, 512), ("float32", None): (64, 512)}
     for v in got.values():  # the rest is the layout's own business: the same everywhere
         assert v["block_few"] == 264
         own = ("block", "block_above", "block_few", "block_few_above")
