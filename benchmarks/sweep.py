@@ -3,14 +3,16 @@ kept one file per run, and a report that reads them.
 
     python benchmarks/sweep.py run --out FILE [--ops potrf gemm syrk trsm] [--nmax 8:512:8 ...]
         [--dist uniform lognormal skewed equal] [--dtype float64 float32]
-        [--forms packedF packedC list prepared] [--k 2000] [--reps 11] [--magma LIB]
+        [--forms packedF packedC list prepared] [--k 2000] [--reps 11] [--magma LIB] [--cublas]
     python benchmarks/sweep.py report FILE [FILE ...]
 
 ``run`` times, for each op, dtype, distribution and Nmax (``A:B:S`` is a range, B included):
 vbatch's column-major pack (packedF), row-major pack (packedC), list of CuPy arrays (list) and
 prepared call on the column-major pack (prepared), and MAGMA's vbatched routine on the same
 column-major buffers (``--magma``: libmagma_vb.so, ../shared/anchors/magma/README.md; POTRF,
-GEMM and TRSM: MAGMA's SYRK binding is untested, so SYRK has no anchor). k problems per cell
+GEMM and TRSM: MAGMA's SYRK binding is untested, so SYRK has no anchor) and cuBLAS's grouped
+GEMM (``--cublas``: cublasGemmGroupedBatchedEx, cuBLAS >= 12.5, a group per problem, as
+cuda_blas.py calls it; GEMM cells: C = A B into a zeroed C). k problems per cell
 (500 from Nmax 768), sizes U[1, Nmax] (uniform), lognormal around Nmax / 4, 1% at Nmax and the
 rest U[1, Nmax / 10] (skewed), or all Nmax (equal). GEMM: C = A B, m, n and k each drawn; SYRK:
 C = A A^T, A n x k, k drawn; TRSM: L X = B, 16 right-hand sides. Times: the call and its
@@ -133,7 +135,7 @@ def operands(op, dtype, n, rng, rt) -> tuple[dict, object, object]:
     return ops, call, ops["packedF"]
 
 
-def _cell(op, dtype, dist, nmax, k, forms, reps, rt, magma, rng) -> dict:
+def _cell(op, dtype, dist, nmax, k, forms, reps, rt, magma, rng, blas=None) -> dict:
     import cupy
 
     import vbatch
@@ -166,7 +168,33 @@ def _cell(op, dtype, dist, nmax, k, forms, reps, rt, magma, rng) -> dict:
             call_m = magma.prepare_trsm(pa, work)
             out["magma"] = _ms(lambda: magma.trsm_vbatched(call_m), reps,
                                before=lambda: work.data.__setitem__(Ellipsis, pb.data))
+    if blas is not None and op == "gemm":
+        out["cublas"] = _ms(_grouped(blas, ops["packedF"], dtype), reps)
     return out
+
+
+def _grouped(blas, x: dict, dtype):
+    """cuBLAS's grouped GEMM of C = A B over the column-major pack ``x`` (a group per
+    problem), into a zeroed C of its own: the call."""
+    import cupy
+
+    import vbatch
+    from cublas import GroupedCall
+
+    a, b = x["a"], x["b"]
+    c = vbatch.PackedBatch.from_buffer(cupy.zeros(int((a.m * b.n).sum()), dtype), b.n, order="F",
+                                       m=a.m)
+
+    def ptrs(p):
+        return cupy.asarray(np.uint64(p.data.data.ptr)
+                            + p.offset.astype(np.uint64) * np.uint64(dtype.itemsize))
+
+    pa, pb, pc = ptrs(a), ptrs(b), ptrs(c)
+    call = GroupedCall(dtype=dtype.name, m=a.m, n=b.n, k=a.n, lda=a.ld, ldb=b.ld, ldc=c.ld,
+                       alpha=1.0, beta=0.0, group_size=np.ones(a.k, np.int32),
+                       a_ptrs=int(pa.data.ptr), b_ptrs=int(pb.data.ptr),
+                       c_ptrs=int(pc.data.ptr), keep=(a, b, c, pa, pb, pc))
+    return lambda: blas.gemm_grouped(call)
 
 
 def run(args) -> int:
@@ -180,9 +208,19 @@ def run(args) -> int:
         from cuda_potrf import load_magma
 
         magma = load_magma(args.magma)
+    blas = None
+    if args.cublas:
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        import cublas
+
+        cupy.cuda.device.get_cublas_handle()  # (so that find_libcublas finds CuPy's own)
+        blas = cublas.Cublas(cublas.find_libcublas()[0], cupy.cuda.get_current_stream().ptr)
+        why = blas.grouped_status()
+        if why:
+            raise SystemExit(f"--cublas: {why}")
     rt = vbatch.Runtime("cuda")
     meta = {"device": cupy.cuda.runtime.getDeviceProperties(0)["name"].decode(),
-            "args": vars(args), "magma": bool(magma)}
+            "args": vars(args), "magma": bool(magma), "cublas": blas is not None}
     rows = []
     for op in args.ops:
         for dtype in args.dtype:
@@ -192,7 +230,7 @@ def run(args) -> int:
                     # (one seed per cell, whatever else the run covers)
                     rng = np.random.default_rng(zlib.crc32(f"{op} {dtype} {dist} {nmax}".encode()))
                     ms = _cell(op, np.dtype(dtype), dist, nmax, k, args.forms, args.reps, rt,
-                               magma, rng)
+                               magma, rng, blas)
                     rows.append(dict(op=op, dtype=dtype, dist=dist, nmax=nmax, k=k, ms=ms))
                     print(f"{op:5} {dtype:7} {dist:9} {nmax:5} " + " ".join(
                         f"{f} {v:7.3f}" for f, v in ms.items()), flush=True)
@@ -253,6 +291,8 @@ def main(argv=None) -> int:
     r.add_argument("--k", type=int, default=2000)
     r.add_argument("--reps", type=int, default=11)
     r.add_argument("--magma", default=os.environ.get("VBATCH_MAGMA"))
+    r.add_argument("--cublas", action="store_true",
+                   help="time cuBLAS's grouped GEMM on the GEMM cells (an anchor)")
     p = sub.add_parser("report")
     p.add_argument("files", nargs="+")
     args = ap.parse_args(argv)
