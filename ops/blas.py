@@ -168,6 +168,25 @@ def gemm_kind(a: str, b: str, c: str, o: str, ta: int, tb: int, tc: int, alpha: 
                 skip_failed=int(skip_failed), src=src, scale=scale)
 
 
+def transposed_join(kd: TaskKind) -> TaskKind:
+    """A chain's join ``o := alpha op(a) op(b) + beta c`` as ``o^T := alpha op(b)^T op(a)^T +
+    beta c^T`` over the same buffers (a and b exchanged, every view's transposition flipped):
+    a row-major buffer is the column-major buffer of its transpose, so row-major operands are
+    then read by the column-major kernels (docs/decisions.md#row-major-joins)."""
+    p = kd.param
+    if p["uplo"]:
+        raise ValueError("a join writes its whole block")
+    return gemm_kind(p["b"], p["a"], p["c"], p["o"], 1 - p["tb"], 1 - p["ta"], 1 - p["tc"],
+                     p["alpha"], p["beta"], skip_failed=p["skip_failed"], src=p["src"],
+                     scale=p["scale"])
+
+
+def rows_wise(x, t: int) -> bool:
+    """Whether operand ``x`` (a packed batch or list as staged) seen transposed when ``t`` is
+    read row by row: its storage is row-major and its view not transposed, or the reverse."""
+    return (staged_order(x) == "C") != bool(t)
+
+
 def diag_kind(which: str, t: str, x: str, tt: int, tx: int, lower: int, unit: int,
               skip_failed: int = 0, src: str = "", scale: str = "one") -> TaskKind:
     """A diagonal block's solve (``which = TRSM``) or product (``TRMM``): triangle view
@@ -228,7 +247,7 @@ def _recursion(m: int, nb: int, forward: bool, solve: bool) -> tuple:
 
 
 def chain_graph(m: np.ndarray, n: np.ndarray, phases: list[tuple], nb: int,
-                whole_rhs: int = 0) -> TaskGraph:
+                whole_rhs: int = 0, swap: bool = False) -> TaskGraph:
     """Per problem (``m`` the triangle's order, ``n`` the right-hand sides; nothing for an empty
     problem): each phase's recursion, as one chain. A phase is ``(diag kind, gemm kind,
     forward, solve)``; the first phase's kinds carry the source (``src``: B) and its first
@@ -237,13 +256,17 @@ def chain_graph(m: np.ndarray, n: np.ndarray, phases: list[tuple], nb: int,
     launches of a TRSM of 2,000 problems of at most 32 rows (H200, 2026-11-27). Where every
     phase is a solve, a problem with at most ``whole_rhs`` right-hand sides takes each phase as
     one diagonal task over its whole triangle (a backend's kernel for few right-hand sides:
-    memory-bound, better done in one pass than in a chain of small launches)."""
+    memory-bound, better done in one pass than in a chain of small launches). ``swap``: the
+    joins run transposed (:func:`transposed_join`; the callers swap where X is read row by
+    row): their args then hold the block's columns as rows and its rows as columns, while the
+    graph's ``rows``, ``cols`` and ``width`` stay the join's own, so the plan's groups are
+    those of the untransposed chain."""
     m = np.asarray(m, dtype=np.int64)
     n = np.asarray(n, dtype=np.int64)
     k = len(m)
     kinds: list[TaskKind] = []
     for d, g, _, _ in phases:
-        kinds += [d, g]
+        kinds += [d, transposed_join(g) if swap else g]
     live = (m > 0) & (n > 0)
     whole = live & (n <= whole_rhs) if all(p[3] for p in phases) else np.zeros(k, bool)
     # Problems with the same chain: the same order, and whole or recursive.
@@ -278,8 +301,12 @@ def chain_graph(m: np.ndarray, n: np.ndarray, phases: list[tuple], nb: int,
         args = np.zeros((0, len(ARGS)), np.int64)
     cnt = np.bincount(problem, minlength=k).astype(np.int64)
     first = np.cumsum(cnt) - cnt
+    rows, cols, width = args[:, 1].copy(), args[:, 3].copy(), args[:, 4].copy()
+    if swap:  # (the joins' codes are odd: 2 * phase + 1)
+        j = (kcode % 2) == 1
+        args[np.ix_(j, [0, 1, 4, 5])] = args[np.ix_(j, [5, 4, 1, 0])]
     return TaskGraph(kinds=tuple(kinds), kind=kcode, problem=problem, args=args,
-                     rows=args[:, 1].copy(), cols=args[:, 3].copy(), width=args[:, 4].copy(),
+                     rows=rows, cols=cols, width=width,
                      edges=chain_edges(first, cnt), k=k, chains=(first, cnt))
 
 
@@ -572,8 +599,9 @@ def triangular_graph(req: TriangularRequest, opts: dict, solve: bool) -> TaskGra
         g = gemm_kind("a", "x", "x", "x", tt, tx, tx, "minus", "one", src="b", scale="alpha")
     else:  # X1 += alpha T12 B2: a product's join reads the half no step has written yet
         g = gemm_kind("a", "b", "x", "x", tt, tx, tx, "alpha", "one")
+    # (X, the output, is laid out as B: it replaces B, or is a new buffer of B's layout)
     return chain_graph(m, n, [(d, g, bool(lower), solve)], int(opts["blas_nb"]),
-                       int(opts.get("blas_whole_rhs", 0)))
+                       int(opts.get("blas_whole_rhs", 0)), swap=rows_wise(req.b, tx))
 
 
 def potrs_phases(t: str, x: str, src: str, skip_failed: int = 0) -> list[tuple]:
@@ -591,7 +619,7 @@ def potrs_phases(t: str, x: str, src: str, skip_failed: int = 0) -> list[tuple]:
 
 def potrs_graph(req: PotrsRequest, opts: dict) -> TaskGraph:
     return chain_graph(req.b.m, req.b.n, potrs_phases("l", "x", "b"), int(opts["blas_nb"]),
-                       int(opts.get("blas_whole_rhs", 0)))
+                       int(opts.get("blas_whole_rhs", 0)), swap=rows_wise(req.b, 0))
 
 
 # ----------------------------------------------------------------------------- references

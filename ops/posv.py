@@ -28,6 +28,7 @@ from vbatch.ops.blas import (
     chain_graph,
     potrs_phases,
     potrs_reference,
+    rows_wise,
 )
 from vbatch.ops.cholesky import CholeskyResult, graph_options, potrf_graph, reference
 from vbatch.ops.generate import spd_list, square
@@ -62,7 +63,8 @@ def posv_graph(req: PosvRequest, opts: dict) -> TaskGraph:
     n = req.a.n
     fac = potrf_graph(n, None, *graph_options(opts))
     sol = chain_graph(req.b.m, req.b.n, potrs_phases("l", "x", "b", skip_failed=1),
-                      int(opts["blas_nb"]), int(opts.get("blas_whole_rhs", 0)))
+                      int(opts["blas_nb"]), int(opts.get("blas_whole_rhs", 0)),
+                      swap=rows_wise(req.b, 0))
     k = len(n)
     # Each problem's last factorization task, and its first solve.
     f_first, f_cnt = fac.chains

@@ -972,3 +972,35 @@ def test_a_mostly_row_major_gemm_is_planned_as_its_transpose(orders):
     out = rt.gemm(a, b, c, beta=1.0).result()
     for i, (x, y, z) in enumerate(zip(A, B, C)):
         np.testing.assert_allclose(out.matrix(i), x @ y + z, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("side", ["left", "right"])
+@pytest.mark.parametrize("orders", ["CC", "FC", "CF", "FF"])
+def test_a_row_major_solve_runs_its_joins_transposed(orders, side):
+    """Where X (laid out as B) is read row-wise, a triangular chain's joins are planned as
+    X^T -= X1^T T21^T over the same buffers (a and b exchanged, every view flipped, the
+    block's rows and columns exchanged in its args), while the plan's groups stay those of
+    the untransposed chain; the solve and the product still compute T^-1 B and T B. Sizes
+    cross the 16-column diagonal blocks asked for, so there are joins."""
+    rng = np.random.default_rng(4)
+    ns, r = [0, 1, 33, 70, 31], 5
+    T = [np.tril(rng.standard_normal((n, n))) / max(n, 1) + 2 * np.eye(n) for n in ns]
+    B = [rng.standard_normal((n, r) if side == "left" else (r, n)) for n in ns]
+    t, b = vbatch.pack(T, order=orders[0]), vbatch.pack(B, order=orders[1])
+    rt = vbatch.Runtime("cpu", kernel_options={"blas_nb": 16})
+    plan = rt.plan_for("trsm", a=t, b=b, side=side)
+    join = next(kd for kd in plan.kinds if kd.name.startswith("blas.gemm"))
+    rows = (orders[1] == "C") != (side == "right")  # X's view is B^T for a right side
+    assert join.param["a"] == ("x" if rows else "a")
+    task = plan.tasks
+    j = np.flatnonzero(np.array([plan.kinds[c] is join for c in task.kind]))
+    assert len(j), "no join: the sizes did not cross a diagonal block"
+    # (the block of rows [r0, r0 + mm), of the right-hand sides' nn columns)
+    assert (task.args[j, 1] == (r if rows else task.rows[j])).all()
+    assert (task.args[j, 4] == (task.rows[j] if rows else r)).all()
+    for op, want in (("trsm", np.linalg.solve), ("trmm", np.matmul)):
+        out = getattr(rt, op)(t, b, side=side).result()
+        for i, (tt, bb) in enumerate(zip(T, B)):
+            ref = want(tt, bb) if side == "left" else want(tt.T, bb.T).T
+            np.testing.assert_allclose(out.matrix(i), ref, rtol=1e-12, atol=1e-12,
+                                       err_msg=f"{op} problem {i}")
