@@ -168,14 +168,15 @@ def gemm_kind(a: str, b: str, c: str, o: str, ta: int, tb: int, tc: int, alpha: 
                 skip_failed=int(skip_failed), src=src, scale=scale)
 
 
-def transposed_join(kd: TaskKind) -> TaskKind:
-    """A chain's join ``o := alpha op(a) op(b) + beta c`` as ``o^T := alpha op(b)^T op(a)^T +
-    beta c^T`` over the same buffers (a and b exchanged, every view's transposition flipped):
-    a row-major buffer is the column-major buffer of its transpose, so row-major operands are
-    then read by the column-major kernels (docs/decisions.md#row-major-joins)."""
+def transposed(kd: TaskKind) -> TaskKind:
+    """A GEMM kind ``o := alpha op(a) op(b) + beta c`` (no triangle) as ``o^T := alpha
+    op(b)^T op(a)^T + beta c^T`` over the same buffers (a and b exchanged, every view's
+    transposition flipped; its tasks' rows and columns exchange too): a row-major buffer is the
+    column-major buffer of its transpose, so row-major operands are then read by the
+    column-major kernels (docs/decisions.md#row-major-gemm, #row-major-joins)."""
     p = kd.param
     if p["uplo"]:
-        raise ValueError("a join writes its whole block")
+        raise ValueError("a GEMM that writes one triangle is not transposed")
     return gemm_kind(p["b"], p["a"], p["c"], p["o"], 1 - p["tb"], 1 - p["ta"], 1 - p["tc"],
                      p["alpha"], p["beta"], skip_failed=p["skip_failed"], src=p["src"],
                      scale=p["scale"])
@@ -257,7 +258,7 @@ def chain_graph(m: np.ndarray, n: np.ndarray, phases: list[tuple], nb: int,
     phase is a solve, a problem with at most ``whole_rhs`` right-hand sides takes each phase as
     one diagonal task over its whole triangle (a backend's kernel for few right-hand sides:
     memory-bound, better done in one pass than in a chain of small launches). ``swap``: the
-    joins run transposed (:func:`transposed_join`; the callers swap where X is read row by
+    joins run transposed (:func:`transposed`; the callers swap where X is read row by
     row): their args then hold the block's columns as rows and its rows as columns, while the
     graph's ``rows``, ``cols`` and ``width`` stay the join's own, so the plan's groups are
     those of the untransposed chain."""
@@ -266,7 +267,7 @@ def chain_graph(m: np.ndarray, n: np.ndarray, phases: list[tuple], nb: int,
     k = len(m)
     kinds: list[TaskKind] = []
     for d, g, _, _ in phases:
-        kinds += [d, transposed_join(g) if swap else g]
+        kinds += [d, transposed(g) if swap else g]
     live = (m > 0) & (n > 0)
     whole = live & (n <= whole_rhs) if all(p[3] for p in phases) else np.zeros(k, bool)
     # Problems with the same chain: the same order, and whole or recursive.
@@ -559,14 +560,11 @@ def gemm_graph(req: GemmRequest, opts: dict) -> TaskGraph:
     ta, tb = int(req.trans_a), int(req.trans_b)
     out = staged_order(req.c) if has_c else (req.a.order if isinstance(req.a, PackedBatch)
                                              else "C")  # (a new output: Runtime._new_buffer)
-    rows = ((staged_order(req.a) == "C") != ta) + ((staged_order(req.b) == "C") != tb) \
-        + (out == "C")
-    if rows >= 2:
+    kd = gemm_kind("a", "b", c, "out", ta, tb, 0, "alpha", beta)
+    if rows_wise(req.a, ta) + rows_wise(req.b, tb) + (out == "C") >= 2:
         # O^T = op(B)^T op(A)^T over the same buffers reads each view the other way round: a
         # row-major call runs the column-major kernels (docs/decisions.md#row-major-gemm).
-        kd = gemm_kind("b", "a", c, "out", 1 - tb, 1 - ta, 1, "alpha", beta)
-        return single_graph(kd, n, m, k)
-    kd = gemm_kind("a", "b", c, "out", ta, tb, 0, "alpha", beta)
+        return single_graph(transposed(kd), n, m, k)
     return single_graph(kd, m, n, k)
 
 
