@@ -897,9 +897,15 @@ def _pack_host(ml: "MatrixList", layout: "PackedBatch", data: np.ndarray, total:
         else:
             np.concatenate(mats, axis=0, out=data.reshape(k * m0, n0))
         return True
-    # (ravel without keywords: reshape(-1, order=...) took 0.6 us an array, ravel 0.17)
-    flat = [a.ravel() for a in mats] if order == "C" else [a.T.ravel() for a in mats]
-    np.concatenate(flat, out=data)
+    # Row-major: views of the arrays flattened (ravel without keywords: reshape(-1,
+    # order=...) took 0.6 us an array, ravel 0.17). Column-major: the transposes, which
+    # concatenate flattens as it copies (axis=None), where a.T.ravel() copied each one first:
+    # 1.17 against 1.6 us an array, 20,000 of n <= 8 (2-core VM); for the row-major case that
+    # way took 0.8 against 0.5.
+    if order == "C":
+        np.concatenate([a.ravel() for a in mats], out=data)
+    else:
+        np.concatenate([a.T for a in mats], axis=None, out=data)
     return True
 
 
