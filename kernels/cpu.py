@@ -28,6 +28,7 @@ An op's kernel module provides:
 from __future__ import annotations
 
 import concurrent.futures as cf
+import functools
 import os
 import threading
 import time
@@ -63,7 +64,6 @@ class View:
     (bytes), leading dimension ``ld[q]``, in ``order``, in the packed batch ``batch`` (a list is
     staged as a packed copy)."""
 
-    base: int
     off: list
     ld: list
     order: str
@@ -76,6 +76,12 @@ class View:
     @property
     def isz(self) -> int:
         return self.dtype.itemsize
+
+    @functools.cached_property
+    def base(self) -> int:
+        # Read when first needed: numpy's ``.ctypes.data`` costs ~2 us, and the compiled
+        # loops, which take the arrays themselves, never ask (a tiny GEMM staged three views).
+        return self.batch.data.ctypes.data
 
 
 @dataclass
@@ -208,8 +214,8 @@ class CpuBackend(Backend):
         hit = cache.get(key)
         if hit is None:  # per layout: a packed batch's metadata never changes
             hit = cache[key] = ((batch.offset * isz).tolist(), batch.ld.tolist())
-        return View(batch.data.ctypes.data, hit[0], hit[1], batch.order, batch.dtype, batch.m,
-                    batch.n, batch, from_list)
+        return View(hit[0], hit[1], batch.order, batch.dtype, batch.m, batch.n, batch,
+                    from_list)
 
     def new_buffer(self, m, n, dtype, order: str, zero: bool = True) -> View:
         # (zeros always: on the host they cost nothing that matters)
