@@ -227,6 +227,20 @@ __device__ __forceinline__ void warp_rows_store(T (&v)[N], T* M, long long ld, i
       if (cb + kk < nc && ok(i0 + s * RS, cb + kk)) q[cb] = v[cb + s];
 }
 
+// The barrier after a chunk's top rows were stored to `lt`, then every thread's FMAs over the
+// chunk: x[c] -= own[k] * lt[k][c] (the top rows read as broadcasts). panel_update and
+// panel_update_rows share it.
+template <typename T, int NB, bool WARP, int KB>
+__device__ __forceinline__ void chunk_update(T (&x)[NB], const T (&own)[KB], const T (*lt)[NB]) {
+  if (WARP) __syncwarp(); else __syncthreads();
+#pragma unroll
+  for (int k = 0; k < KB; ++k) {
+    const T o = own[k];
+#pragma unroll
+    for (int c = 0; c < NB; ++c) x[c] = fma(-o, lt[k][c], x[c]);
+  }
+}
+
 // ------------------------------------------------------------------ a panel row's update
 // x[c] -= sum_{kb <= k < j} L(j + r, k) L(j + c, k) for c < NB: row r of a panel brought up to
 // date from the factored columns [kb, j) (kb: the panel's block column; columns left of it
@@ -256,13 +270,7 @@ __device__ __forceinline__ void panel_update(T (&x)[NB], const T* Lb, long long 
       nxt[kk] = (row && k1 + kk < j) ? Lb[at<ROW>(j + r, k1 + kk, ld)] : T(0);
     // lt[buf] written; every thread finished reading it two chunks ago (the last chunk's
     // barrier came after those reads).
-    if (WARP) __syncwarp(); else __syncthreads();
-#pragma unroll
-    for (int kk = 0; kk < KB; ++kk) {
-      const T o = own[kk];
-#pragma unroll
-      for (int c = 0; c < NB; ++c) x[c] = fma(-o, lt[buf][kk][c], x[c]);
-    }
+    chunk_update<T, NB, WARP, KB>(x, own, lt[buf]);
   }
 }
 
@@ -303,13 +311,7 @@ __device__ __forceinline__ void panel_update_rows(T (&x)[NB], const T* Lb, long 
 #pragma unroll
       for (int k = 0; k < KB; ++k) lt[buf][k][r] = own[k];
     }
-    if (WARP) __syncwarp(); else __syncthreads();
-#pragma unroll
-    for (int k = 0; k < KB; ++k) {
-      const T o = own[k];
-#pragma unroll
-      for (int c = 0; c < NB; ++c) x[c] = fma(-o, lt[buf][k][c], x[c]);
-    }
+    chunk_update<T, NB, WARP, KB>(x, own, lt[buf]);
   }
 }
 
