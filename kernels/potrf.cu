@@ -359,10 +359,13 @@ fused_step(const unsigned long long* tbl, const long long* meta, const int* imet
 
   vb::Task tk;
   if (!vb::block_task(tasks, lo, hi, tk)) return;
-  // Both loads depend only on the task's problem: issued together, before the branch, so a
-  // block waits for one round trip after the task row, not two (as the pre-task-table kernels).
   const vb::Matrix pr = vb::matrix_of(meta, imeta, K, tk.q);
-  if (info[tk.q] != 0) return;  // failed at an earlier step: stop, like LAPACK
+  // Failed at an earlier step: stop, like LAPACK. A first panel (tk.a0 = j = 0) needs no look
+  // (the host zeroed info): the look, a read of pinned host memory across the link, held 17% of
+  // the stall samples of first panels (ncu, H100, equal Nmax 40). Kept ahead of the rest, with
+  // the task's own fields: placed after them, ptxas allocated the float64 kernel's registers
+  // differently and 2,000 problems of 256 took 4.5% longer (H100; decisions.md#potrf-info-reads).
+  if (tk.a0 > 0 && info[tk.q] != 0) return;
   const int j = tk.a0, w = tk.a1, kb = tk.a2, m = pr.n - j;
   // A panel of a later block column reads L: the block update has written it there.
   const T* Ab = (kb > 0 ? L : A) + pr.off;
@@ -444,7 +447,8 @@ fused_step(const unsigned long long* tbl, const long long* meta, const int* imet
 // instructions a cycle per scheduler (ncu, H200, 2026-11-24); this kernel took 12.8 us.
 template <typename T, int NB, bool ROW>
 __device__ __forceinline__ void small_panel(const T* Ab, T* Lb, long long ld, int j, int kb, int m,
-                                            int w, int* info, int q, T* col, T* lt, T* tile) {
+                                            int w, int* info, int q, int failed, T* col, T* lt,
+                                            T* tile) {
   const int lane = threadIdx.x & 31;
   const bool row = lane < m;
   T a[NB];
@@ -455,6 +459,7 @@ __device__ __forceinline__ void small_panel(const T* Ab, T* Lb, long long ld, in
     for (int c = 0; c < NB; ++c)
       a[c] = (row && c < w && c <= lane) ? Ab[at<ROW>(j + lane, j + c, ld)] : T(0);
   }
+  if (failed != 0) return;  // an earlier step failed (small_step): nothing written
   if (j > 0) zero_rect<T, ROW>(Lb, ld, 0, j, j, w, lane, 32);
   if (j > kb) {
     const auto lt8 = reinterpret_cast<T (*)[8][NB]>(lt);
@@ -500,8 +505,10 @@ small_step(const unsigned long long* tbl, const long long* meta, const int* imet
   const vb::Matrix pr = vb::matrix_of(meta, imeta, K, tk.q);
   int* info = reinterpret_cast<int*>(tbl[2]);
   const int j = tk.a0, w = tk.a1, kb = tk.a2, m = pr.n - j;
-  // A first panel needs no look at info (the host zeroed it; a read of pinned host memory).
-  if (j > 0 && info[tk.q] != 0) return;  // failed at an earlier step: stop, like LAPACK
+  // Failed at an earlier step: stop, like LAPACK. Not read for a first panel (the host zeroed
+  // info); for a later one the read, across the link, is in flight while the panel's rows load
+  // (small_panel tests it before its first write).
+  const int failed = j > 0 ? info[tk.q] : 0;
   // A panel of a later block column reads L: the block update has written it there.
   const T* Ab = reinterpret_cast<const T*>(tbl[kb > 0 ? 1 : 0]) + pr.off;
   T* Lb = reinterpret_cast<T*>(tbl[1]) + pr.off;
@@ -509,12 +516,12 @@ small_step(const unsigned long long* tbl, const long long* meta, const int* imet
   T* tw = lt[warp];
   T* rt = rtile[ROW ? warp : 0];
   if (NBMIN <= 8 && w <= 8)
-    small_panel<T, 8, ROW>(Ab, Lb, pr.ld, j, kb, m, w, info, tk.q, cb, tw, rt);
+    small_panel<T, 8, ROW>(Ab, Lb, pr.ld, j, kb, m, w, info, tk.q, failed, cb, tw, rt);
   else if (NBMIN <= 16 && w <= 16)
-    small_panel<T, 16, ROW>(Ab, Lb, pr.ld, j, kb, m, w, info, tk.q, cb, tw, rt);
+    small_panel<T, 16, ROW>(Ab, Lb, pr.ld, j, kb, m, w, info, tk.q, failed, cb, tw, rt);
   else if (NBMIN <= 24 && w <= 24)
-    small_panel<T, 24, ROW>(Ab, Lb, pr.ld, j, kb, m, w, info, tk.q, cb, tw, rt);
-  else small_panel<T, 32, ROW>(Ab, Lb, pr.ld, j, kb, m, w, info, tk.q, cb, tw, rt);
+    small_panel<T, 24, ROW>(Ab, Lb, pr.ld, j, kb, m, w, info, tk.q, failed, cb, tw, rt);
+  else small_panel<T, 32, ROW>(Ab, Lb, pr.ld, j, kb, m, w, info, tk.q, failed, cb, tw, rt);
 }
 
 // ================================================================== separated kernels

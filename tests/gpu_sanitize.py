@@ -6,7 +6,8 @@
 Covers fused (several block shapes), small_step, update (with its diagonal block), trsm, schur,
 gather and scatter, in both layouts and dtypes, full and partial, unblocked and blocked, with a
 non-SPD matrix (its failed panel completes its leading columns and the failed pivot in the fused
-kernel, and in update + trsm_step when separated) and an infinite pivot; then the blas family
+kernel, and in update + trsm_step when separated), one that fails in its first panel (its later
+fused and small panels stop) and an infinite pivot; then the blas family
 (GEMM, SYRK, TRSM, TRMM, POSV with a failing problem), every registered op's conformance
 example (symm's symmetric copy among them), then the frontal family (vbatch.sparse,
 with a failing matrix; the extend-add and the solve's sweeps in both layouts, on fronts that
@@ -25,6 +26,7 @@ from vbatch.ops.generate import make_indefinite, spd_list
 
 BAD, INF = 7, 9  # problem indices: indefinite at column 40, +inf pivot at column 50
 SMALL_BAD = 3  # n = 31, indefinite at column 12: a failed first panel in small_step
+EARLY = 8  # n = 65, indefinite at column 5: its later panels (fused_step, small_step) stop
 
 
 def main() -> int:
@@ -37,6 +39,7 @@ def main() -> int:
         mats[BAD] = make_indefinite(mats[BAD], 40)
         mats[INF][50, 50] = np.inf
         mats[SMALL_BAD] = make_indefinite(mats[SMALL_BAD], 12)
+        mats[EARLY] = make_indefinite(mats[EARLY], 5)
         npiv = [min(n, int(rng.integers(0, n + 1))) for n in ns]
         npiv[BAD] = ns[BAD]
         for order in ("F", "C"):
@@ -86,10 +89,11 @@ def main() -> int:
                     if res.info[BAD] != 41:
                         print(f"{tag} problem {BAD}: info {res.info[BAD]}")
                         bad += 1
-                    want = 13 if p is None or npiv[SMALL_BAD] > 12 else 0
-                    if res.info[SMALL_BAD] != want:
-                        print(f"{tag} problem {SMALL_BAD}: info {res.info[SMALL_BAD]}, not {want}")
-                        bad += 1
+                    for i, col in ((SMALL_BAD, 12), (EARLY, 5)):
+                        want = col + 1 if p is None or npiv[i] > col else 0
+                        if res.info[i] != want:
+                            print(f"{tag} problem {i}: info {res.info[i]}, not {want}")
+                            bad += 1
         want = vbatch.Runtime("cuda").cholesky([cupy.asarray(m) for m in mats]).result()
         # gather + scatter; column-major arrays: gathered into a column-major buffer (several
         # blocks a matrix past 4,096 elements), then scattered back
