@@ -13,7 +13,8 @@ from vbatch.core.errors import InputError, validated
 from vbatch.ops.op import caller, public
 from vbatch.distributed.future import DistributedBatch, Future, _Shard
 from vbatch.distributed.sharding import problem_cost, shard_by_cost
-from vbatch.distributed.worker import _OUT, _make_random, _make_spd, _run_shard, _token
+from vbatch.distributed.worker import (_OUT, _holds_host, _make_random, _make_spd, _run_shard,
+                                       _token)
 
 
 class Runtime:
@@ -43,6 +44,11 @@ class Runtime:
         if not workers:
             raise InputError([(None, "the Dask client has no workers")], what="runtime options")
         self.workers = list(workers)
+        # Whether every worker's runtime keeps its results in host memory (the CPU backend): the
+        # client then gathers them as they are. A GPU worker's go to the host on the worker
+        # first (Future.result), a second task after the shard's.
+        self._host_results = device == "cpu" or (device == "auto" and all(
+            client.run(_holds_host, device, self._options, workers=self.workers).values()))
         self._local = None
         self._pending: list = []
         self._lock = threading.Lock()

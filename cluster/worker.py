@@ -29,6 +29,12 @@ def _worker_runtime(device: str, options: tuple):
         return rt
 
 
+def _holds_host(device: str, options: tuple) -> bool:
+    """Whether this worker's runtime keeps its results in host memory (its backend is the
+    CPU's)."""
+    return _worker_runtime(device, options).backend.name == "cpu"
+
+
 _OUT = "__vbatch_output__"  # (_OUT, shard future, field): an operand computed before
 
 

@@ -118,6 +118,27 @@ def test_results_equal_a_single_runtime_in_order_and_form(client):
             check_factor(mats[i], res.factors.matrix(i), np.float64, where=f"packed {i}")
 
 
+def _prefixes(dask_scheduler=None):
+    return set(dask_scheduler.task_prefixes)
+
+
+def test_cpu_workers_results_come_back_without_a_task_of_their_own(client):
+    """A CPU worker's results are host arrays: the client gathers them as they are, without a
+    task per shard bringing them to the host first (a GPU worker's need one)."""
+    mats, _ = _batch(8, count=12)
+    want = vbatch.Runtime("cpu", nb=NB).cholesky(mats).result()
+    for device in ("cpu", "auto"):  # ("auto": these workers have no GPU)
+        drt = vd.Runtime(client, device=device, nb=NB)
+        fut = drt.cholesky(mats)
+        got = fut.result()
+        assert np.array_equal(got.info, want.info)
+        for i, (a, f) in enumerate(zip(mats, fut.output().gather())):
+            if want.info[i] == 0:
+                check_factor(a, f, np.float64, where=f"{device} problem {i}")
+                _same(got.factors[i], f)
+    assert "gather_shard" not in client.run_on_scheduler(_prefixes)
+
+
 def test_outputs_stay_on_the_workers_for_a_later_op(client):
     mats, rng = _batch(2)
     rhs = [rng.standard_normal((a.shape[0], int(r))) for a, r in

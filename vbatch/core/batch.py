@@ -250,6 +250,14 @@ class PackedBatch(BaseModel):
             c = d["_vb_cache"] = {}
         return c
 
+    def __getstate__(self) -> dict:
+        # A pickled batch is its data and layout: the cache holds this process's plans and
+        # device tables (weak references among them), which a copy elsewhere derives again.
+        state = super().__getstate__()
+        if "_vb_cache" in state["__dict__"]:
+            state["__dict__"] = {k: v for k, v in state["__dict__"].items() if k != "_vb_cache"}
+        return state
+
     def with_data(self, data: Any) -> "PackedBatch":
         """The same layout over another buffer of the same size and dtype (any kind).
 
