@@ -46,9 +46,11 @@ class Runtime:
         self.workers = list(workers)
         # Whether every worker's runtime keeps its results in host memory (the CPU backend): the
         # client then gathers them as they are. A GPU worker's go to the host on the worker
-        # first (Future.result), a second task after the shard's.
+        # first (Future.result), a second task after the shard's; so do all of them where a
+        # worker did not answer (an exception here, not True).
         self._host_results = device == "cpu" or (device == "auto" and all(
-            client.run(_holds_host, device, self._options, workers=self.workers).values()))
+            v is True for v in client.run(_holds_host, device, self._options,
+                                          workers=self.workers, on_error="return").values()))
         self._local = None
         self._pending: list = []
         self._lock = threading.Lock()
