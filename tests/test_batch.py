@@ -69,6 +69,25 @@ def test_metadata_is_frozen():
         b.order = "F"
 
 
+def test_a_pickled_batch_is_its_data_and_layout_without_its_cache():
+    # (what vbatch.distributed sends back from a CPU worker: a factored batch, its cache
+    # holding that process's plans, weak references among them)
+    import pickle
+
+    mats = [np.eye(3) * 4.0, np.ones((2, 5)), np.zeros((0, 0))]
+    for order in ("F", "C"):
+        b = vbatch.pack(mats, order=order)
+        res = vbatch.Runtime("cpu").gemm(b, vbatch.pack([m.T for m in mats], order=order))
+        out = res.result()
+        assert out.cache(), "the call left no plan in the output's cache"
+        c = pickle.loads(pickle.dumps(out))
+        assert "_vb_cache" not in c.__dict__ and out.cache()
+        assert c.order == order and c.n.tolist() == out.n.tolist()
+        assert c.m.tolist() == out.m.tolist() and np.array_equal(c.data, out.data)
+        for i, m in enumerate(mats):
+            assert np.allclose(c.matrix(i), m @ m.T)
+
+
 def test_from_buffer_accepts_a_contiguous_block():
     data = np.zeros((4, 8))
     b = PackedBatch.from_buffer(data, n=[4, 4], order="C")
