@@ -9,7 +9,19 @@ first ``g`` workers of one local cluster (one worker per GPU), for every ``g`` a
 ``--reps``. The single-GPU ``vbatch.Runtime`` on the same sizes, in this process, is the
 overhead baseline.
 
+After each case's timed calls, one more call is traced through Dask's task stream and split into
+phases, per worker (ms; the workers' clocks are this host's):
+- ``submit``: the client's part, until the submission returns (validation, the cost model and
+  the split, one task per shard sent);
+- ``dispatch``: from then until the worker starts its first task of the call;
+- ``compute`` and ``transfer``: the worker's time in its shard tasks, and in moving their inputs;
+- ``gaps``: the rest of the time between the worker's first start and last stop (waits between
+  a pipeline's tasks);
+- ``back``: from the worker's last stop until the client knows every shard finished;
+- ``idle``: the slowest worker's last stop less this one's.
+
     python benchmarks/multigpu.py --gpus 1 2 --k 100000 --reps 5
+    python benchmarks/multigpu.py --device cpu --gpus 1 2 --k 4000 --cases uniform64 posv64
 """
 
 from __future__ import annotations
@@ -31,6 +43,47 @@ def done(shards):
     for s in shards:
         if s.future.status == "error":
             raise RuntimeError(f"shard on {s.worker} failed") from s.future.exception()
+
+
+def phases(client, submit, setup=None) -> dict:
+    """One call's phases per worker (the module docstring says which): ``submit()`` makes the
+    call and returns its future; ``setup()`` (untraced) runs first."""
+    from distributed import get_task_stream
+
+    if setup is not None:
+        setup()
+    with get_task_stream(client) as ts:
+        t0 = time.time()
+        fut = submit()
+        t1 = time.time()
+        done(fut.shards)
+        t2 = time.time()
+    per: dict = {}
+    for rec in ts.data:
+        if not str(rec["key"]).startswith("_run_shard"):
+            continue  # (after='s tokens, the batch's own making)
+        w = per.setdefault(rec["worker"], {"compute": 0.0, "transfer": 0.0, "first": None,
+                                           "last": None})
+        for ss in rec["startstops"]:
+            if ss["action"] in ("compute", "transfer"):
+                w[ss["action"]] += ss["stop"] - ss["start"]
+            if ss["action"] == "compute":
+                w["first"] = ss["start"] if w["first"] is None else min(w["first"], ss["start"])
+                w["last"] = ss["stop"] if w["last"] is None else max(w["last"], ss["stop"])
+    slowest = max((w["last"] for w in per.values()), default=t2)
+    out = {}
+    for name, w in sorted(per.items()):
+        span = w["last"] - w["first"]
+        out[name] = {k: 1e3 * v for k, v in {
+            "submit": t1 - t0, "dispatch": w["first"] - t1, "compute": w["compute"],
+            "transfer": w["transfer"], "gaps": span - w["compute"] - w["transfer"],
+            "back": t2 - slowest, "idle": slowest - w["last"]}.items()}
+    return out
+
+
+def show_phases(label: str, table: dict) -> None:
+    for worker, ph in table.items():
+        print(f"    {label} {worker}: " + "  ".join(f"{k} {v:8.2f}" for k, v in ph.items()))
 
 
 def timed(fn, reps, setup=None):
@@ -90,11 +143,14 @@ def main(argv=None):
                         hold["batch"] = drt.spd(ns, seed=1)
                         done(hold["batch"].shards)
 
-                    def run(drt=drt, hold=hold):
-                        f = drt.cholesky(hold["batch"], overwrite=True)
-                        done(f.shards)
+                    def call(drt=drt, hold=hold):
+                        return drt.cholesky(hold["batch"], overwrite=True)
+
+                    def run(call=call):
+                        done(call().shards)
 
                     med, all_ = timed(run, a.reps, setup)
+                    table = phases(client, call, setup)
                     batch = rhs = None
                 else:
                     batch = drt.spd(ns, seed=1)
@@ -106,21 +162,26 @@ def main(argv=None):
                         rhs = drt.random(ns, np.ones_like(ns), like=batch, seed=2)
                         done(rhs.shards)
 
-                        def run(drt=drt, batch=batch, rhs=rhs):
+                        def call(drt=drt, batch=batch, rhs=rhs):
                             f = drt.cholesky(batch)
-                            x = drt.potrs(f, rhs, after=[f])
-                            done(x.shards)
+                            return drt.potrs(f, rhs, after=[f])
                     else:
-                        def run(drt=drt, batch=batch):
-                            f = drt.cholesky(batch)
-                            done(f.shards)
+                        def call(drt=drt, batch=batch):
+                            return drt.cholesky(batch)
+
+                    def run(call=call):
+                        done(call().shards)
+
                     med, all_ = timed(run, a.reps)
+                    table = phases(client, call)
                 times[g] = med
-                rows.append({"k": k, "case": case, "gpus": g, "median_s": med, "all_s": all_})
+                show_phases(f"k={k} {case} gpus={g}", table)
+                rows.append({"k": k, "case": case, "gpus": g, "median_s": med, "all_s": all_,
+                             "phases_ms": table})
                 # The shards' memory goes back before the next case: Dask releases them when
                 # these futures go, then each worker's pool gives its blocks to the driver
                 # (without the wait, k = 2 x 10^5 ran out of memory on the next case).
-                batch = rhs = run = f = None
+                batch = rhs = run = call = None
                 hold.clear()
                 drt.wait()  # (and the runtime lets go of its last result)
                 time.sleep(1.0)
@@ -138,13 +199,12 @@ def main(argv=None):
     wait([s.future for s in batch.shards])
 
     def dask_call():
-        f = drt.cholesky(batch)
-        done(f.shards)
+        done(drt.cholesky(batch).shards)
 
     t_dask, _ = timed(dask_call, max(a.reps, 20))
+    show_phases("k=2000 uniform32 one worker", phases(client, lambda: drt.cholesky(batch)))
     rt = vbatch.Runtime(a.device)
-    local = vbatch.pack([np.eye(int(n)) * 2.0 for n in small], order="F",
-                        backend=rt.backend if rt.device == "cuda" else None)
+    local = vbatch.pack([np.eye(int(n)) * 2.0 for n in small], order="F")
     if rt.device == "cuda":
         import cupy
 
