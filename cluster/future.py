@@ -68,20 +68,17 @@ class Future:
         with self._lock:
             if not self._done:
                 client = self._rt.client
-                if self._rt._host_results:
-                    # Host arrays already: gathered as they are and put in the caller's form
-                    # here, without a task per shard to do it on the worker (one round trip of
-                    # the scheduler less: docs/decisions.md#dist-host-gather).
-                    futs = [s.future for s in self.shards]
-                    parts = [_gather_shard(r, self._name) for r in (
-                        client.gather(futs) if timeout is None else
-                        [f.result(timeout) for f in futs])]
-                else:
-                    gathers = [client.submit(_gather_shard, s.future, self._name, pure=False,
-                                             workers=[s.worker], allow_other_workers=True)
-                               for s in self.shards]
-                    parts = client.gather(gathers) if timeout is None else [
-                        g.result(timeout) for g in gathers]
+                # Host arrays already (CPU workers): gathered as they are and put in the
+                # caller's form here, without a task per shard doing it on the worker, a round
+                # trip of the scheduler less (docs/decisions.md#dist-host-gather).
+                host = self._rt._host_results
+                futs = [s.future if host else client.submit(
+                    _gather_shard, s.future, self._name, pure=False, workers=[s.worker],
+                    allow_other_workers=True) for s in self.shards]
+                parts = client.gather(futs) if timeout is None else [
+                    f.result(timeout) for f in futs]
+                if host:
+                    parts = [_gather_shard(p, self._name) for p in parts]
                 self._value = self._assemble(parts)
                 self._done = True
         return self._value
