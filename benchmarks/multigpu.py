@@ -17,7 +17,8 @@ phases, per worker (ms; the workers' clocks are this host's):
 - ``compute`` and ``transfer``: the worker's time in its shard tasks, and in moving their inputs;
 - ``gaps``: the rest of the time between the worker's first start and last stop (waits between
   a pipeline's tasks);
-- ``back``: from the worker's last stop until the client knows every shard finished;
+- ``back``: from the slowest worker's last stop until the client knows every shard finished
+  (the same for every worker);
 - ``idle``: the slowest worker's last stop less this one's.
 
     python benchmarks/multigpu.py --gpus 1 2 --k 100000 --reps 5
