@@ -19,7 +19,10 @@ phases, per worker (ms; the workers' clocks are this host's):
   a pipeline's tasks);
 - ``back``: from the slowest worker's last stop until the client knows every shard finished
   (the same for every worker);
-- ``idle``: the slowest worker's last stop less this one's.
+- ``idle``: the slowest worker's last stop less this one's;
+- ``local``: the same shard's factorization called on its worker by a ``vbatch.Runtime`` of
+  its own (submit to result, median of ``--reps`` after a warm call): what ``compute`` would be
+  with nothing of the distributed path in it.
 
     python benchmarks/multigpu.py --gpus 1 2 --k 100000 --reps 5
     python benchmarks/multigpu.py --device cpu --gpus 1 2 --k 4000 --cases uniform64 posv64
@@ -80,6 +83,28 @@ def phases(client, submit, setup=None) -> dict:
             "transfer": w["transfer"], "gaps": span - w["compute"] - w["transfer"],
             "back": t2 - slowest, "idle": slowest - w["last"]}.items()}
     return out
+
+
+def _local_potrf(views, device: str, reps: int) -> float:
+    """On a worker: ms of one ``cholesky`` of its shard through a runtime of its own."""
+    import vbatch
+
+    rt = vbatch.Runtime(device)
+    ts = []
+    for i in range(reps + 1):
+        t0 = time.perf_counter()
+        rt.cholesky(views).result()
+        if i:
+            ts.append(time.perf_counter() - t0)
+    rt.close()
+    return 1e3 * statistics.median(ts)
+
+
+def local_times(client, batch, device: str, reps: int) -> dict:
+    """Per worker, ``_local_potrf`` of the shard it holds."""
+    futs = {s.worker: client.submit(_local_potrf, s.future, device, reps, workers=[s.worker],
+                                    pure=False) for s in batch.shards}
+    return {w: f.result() for w, f in futs.items()}
 
 
 def show_phases(label: str, table: dict) -> None:
@@ -175,6 +200,8 @@ def main(argv=None):
 
                     med, all_ = timed(run, a.reps)
                     table = phases(client, call)
+                    for w, ms in local_times(client, batch, a.device, a.reps).items():
+                        table.setdefault(w, {})["local"] = ms
                 times[g] = med
                 show_phases(f"k={k} {case} gpus={g}", table)
                 rows.append({"k": k, "case": case, "gpus": g, "median_s": med, "all_s": all_,

@@ -11,7 +11,7 @@ import numpy as np
 from vbatch.core.batch import MatrixList, PackedBatch
 from vbatch.core.errors import InputError, validated
 from vbatch.ops.op import caller, public
-from vbatch.distributed.future import DistributedBatch, Future, _Shard
+from vbatch.distributed.future import DistributedBatch, Future, _pinned, _Shard
 from vbatch.distributed.sharding import problem_cost, shard_by_cost
 from vbatch.distributed.worker import (_OUT, _holds_host, _make_random, _make_spd, _run_shard,
                                        _token)
@@ -81,7 +81,7 @@ class Runtime:
                 if v.runtime is not self:
                     raise InputError([(None, f"{name}: a distributed batch of another runtime")])
                 dist[name] = v
-                given[name] = v.placeholder()
+                given[name] = v.placeholder
         req = validated(o.request, **given)  # the whole batch, named in the caller's numbering
         first = getattr(req, o._ins[0][1])
         k = first.k
@@ -91,28 +91,24 @@ class Runtime:
                 if v.shards is not shards and not _same_sharding(v.shards, shards):
                     raise InputError([(None, f"{name} is sharded unlike the other distributed "
                                              "operands")])
-            plan = [(s.worker, s.index) for s in shards]
+            plan = [(s.worker, s.index, j) for j, s in enumerate(shards)]
         else:
             cost = problem_cost(o, req, self._plan_options(o, first.dtype))
             idx = shard_by_cost(cost, len(self.workers))
-            plan = [(w, i) for w, i in zip(self.workers, idx) if len(i)]
-        tokens = self._tokens(deps)
-        client = self.client
-        out = []
-        for worker, index in plan:
+            plan = [(w, i, None) for w, i in zip(self.workers, idx) if len(i)]
+        waits = self._waits(deps, {w for w, _, _ in plan})
+        calls = []
+        for worker, index, j in plan:
             shard_fields = {}
             for name, v in fields.items():
                 if name in dist:
-                    s = next(s for s in dist[name].shards if s.worker == worker
-                             and np.array_equal(s.index, index))
-                    shard_fields[name] = (_OUT, s.future, dist[name].name)
+                    shard_fields[name] = (_OUT, dist[name].shards[j].future, dist[name].name)
                 else:
                     shard_fields[name] = _take(getattr(req, name, v), v, index, k)
-            fut = client.submit(_run_shard, op, self.device, self._options, self._chunk,
-                                shard_fields, tokens.get(worker, []), pure=False,
-                                workers=[worker], allow_other_workers=True,
-                                retries=self._retries)
-            out.append(_Shard(worker, fut, index))
+            calls.append((worker, (op, self.device, self._options, self._chunk, shard_fields,
+                                   waits[worker])))
+        futs = _pinned(self.client, _run_shard, calls, self._retries)
+        out = [_Shard(w, f, index) for (w, index, _), f in zip(plan, futs)]
         form = _form_of(req, o, dist)
         res = Future(self, o, out, k, form, None, _shapes_of(req, o), first.dtype)
         with self._lock:
@@ -129,14 +125,10 @@ class Runtime:
         from vbatch.ops.cholesky import cholesky_flops
 
         idx = shard_by_cost(cholesky_flops(ns) + 1.0, len(self.workers))
-        shards = []
-        for w, (worker, index) in enumerate(zip(self.workers, idx)):
-            if len(index):
-                fut = self.client.submit(_make_spd, ns[index], seed * 1009 + w,
-                                         np.dtype(dtype).str, self.device, self._options,
-                                         pure=False, workers=[worker], allow_other_workers=True)
-                shards.append(_Shard(worker, fut, index))
-        return DistributedBatch(self, tuple(shards), None, ns, ns, np.dtype(dtype))
+        plan = [(worker, (ns[index], seed * 1009 + w, np.dtype(dtype).str), index)
+                for w, (worker, index) in enumerate(zip(self.workers, idx)) if len(index)]
+        return DistributedBatch(self, self._made(_make_spd, plan), None, ns, ns,
+                                np.dtype(dtype))
 
     def random(self, m: Any, n: Any, like: DistributedBatch, seed: int = 0,
                dtype: Any = np.float64) -> DistributedBatch:
@@ -145,11 +137,16 @@ class Runtime:
         ms, ns = np.asarray(m, np.int64), np.asarray(n, np.int64)
         if ms.shape != (like.k,) or ns.shape != (like.k,):
             raise InputError([(None, f"m and n need {like.k} entries, as like has")])
-        shards = tuple(_Shard(s.worker, self.client.submit(
-            _make_random, ms[s.index], ns[s.index], seed * 1009 + w, np.dtype(dtype).str,
-            self.device, self._options, pure=False, workers=[s.worker],
-            allow_other_workers=True), s.index) for w, s in enumerate(like.shards))
-        return DistributedBatch(self, shards, None, ms, ns, np.dtype(dtype))
+        plan = [(s.worker, (ms[s.index], ns[s.index], seed * 1009 + w, np.dtype(dtype).str),
+                 s.index) for w, s in enumerate(like.shards)]
+        return DistributedBatch(self, self._made(_make_random, plan), None, ms, ns,
+                                np.dtype(dtype))
+
+    def _made(self, maker, plan: list) -> tuple:
+        """Shards of matrices made on the workers by ``maker``: ``(worker, args, index)``."""
+        futs = _pinned(self.client, maker, [
+            (w, (*args, self.device, self._options)) for w, args, _ in plan])
+        return tuple(_Shard(w, f, index) for (w, _, index), f in zip(plan, futs))
 
     def _plan_options(self, op, dtype) -> dict:
         if self._local is None:
@@ -161,17 +158,24 @@ class Runtime:
                                                    if k != "kernel_options"})
         return self._local.plan_options(dtype, op.name)
 
-    def _tokens(self, deps: list) -> dict:
-        """Per worker, tiny tasks that finish when every shard of ``deps`` has (run where
-        each shard lies: ordering moves no data)."""
-        out: dict = {}
+    def _waits(self, deps: list, workers: set) -> dict:
+        """Per worker of a submission, the futures its shard waits for (``after=``): the
+        dependencies' shards on that worker, passed as they are (a shard reads and writes only
+        its own worker's data), and for those on a worker the submission does not use, tiny
+        tasks run where they lie that every shard waits for (ordering moves no data). Waiting
+        on every shard of a dependency, each worker's through a token, cost a token task and
+        a transfer from every other worker: 5-6 ms a shard of ``potrs`` after ``cholesky`` on
+        four GPUs (docs/decisions.md#dist-one-graph)."""
+        out: dict = {w: [] for w in workers}
+        away = []
         for d in deps:
             for s in d.shards:
-                t = self.client.submit(_token, s.future, pure=False, workers=[s.worker],
-                                       allow_other_workers=True)
-                for w in self.workers:
-                    out.setdefault(w, []).append(t)
-        return out
+                if s.worker in out:
+                    out[s.worker].append(s.future)
+                else:
+                    away.append(s)
+        tokens = _pinned(self.client, _token, [(s.worker, (s.future,)) for s in away])
+        return {w: v + tokens for w, v in out.items()}
 
     def wait(self) -> None:
         """Wait for everything submitted so far (errors stay with their futures)."""

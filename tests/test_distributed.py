@@ -127,7 +127,8 @@ def test_cpu_workers_results_come_back_without_a_task_of_their_own(client):
     task per shard bringing them to the host first (a GPU worker's need one)."""
     mats, _ = _batch(8, count=12)
     want = vbatch.Runtime("cpu", nb=NB).cholesky(mats).result()
-    for device in ("cpu", "auto"):  # ("auto": these workers have no GPU)
+    # "auto" is the CPU only where the workers see no GPU (a GPU worker's results need the task).
+    for device in ("cpu",) if vbatch.cuda_status()[0] else ("cpu", "auto"):
         drt = vd.Runtime(client, device=device, nb=NB)
         fut = drt.cholesky(mats)
         got = fut.result()
@@ -160,6 +161,47 @@ def test_outputs_stay_on_the_workers_for_a_later_op(client):
     for i in range(len(mats)):
         assert np.allclose(ab[i], 2.0 * fac[i] @ rhs[i], rtol=1e-12, atol=1e-12)
     assert len(chol.output().gather()) == len(mats)
+
+
+def _graph(keys, dask_scheduler=None):
+    """Per key: its worker restrictions, whether loose, and every key it waits for."""
+    out = {}
+    for key in keys:
+        ts = dask_scheduler.tasks[key]
+        seen, todo = set(), list(ts.dependencies)
+        while todo:
+            d = todo.pop()
+            if d.key not in seen:
+                seen.add(d.key)
+                todo.extend(d.dependencies)
+        out[key] = (set(ts.worker_restrictions or ()), ts.loose_restrictions, seen)
+    return out
+
+
+def test_a_shard_waits_for_the_after_dependencies_where_it_runs_and_where_the_call_does_not(
+        client):
+    """``after=``: a shard waits for its dependencies' shards on its own worker directly, and
+    for those on a worker the call does not use, through a token run where they lie. Each
+    shard task is pinned loosely to its worker, and a task submitted afterwards is not."""
+    mats, _ = _batch(9)
+    drt = vd.Runtime(client, device="cpu", nb=NB)
+    first = drt.cholesky(mats)
+    assert len({s.worker for s in first.shards}) == 2
+    second = drt.cholesky([mats[-1]], after=[first])  # one problem: one worker
+    sol = drt.potrs(first, mats, after=[first, second])
+    sol.result()  # (the scheduler has every task once they are done)
+    graph = client.run_on_scheduler(_graph, [s.future.key for s in second.shards + sol.shards])
+    for s in second.shards + sol.shards:
+        workers, loose, waits = graph[s.future.key]
+        assert workers == {s.worker} and loose
+        here = {f.future.key for f in first.shards + second.shards if f.worker == s.worker}
+        assert here - {s.future.key} <= waits
+    (s,) = second.shards
+    assert {f.future.key for f in first.shards} <= graph[s.future.key][2]
+    assert np.array_equal(second.result().info, [0])
+    other = client.submit(abs, -1, pure=False)
+    assert other.result() == 1
+    assert client.run_on_scheduler(_graph, [other.key])[other.key][:2] == (set(), False)
 
 
 def test_bad_input_is_named_before_any_work(client):
