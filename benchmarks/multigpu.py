@@ -24,6 +24,11 @@ phases, per worker (ms; the workers' clocks are this host's):
   its own (submit to result, median of ``--reps`` after a warm call): what ``compute`` would be
   with nothing of the distributed path in it.
 
+``--check`` then checks the answer on the workers: every ``--check``-th problem of each shard,
+``||L L^T - A|| / (n eps ||A||)`` against the batch the factorization read (POTRF cases, not in
+place), and every ``info``. A batch larger than one GPU's memory, over four:
+
+    python benchmarks/multigpu.py --gpus 4 --k 500000 --cases uniform256 --reps 3 --check 50
     python benchmarks/multigpu.py --gpus 1 2 --k 100000 --reps 5
     python benchmarks/multigpu.py --device cpu --gpus 1 2 --k 4000 --cases uniform64 posv64
 """
@@ -100,6 +105,42 @@ def _local_potrf(views, device: str, reps: int) -> float:
     return 1e3 * statistics.median(ts)
 
 
+def _residuals(views, result, step: int) -> tuple:
+    """On a worker: (worst scaled residual, problems checked, nonzero infos) of a shard's
+    factors against the matrices it factored (their lower triangles)."""
+    import numpy as np
+
+    try:
+        from cupy import get_array_module
+    except ImportError:
+        def get_array_module(_):
+            return np
+    info = result.info
+    bad = int((info.get() if hasattr(info, "get") else np.asarray(info)).astype(bool).sum())
+    worst, count = 0.0, 0
+    for i in range(0, len(views), step):
+        a, f = views[i], result.factors[i]
+        n = a.shape[0]
+        if n == 0:
+            continue
+        xp = get_array_module(a)
+        full = xp.tril(a) + xp.tril(a, -1).T
+        low = xp.tril(f)
+        err = float(xp.linalg.norm(low @ low.T - full) / xp.linalg.norm(full))
+        worst = max(worst, err / (n * np.finfo(a.dtype).eps))
+        count += 1
+    return worst, count, bad
+
+
+def check(client, batch, fut, step: int) -> dict:
+    """``_residuals`` of every shard, where it lies."""
+    futs = [client.submit(_residuals, b.future, f.future, step, workers=[b.worker], pure=False)
+            for b, f in zip(batch.shards, fut.shards)]
+    worst, count, bad = zip(*client.gather(futs))
+    return {"worst_scaled_residual": float(max(worst)), "checked": sum(count),
+            "info_nonzero": sum(bad)}
+
+
 def local_times(client, batch, device: str, reps: int) -> dict:
     """Per worker, ``_local_potrf`` of the shard it holds."""
     futs = {s.worker: client.submit(_local_potrf, s.future, device, reps, workers=[s.worker],
@@ -135,6 +176,8 @@ def main(argv=None):
     p.add_argument("--device", default="cuda")
     p.add_argument("--overwrite", action="store_true",
                    help="factor in place, a fresh batch before each call (POTRF cases only)")
+    p.add_argument("--check", type=int, default=0, metavar="STEP",
+                   help="check every STEP-th problem's factor on the workers (POTRF cases)")
     p.add_argument("--out")
     a = p.parse_args(argv)
     from distributed import Client, wait
@@ -202,6 +245,13 @@ def main(argv=None):
                     table = phases(client, call)
                     for w, ms in local_times(client, batch, a.device, a.reps).items():
                         table.setdefault(w, {})["local"] = ms
+                    if a.check and rhs is None:
+                        drt.wait()  # (the last timed call's output goes first)
+                        checked = check(client, batch, call(), a.check)
+                        print(f"k={k} {case} gpus={g} check: {checked}")
+                        rows.append({"k": k, "case": case, "gpus": g, "check": checked})
+                        if checked["info_nonzero"] or not checked["worst_scaled_residual"] < 30:
+                            raise SystemExit("the factors are wrong")
                 times[g] = med
                 show_phases(f"k={k} {case} gpus={g}", table)
                 rows.append({"k": k, "case": case, "gpus": g, "median_s": med, "all_s": all_,

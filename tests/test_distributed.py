@@ -369,3 +369,57 @@ def test_a_pipeline_on_batches_made_on_the_workers(client):
     for i, (ai, bi, xi) in enumerate(zip(a.gather(), b.gather(), x)):
         full = np.tril(ai) + np.tril(ai, -1).T
         assert np.linalg.norm(full @ xi - bi) <= 1e-10 * max(1.0, np.linalg.norm(bi)), i
+
+
+@pytest.fixture(scope="module")
+def nodes():
+    """A scheduler and two workers started as on separate nodes (``dask scheduler``, then
+    ``dask worker ADDRESS`` twice, each its own process that only knows the address), and a
+    client connected by that address: the multi-node deployment of docs/guide.md on one
+    machine."""
+    import socket
+    import subprocess
+    import sys
+
+    from distributed import Client
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    address = f"tcp://127.0.0.1:{port}"
+    quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+    procs = [subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_scheduler", "--host",
+                               "127.0.0.1", "--port", str(port), "--no-dashboard"], **quiet)]
+    procs += [subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_worker", address,
+                                "--nthreads", "1", "--no-dashboard", "--name", f"node{i}"],
+                               **quiet) for i in range(2)]
+    try:
+        c = Client(address, timeout=60)
+        vd.wait_for_workers(c, 2)
+        yield c
+        c.close()
+    finally:
+        for p in procs[::-1]:
+            p.terminate()
+        for p in procs:
+            p.wait(30)
+
+
+def test_two_worker_processes_that_only_know_the_schedulers_address(nodes):
+    """Results, an after= pipeline on the workers and batches made there, as on a local
+    cluster."""
+    mats, rng = _batch(11)
+    drt = vd.Runtime(nodes, device="cpu", nb=NB)
+    chol = drt.cholesky(mats)
+    assert len({s.worker for s in chol.shards}) == 2
+    got = chol.result()
+    want = vbatch.Runtime("cpu", nb=NB).cholesky(mats).result()
+    assert np.array_equal(got.info, want.info)
+    for i, (a, f) in enumerate(zip(mats, got.factors)):
+        if want.info[i] == 0:
+            check_factor(a, f, np.float64, where=f"problem {i}")
+    rhs = [rng.standard_normal((a.shape[0], 2)) for a in mats]
+    for i, (a, b, x) in enumerate(zip(mats, rhs, drt.potrs(chol, rhs, after=[chol]).result())):
+        assert np.linalg.norm(a @ x - b) <= 1e-10 * max(1.0, np.linalg.norm(b)), i
+    made = drt.spd(np.array([0, 1, NB - 1, NB, NB + 1, 40]), seed=4)
+    assert not drt.cholesky(made, overwrite=True).result().info.any()
