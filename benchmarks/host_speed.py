@@ -124,6 +124,7 @@ def tiny(reps: int = 200) -> list[dict]:
     pa, pb, pl = (vbatch.pack(x, order="F") for x in (a, b, lower))
     rt = vbatch.Runtime("cpu")
     sl = scipy.linalg
+    blas, lapack = scipy.linalg.blas, scipy.linalg.lapack
     cases = {
         "potrf": (lambda: [sl.cholesky(x, lower=True) for x in a],
                   lambda: rt.cholesky(a).result(), lambda: rt.cholesky(pa).result()),
@@ -133,6 +134,16 @@ def tiny(reps: int = 200) -> list[dict]:
                  lambda: rt.trsm(lower, b).result(), lambda: rt.trsm(pl, pb).result()),
         "posv": (lambda: [sl.cho_solve(sl.cho_factor(x, lower=True), y) for x, y in zip(a, b)],
                  lambda: rt.posv(a, b).result(), lambda: rt.posv(pa, pb).result()),
+        "potrs": (lambda: [lapack.dpotrs(x, y, lower=1) for x, y in zip(lower, b)],
+                  lambda: rt.potrs(lower, b).result(), lambda: rt.potrs(pl, pb).result()),
+        "syrk": (lambda: [blas.dsyrk(1.0, x, lower=1) for x in b],
+                 lambda: rt.syrk(b).result(), lambda: rt.syrk(pb).result()),
+        "syr2k": (lambda: [blas.dsyr2k(1.0, x, y, lower=1) for x, y in zip(a, b)],
+                  lambda: rt.syr2k(a, b).result(), lambda: rt.syr2k(pa, pb).result()),
+        "symm": (lambda: [blas.dsymm(1.0, x, y, lower=1) for x, y in zip(a, b)],
+                 lambda: rt.symm(a, b).result(), lambda: rt.symm(pa, pb).result()),
+        "trmm": (lambda: [blas.dtrmm(1.0, x, y, lower=1) for x, y in zip(lower, b)],
+                 lambda: rt.trmm(lower, b).result(), lambda: rt.trmm(pl, pb).result()),
     }
     rows = []
     for op, fns in cases.items():

@@ -181,7 +181,7 @@ def _bring_in(ex, lk, p, task) -> None:
     if isinstance(task, np.ndarray):
         rows = task[task[:, 7] != 0]
         if len(rows):
-            _copy_small(rows, *_layout(ex, p["src"]), *_layout(ex, dst), bool(t), scale)
+            _copy_small(rows, *_layout(ex, p["src"]), *_layout(ex, dst), bool(t), scale, 0)
         return
     q, r0, mm, _, _, nn, c0, fresh = task
     if fresh:
@@ -357,10 +357,11 @@ def _run_diag(ex, lk, p, rows, skip) -> bool:
 
 
 def _run_copy(ex, lk, p, rows, skip) -> bool:
-    if p["sym"]:  # (a symmetric copy: the views' path)
-        return False
     src, dst = _layout(ex, p["src"]), _layout(ex, p["dst"])
-    _copy_small(rows, *src, *dst, bool(p["t"]), _scalar(ex, p["alpha"]))
+    sym = {"": 0, "lower": 1, "upper": 2}[p["sym"]]
+    if sym and np.may_share_memory(src[0], dst[0]):
+        return False  # (mirrored in place: the views' path reads the source whole first)
+    _copy_small(rows, *src, *dst, bool(p["t"]), _scalar(ex, p["alpha"]), sym)
     return True
 
 
@@ -444,9 +445,10 @@ def _diag_small(rows, info, skip, T, to, tl, tcol, tt, X, xo, xl, xcol, tx, lowe
 
 
 @njit(cache=True, nogil=True)
-def _copy_small(rows, S, so, sl, scol, D, do, dl, dcol, t, alpha):
+def _copy_small(rows, S, so, sl, scol, D, do, dl, dcol, t, alpha, sym):
     """``dst[r0:r0+mm, c0:c0+nn] := alpha src[...]`` for every task row ``(q, r0, mm, -, -, nn,
-    c0)`` (a copy's: ``(q, 0, m, -, -, n, 0)``); src is not read when alpha is 0."""
+    c0)`` (a copy's: ``(q, 0, m, -, -, n, 0)``); src is not read when alpha is 0. ``sym`` 1/2:
+    src is symmetric, its lower/upper triangle read (entry (j, i) for (i, j) outside it)."""
     for r in range(rows.shape[0]):
         q, r0, mm, nn, c0 = rows[r, 0], rows[r, 1], rows[r, 2], rows[r, 5], rows[r, 6]
         sr, sc = strides(sl, scol, q, t)
@@ -455,5 +457,7 @@ def _copy_small(rows, S, so, sl, scol, D, do, dl, dcol, t, alpha):
         d0 = do[q] + r0 * dr + c0 * dc
         for j in range(nn):
             for i in range(mm):
-                v = 0.0 if alpha == 0.0 else alpha * S[s0 + i * sr + j * sc]
+                mirror = (sym == 1 and i < j) or (sym == 2 and i > j)
+                at = s0 + j * sr + i * sc if mirror else s0 + i * sr + j * sc
+                v = 0.0 if alpha == 0.0 else alpha * S[at]
                 D[d0 + i * dr + j * dc] = v
