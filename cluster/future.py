@@ -19,9 +19,6 @@ if TYPE_CHECKING:
     from vbatch.distributed.runtime import Runtime
 
 
-_SUBMIT = threading.Lock()
-
-
 def _pinned(client, fn, calls: list, retries: int = 0) -> list:
     """Dask futures of ``fn(*args)`` for each ``(worker, args)`` of ``calls``, each task
     pinned loosely to its worker, sent to the scheduler as one graph.
@@ -29,10 +26,8 @@ def _pinned(client, fn, calls: list, retries: int = 0) -> list:
     A ``client.submit`` a task sent a graph each: the scheduler took them one by one, so the
     last worker of four started its shard up to 8 ms after the first (H100 host,
     docs/decisions.md#dist-one-graph). ``client.map`` sends one graph but takes one worker
-    restriction for all, so each task's comes from Dask's annotations, which may be a function
-    of the task's key. That function gives a task of any other submission made meanwhile (the
-    annotations are process-wide) no restriction, no retries and strict placement, as if
-    unannotated; submissions of this module take turns."""
+    restriction for all, so each task's comes from Dask's annotations (of this thread's
+    context), given as a function of the task's key."""
     if not calls:
         return []
     import dask
@@ -41,9 +36,10 @@ def _pinned(client, fn, calls: list, retries: int = 0) -> list:
     keys = [f"{name}-{uuid.uuid4()}" for _ in calls]
     where = defaultdict(list, {k: [w] for k, (w, _) in zip(keys, calls)})
     loose = defaultdict(bool, dict.fromkeys(keys, True))
-    tries = defaultdict(int, dict.fromkeys(keys, retries))
-    with _SUBMIT, dask.annotate(workers=where.__getitem__, allow_other_workers=loose.__getitem__,
-                                retries=tries.__getitem__):
+    notes = {"workers": where.__getitem__, "allow_other_workers": loose.__getitem__}
+    if retries:
+        notes["retries"] = defaultdict(int, dict.fromkeys(keys, retries)).__getitem__
+    with dask.annotate(**notes):
         return client.map(fn, *zip(*(args for _, args in calls)), key=keys, pure=False)
 
 

@@ -96,7 +96,7 @@ class Runtime:
             cost = problem_cost(o, req, self._plan_options(o, first.dtype))
             idx = shard_by_cost(cost, len(self.workers))
             plan = [(w, i, None) for w, i in zip(self.workers, idx) if len(i)]
-        waits = self._waits(deps, {w for w, _, _ in plan})
+        tokens = self._tokens(deps)
         calls = []
         for worker, index, j in plan:
             shard_fields = {}
@@ -106,7 +106,7 @@ class Runtime:
                 else:
                     shard_fields[name] = _take(getattr(req, name, v), v, index, k)
             calls.append((worker, (op, self.device, self._options, self._chunk, shard_fields,
-                                   waits[worker])))
+                                   tokens)))
         futs = _pinned(self.client, _run_shard, calls, self._retries)
         out = [_Shard(w, f, index) for (w, index, _), f in zip(plan, futs)]
         form = _form_of(req, o, dist)
@@ -158,24 +158,14 @@ class Runtime:
                                                    if k != "kernel_options"})
         return self._local.plan_options(dtype, op.name)
 
-    def _waits(self, deps: list, workers: set) -> dict:
-        """Per worker of a submission, the futures its shard waits for (``after=``): the
-        dependencies' shards on that worker, passed as they are (a shard reads and writes only
-        its own worker's data), and for those on a worker the submission does not use, tiny
-        tasks run where they lie that every shard waits for (ordering moves no data). Waiting
-        on every shard of a dependency, each worker's through a token, cost a token task and
-        a transfer from every other worker: 5-6 ms a shard of ``potrs`` after ``cholesky`` on
-        four GPUs (docs/decisions.md#dist-one-graph)."""
-        out: dict = {w: [] for w in workers}
-        away = []
-        for d in deps:
-            for s in d.shards:
-                if s.worker in out:
-                    out[s.worker].append(s.future)
-                else:
-                    away.append(s)
-        tokens = _pinned(self.client, _token, [(s.worker, (s.future,)) for s in away])
-        return {w: v + tokens for w, v in out.items()}
+    def _tokens(self, deps: list) -> list:
+        """Tiny tasks, one where each shard of ``deps`` lies, done when it is: every shard of a
+        submission waits for all of them, so it starts once its dependencies have finished
+        everywhere and fails if one of them did (as ``after=`` in one process). A token moves
+        ``None`` between workers, not the shard's data (which a shard moved off a paused or
+        dead worker would carry with it)."""
+        return _pinned(self.client, _token, [(s.worker, (s.future,)) for d in deps
+                                             for s in d.shards])
 
     def wait(self) -> None:
         """Wait for everything submitted so far (errors stay with their futures)."""

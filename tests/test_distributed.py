@@ -178,11 +178,10 @@ def _graph(keys, dask_scheduler=None):
     return out
 
 
-def test_a_shard_waits_for_the_after_dependencies_where_it_runs_and_where_the_call_does_not(
-        client):
-    """``after=``: a shard waits for its dependencies' shards on its own worker directly, and
-    for those on a worker the call does not use, through a token run where they lie. Each
-    shard task is pinned loosely to its worker, and a task submitted afterwards is not."""
+def test_every_shard_waits_for_every_shard_of_its_after_dependencies(client):
+    """``after=``: each shard of a call waits (through tokens) for every shard of its
+    dependencies, on its own worker and on the others, as a call in one process starts once
+    its dependencies are done; each shard task is pinned loosely to its worker."""
     mats, _ = _batch(9)
     drt = vd.Runtime(client, device="cpu", nb=NB)
     first = drt.cholesky(mats)
@@ -191,17 +190,62 @@ def test_a_shard_waits_for_the_after_dependencies_where_it_runs_and_where_the_ca
     sol = drt.potrs(first, mats, after=[first, second])
     sol.result()  # (the scheduler has every task once they are done)
     graph = client.run_on_scheduler(_graph, [s.future.key for s in second.shards + sol.shards])
-    for s in second.shards + sol.shards:
+    for s in second.shards:
         workers, loose, waits = graph[s.future.key]
         assert workers == {s.worker} and loose
-        here = {f.future.key for f in first.shards + second.shards if f.worker == s.worker}
-        assert here - {s.future.key} <= waits
-    (s,) = second.shards
-    assert {f.future.key for f in first.shards} <= graph[s.future.key][2]
+        assert {f.future.key for f in first.shards} <= waits
+    for s in sol.shards:
+        workers, loose, waits = graph[s.future.key]
+        assert workers == {s.worker} and loose
+        assert {f.future.key for f in first.shards + second.shards} <= waits
     assert np.array_equal(second.result().info, [0])
-    other = client.submit(abs, -1, pure=False)
-    assert other.result() == 1
-    assert client.run_on_scheduler(_graph, [other.key])[other.key][:2] == (set(), False)
+
+
+def _fail_shards() -> None:
+    """On a worker: every shard it runs raises."""
+    import vbatch.distributed.worker as m
+
+    real = m.__dict__.setdefault("_unfailed", m._run_shard)
+
+    def failing(*a, **kw):
+        raise RuntimeError("this worker's shard failed")
+
+    failing.real = real
+    m._run_shard = failing
+
+
+def _let_shards_succeed() -> None:
+    import vbatch.distributed.worker as m
+
+    m._run_shard = m.__dict__.pop("_unfailed", m._run_shard)
+
+
+def test_a_call_after_a_failed_shard_runs_nowhere(client):
+    """A call ordered ``after=`` one whose shard failed on one worker fails, and none of its
+    shards runs, on any worker: a batch it would factor in place is left as it was."""
+    from distributed import wait
+
+    mats, _ = _batch(10)
+    drt = vd.Runtime(client, device="cpu", nb=NB)
+    made = drt.spd(np.array([5, 9, 12, 3, 7, 8]), seed=3)
+    before = made.gather()
+    sick = made.shards[0].worker
+    client.run(_fail_shards, workers=[sick])
+    try:
+        bad = drt.cholesky(mats)
+        assert {s.worker for s in bad.shards} == {s.worker for s in made.shards}
+        with pytest.raises(RuntimeError, match="failed"):
+            bad.result()
+        wait([s.future for s in bad.shards])  # (result() raised at the first failed shard)
+        client.run(_let_shards_succeed, workers=[sick])
+        later = drt.cholesky(made, overwrite=True, after=[bad])
+        with pytest.raises(RuntimeError, match="failed"):
+            later.result()
+        wait([s.future for s in later.shards])
+    finally:
+        client.run(_let_shards_succeed, workers=[sick])
+    for i, (b, a) in enumerate(zip(before, made.gather())):
+        assert np.array_equal(a, b), f"problem {i} was written after its call's dependency failed"
 
 
 def test_bad_input_is_named_before_any_work(client):
