@@ -427,13 +427,19 @@ def nodes():
 
     from distributed import Client
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    address = f"tcp://127.0.0.1:{port}"
     quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
-    procs = [subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_scheduler", "--host",
-                               "127.0.0.1", "--port", str(port), "--no-dashboard"], **quiet)]
+    for _ in range(3):  # (a port found free may be taken before the scheduler binds it)
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        address = f"tcp://127.0.0.1:{port}"
+        procs = [subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_scheduler",
+                                   "--host", "127.0.0.1", "--port", str(port), "--no-dashboard"],
+                                  **quiet)]
+        try:
+            procs[0].wait(2)  # (exits at once if the port is taken)
+        except subprocess.TimeoutExpired:
+            break
     procs += [subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_worker", address,
                                 "--nthreads", "1", "--no-dashboard", "--name", f"node{i}"],
                                **quiet) for i in range(2)]
