@@ -24,6 +24,9 @@ phases, per worker (ms; the workers' clocks are this host's):
   its own (submit to result, median of ``--reps`` after a warm call): what ``compute`` would be
   with nothing of the distributed path in it.
 
+``--from-host``: the POTRF of a list of numpy matrices made in this process, sent with every
+call (the host-to-GPU path), instead of a batch made on the workers.
+
 ``--check`` then checks the answer on the workers: every ``--check``-th problem of each shard,
 ``||L L^T - A|| / (n eps ||A||)`` against the batch the factorization read (POTRF cases, not in
 place), and every ``info``. A batch larger than one GPU's memory, over four:
@@ -176,6 +179,8 @@ def main(argv=None):
     p.add_argument("--device", default="cuda")
     p.add_argument("--overwrite", action="store_true",
                    help="factor in place, a fresh batch before each call (POTRF cases only)")
+    p.add_argument("--from-host", action="store_true",
+                   help="POTRF of a list of numpy matrices made here, sent with every call")
     p.add_argument("--check", type=int, default=0, metavar="STEP",
                    help="check every STEP-th problem's factor on the workers (POTRF cases)")
     p.add_argument("--out")
@@ -184,7 +189,7 @@ def main(argv=None):
 
     import vbatch
     import vbatch.distributed as vd
-    from vbatch.ops.generate import sizes
+    from vbatch.ops.generate import sizes, spd
 
     cluster = vd.local_cluster(max(a.gpus), device=a.device)
     client = Client(cluster)
@@ -197,10 +202,28 @@ def main(argv=None):
             nmax = int(case.lstrip("abcdefghijklmnopqrstuvwxyz"))
             ns = sizes(dist, k, nmax, np.random.default_rng(0))
             times = {}
+            if a.from_host:
+                if case.startswith("posv"):
+                    raise SystemExit("--from-host runs the POTRF cases only")
+                rng = np.random.default_rng(1)
+                mats = [spd(int(n), np.float64, rng) for n in ns]
             for g in a.gpus:
                 drt = vd.Runtime(client, device=a.device, workers=workers[:g])
                 hold = {}
-                if a.overwrite:
+                if a.from_host:
+                    def call(drt=drt, mats=mats):
+                        return drt.cholesky(mats)
+
+                    def run(call=call):
+                        done(call().shards)
+
+                    med, all_ = timed(run, a.reps)
+                    table = phases(client, call)
+                    batch = rhs = None
+                    nbytes = sum(m.nbytes for m in mats)
+                    print(f"k={k} {case} gpus={g} from the host: {nbytes / 2**30:.2f} GiB, "
+                          f"{nbytes / med / 1e9:.2f} GB/s over the call")
+                elif a.overwrite:
                     if case.startswith("posv"):
                         raise SystemExit("--overwrite runs the POTRF cases only")
 
