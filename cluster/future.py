@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from vbatch.core.batch import PackedBatch
+from vbatch.core.batch import PackedBatch, Views
 from vbatch.distributed.worker import _gather_shard
 
 if TYPE_CHECKING:
@@ -146,7 +146,7 @@ class Future:
             for s, v in zip(self.shards, values):
                 out[s.index] = v
             return out
-        if isinstance(first, list) or first is None:
+        if isinstance(first, (list, Views)) or first is None:
             out = np.empty(self.k, dtype=object)
             for s, v in zip(self.shards, values):
                 out[s.index] = np.fromiter(v, dtype=object, count=len(v))

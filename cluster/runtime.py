@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from vbatch.core.batch import MatrixList, PackedBatch
+from vbatch.core.batch import MatrixList, PackedBatch, Views, pack
 from vbatch.core.errors import InputError, validated
 from vbatch.ops.op import caller, public
 from vbatch.distributed.future import DistributedBatch, Future, _pinned, _Shard
@@ -218,10 +218,17 @@ def _take(validated_value: Any, raw: Any, index: np.ndarray, k: int) -> Any:
     arrays, or views of its buffer), its entries of a per-problem array, or the field as is."""
     v = validated_value
     if type(v) is MatrixList:
-        return [v.mats[i] for i in index.tolist()]
+        mats = [v.mats[i] for i in index.tolist()]
+        if v.kind != "numpy":
+            return mats
+        # One buffer a shard (as views, which keep the list form and its 1-D problems): an
+        # array a matrix travelled at 0.4-0.6 GB/s (docs/decisions.md#dist-host-operands).
+        vector = None if v.vector is None else np.asarray(v.vector)[index]
+        return Views(pack(validated(MatrixList, mats=mats), v.packed_order), vector)
     if type(v) is PackedBatch:
         views = v._views()
-        return [views[i] for i in index.tolist()]
+        mats = [views[i] for i in index.tolist()]
+        return pack(validated(MatrixList, mats=mats), v.order) if v.kind == "numpy" else mats
     if type(v) is np.ndarray and v.ndim == 1 and len(v) == k:
         return v[index]
     return raw

@@ -67,18 +67,33 @@ def _host_bytes(fields: dict) -> int:
     for v in fields.values():
         if isinstance(v, list) and v and array_kind(v[0]) == "numpy":
             total += sum(a.nbytes for a in v)
+        elif isinstance(v, (PackedBatch, Views)) and _packed(v).kind == "numpy":
+            total += _packed(v).data.nbytes
     return total
+
+
+def _packed(v: Any) -> PackedBatch:
+    return v.batch if isinstance(v, Views) else v
+
+
+def _each_bytes(v: Any) -> np.ndarray:
+    """Bytes of each problem of a listed or packed operand."""
+    if isinstance(v, (PackedBatch, Views)):
+        b = _packed(v)
+        return (b.m * b.n * b.dtype.itemsize).astype(np.float64)
+    return np.array([a.nbytes for a in v], dtype=np.float64)
 
 
 def _chunked(rt, op: str, fields: dict, limit: int) -> Any:
     """Stream a shard through the device: consecutive chunks of at most ``limit`` input
     bytes, two in flight (one computing while the next is copied in), each brought back to the
     host as it finishes; the outputs are joined in order."""
-    lists = [k for k, v in fields.items() if isinstance(v, list)]
-    k = len(fields[lists[0]])
+    lists = [k for k, v in fields.items() if isinstance(v, (list, PackedBatch, Views))]
+    first = fields[lists[0]]
+    k = first.k if isinstance(first, PackedBatch) else len(first)
     nbytes = np.zeros(k)
     for name in lists:
-        nbytes += np.array([a.nbytes for a in fields[name]], dtype=np.float64)
+        nbytes += _each_bytes(fields[name])
     bounds = [0]
     acc = 0.0
     for i, b in enumerate(nbytes.tolist()):
@@ -90,7 +105,8 @@ def _chunked(rt, op: str, fields: dict, limit: int) -> Any:
     pending = []
     parts = []
     for a, b in zip(bounds[:-1], bounds[1:]):
-        chunk = {n: (v[a:b] if n in lists else
+        chunk = {n: (v.part(a, b) if isinstance(v, (PackedBatch, Views)) and n in lists else
+                     v[a:b] if n in lists else
                      v[a:b] if isinstance(v, np.ndarray) and v.ndim == 1 and len(v) == k else v)
                  for n, v in fields.items()}
         pending.append(rt.submit(op, **chunk))
@@ -107,12 +123,13 @@ def _strip(result: Any) -> Any:
 
 
 def _host_value(v: Any) -> Any:
-    """Matrices as a list of numpy arrays; per-problem arrays as numpy."""
+    """Matrices as host :class:`Views` (one buffer travels to the client faster than an array
+    a matrix) or a list of numpy arrays; per-problem arrays as numpy."""
     if isinstance(v, Views):
         b = v.batch
         if b.kind != "numpy":
             b = b.with_data(b.data.get())
-        return v.flat(b.with_frontend(None).unpack())
+        return Views(b.with_frontend(None), v.vector)
     if isinstance(v, PackedBatch):
         return _host_value(Views(v))
     if isinstance(v, list):
@@ -137,7 +154,7 @@ def _join(parts: list) -> Any:
         return dataclasses.replace(first, **{
             f.name: _join([getattr(p, f.name) for p in parts])
             for f in dataclasses.fields(first) if f.init and f.name != "plan"})
-    if isinstance(first, list):
+    if isinstance(first, (list, Views)):
         return [a for p in parts for a in p]
     if isinstance(first, np.ndarray):
         return np.concatenate(parts)

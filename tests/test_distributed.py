@@ -248,6 +248,20 @@ def test_a_call_after_a_failed_shard_runs_nowhere(client):
         assert np.array_equal(a, b), f"problem {i} was written after its call's dependency failed"
 
 
+def test_host_lists_travel_packed_and_come_back_in_their_form(client):
+    """A shard's numpy matrices travel as one buffer each way; the caller still gets a list,
+    1-D right-hand sides as 1-D solutions, in order."""
+    mats, rng = _batch(12)
+    rhs = [rng.standard_normal(a.shape[0]) if i % 2 else rng.standard_normal((a.shape[0], 2))
+           for i, a in enumerate(mats)]
+    drt = vd.Runtime(client, device="cpu", nb=NB)
+    xs = drt.posv(mats, rhs).result().solutions
+    assert isinstance(xs, list) and len(xs) == len(mats)
+    for i, (a, b, x) in enumerate(zip(mats, rhs, xs)):
+        assert x.shape == b.shape, i
+        assert np.linalg.norm(a @ x - b) <= 1e-10 * max(1.0, np.linalg.norm(b)), i
+
+
 def test_bad_input_is_named_before_any_work(client):
     mats, _ = _batch(3, count=10)
     mats[7] = np.ones((3, 4))
