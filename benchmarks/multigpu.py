@@ -27,6 +27,11 @@ phases, per worker (ms; the workers' clocks are this host's):
 ``--from-host``: the POTRF of a list of numpy matrices made in this process, sent with every
 call (the host-to-GPU path), instead of a batch made on the workers.
 
+``--trace FILE``: each traced POTRF call as one Chrome trace (chrome://tracing, Perfetto): the
+client's submission and wait, every worker's Dask task spans on the host's clock, and under
+each worker its shard's kernels from a separate traced call of that shard (launch by launch).
+Several cases in one run follow each other in the file, each on the clock of its own call.
+
 ``--check`` then checks the answer on the workers: every ``--check``-th problem of each shard,
 ``||L L^T - A|| / (n eps ||A||)`` against the batch the factorization read (POTRF cases, not in
 place), and every ``info``. A batch larger than one GPU's memory, over four:
@@ -57,9 +62,10 @@ def done(shards):
             raise RuntimeError(f"shard on {s.worker} failed") from s.future.exception()
 
 
-def phases(client, submit, setup=None) -> dict:
+def phases(client, submit, setup=None, raw: dict | None = None) -> dict:
     """One call's phases per worker (the module docstring says which): ``submit()`` makes the
-    call and returns its future; ``setup()`` (untraced) runs first."""
+    call and returns its future; ``setup()`` (untraced) runs first. ``raw`` (a dict) gets the
+    task stream's records and the client's times, for :func:`chrome`."""
     from distributed import get_task_stream
 
     if setup is not None:
@@ -70,6 +76,8 @@ def phases(client, submit, setup=None) -> dict:
         t1 = time.time()
         done(fut.shards)
         t2 = time.time()
+    if raw is not None:
+        raw.update(records=list(ts.data), t0=t0, t1=t1, t2=t2)
     per: dict = {}
     for rec in ts.data:
         if not str(rec["key"]).startswith("_run_shard"):
@@ -135,6 +143,61 @@ def _residuals(views, result, step: int) -> tuple:
     return worst, count, bad
 
 
+def _shard_trace(views, device: str) -> dict:
+    """On a worker: its shard's factorization traced launch by launch (a Chrome trace)."""
+    import vbatch
+    from vbatch.runtime.trace import trace
+
+    rt = vbatch.Runtime(device)
+    out = trace(rt, "potrf", batch=views).chrome()
+    rt.close()
+    return out
+
+
+def chrome(client, raw: dict, batch, device: str, label: str, pid0: int = 0) -> list:
+    """One call's timelines in Chrome trace events: the client's submission and wait, each
+    worker's Dask task spans (compute, transfer) on the host's clock, and under each worker
+    its shard's kernels from a separate traced call of that shard (launch by launch, graphs
+    off), placed from the start of the worker's first compute span."""
+    t0 = raw["t0"]
+    us = lambda t: (t - t0) * 1e6  # noqa: E731
+    ev = [{"name": "process_name", "ph": "M", "pid": pid0, "args": {"name": f"client {label}"}},
+          {"name": "submit", "ph": "X", "pid": pid0, "tid": 0, "ts": 0.0,
+           "dur": us(raw["t1"])},
+          {"name": "wait", "ph": "X", "pid": pid0, "tid": 0, "ts": us(raw["t1"]),
+           "dur": us(raw["t2"]) - us(raw["t1"])}]
+    pids: dict = {}
+    first: dict = {}
+    for rec in raw["records"]:
+        w = rec["worker"]
+        pid = pids.setdefault(w, pid0 + len(pids) + 1)
+        for ss in rec["startstops"]:
+            ev.append({"name": f"{ss['action']} {str(rec['key']).split('-')[0]}", "ph": "X",
+                       "pid": pid, "tid": 0, "ts": us(ss["start"]),
+                       "dur": (ss["stop"] - ss["start"]) * 1e6})
+            if ss["action"] == "compute":
+                first[w] = min(first.get(w, ss["start"]), ss["start"])
+    for w, pid in pids.items():
+        ev.append({"name": "process_name", "ph": "M", "pid": pid, "args": {"name": w}})
+        ev.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": 0,
+                   "args": {"name": "Dask tasks"}})
+    shards = {s.worker: s for s in batch.shards}
+    traces = {w: client.submit(_shard_trace, s.future, device, workers=[w], pure=False)
+              for w, s in shards.items() if w in pids}
+    for w, fut in traces.items():
+        pid, base = pids[w], us(first.get(w, t0))
+        for e in fut.result()["traceEvents"]:
+            e = dict(e, pid=pid, tid=1 + e.get("pid", 0) * 100 + e.get("tid", 0))
+            if e["ph"] == "M":
+                if e["name"] != "thread_name":
+                    continue
+                e["args"] = {"name": f"its kernels, traced apart: {e['args']['name']}"}
+            else:
+                e["ts"] = base + e["ts"]
+            ev.append(e)
+    return ev
+
+
 def check(client, batch, fut, step: int) -> dict:
     """``_residuals`` of every shard, where it lies."""
     futs = [client.submit(_residuals, b.future, f.future, step, workers=[b.worker], pure=False)
@@ -181,6 +244,8 @@ def main(argv=None):
                    help="factor in place, a fresh batch before each call (POTRF cases only)")
     p.add_argument("--from-host", action="store_true",
                    help="POTRF of a list of numpy matrices made here, sent with every call")
+    p.add_argument("--trace", metavar="FILE",
+                   help="write the traced calls' timelines, every worker's in one Chrome trace")
     p.add_argument("--check", type=int, default=0, metavar="STEP",
                    help="check every STEP-th problem's factor on the workers (POTRF cases)")
     p.add_argument("--out")
@@ -196,6 +261,8 @@ def main(argv=None):
     vd.wait_for_workers(client, max(a.gpus))
     workers = sorted(client.scheduler_info()["workers"])
     rows = []
+    events: list = []  # (--trace: every traced call's, process ids 100 apart)
+    traced = 0
     for k in a.k:
         for case in a.cases:
             dist = "skewed" if case.startswith("skewed") else "uniform"
@@ -265,7 +332,12 @@ def main(argv=None):
                         done(call().shards)
 
                     med, all_ = timed(run, a.reps)
-                    table = phases(client, call)
+                    raw: dict = {}
+                    table = phases(client, call, raw=raw)
+                    if a.trace and rhs is None:
+                        events += chrome(client, raw, batch, a.device, f"k={k} {case} gpus={g}",
+                                         pid0=100 * traced)
+                        traced += 1
                     for w, ms in local_times(client, batch, a.device, a.reps).items():
                         table.setdefault(w, {})["local"] = ms
                     if a.check and rhs is None:
@@ -317,6 +389,9 @@ def main(argv=None):
     if a.out:
         with open(a.out, "w") as f:
             json.dump(rows, f, indent=1)
+    if a.trace:
+        with open(a.trace, "w") as f:
+            json.dump({"traceEvents": events, "displayTimeUnit": "ms"}, f)
     client.close()
     cluster.close()
 
