@@ -214,8 +214,9 @@ def _same_sharding(a, b) -> bool:
 
 
 def _take(validated_value: Any, raw: Any, index: np.ndarray, k: int) -> Any:
-    """The shard's part of one field: the listed or packed matrices it holds (the caller's
-    arrays, or views of its buffer), its entries of a per-problem array, or the field as is."""
+    """The shard's part of one field: the listed or packed matrices it holds (host ones
+    packed into one buffer, device ones as the caller's arrays or views of its buffer), its
+    entries of a per-problem array, or the field as is."""
     v = validated_value
     if type(v) is MatrixList:
         mats = [v.mats[i] for i in index.tolist()]
