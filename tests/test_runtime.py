@@ -472,3 +472,35 @@ def test_a_layout_shared_by_two_dtypes_gives_each_its_own_byte_offsets():
     for dtype in (np.float64, np.float32, np.float64):
         view = b._view(layout.with_data(np.zeros(total, dtype)))
         assert view.off == (layout.offset * np.dtype(dtype).itemsize).tolist()
+
+
+def test_import_vbatch_loads_its_api_when_a_name_is_first_touched():
+    """``import vbatch`` alone imports neither numpy nor pydantic; the first name touched
+    binds the whole public API (every registered op among it), and ``import *`` gives it."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, vbatch\n"
+        "assert 'numpy' not in sys.modules and 'pydantic' not in sys.modules, 'eager'\n"
+        "import numpy as np\n"
+        "res = vbatch.cholesky([np.eye(3) * 4.0]).result()\n"
+        "assert res.info.tolist() == [0] and float(res.factors[0][0, 0]) == 2.0\n"
+        "from vbatch.ops.op import public\n"
+        "names = set(vbatch.__all__)\n"
+        "assert {o.api.__name__ for o in public()} <= names, names\n"
+        "assert {'Runtime', 'PackedBatch', 'InputError', 'pack', 'Config'} <= names\n"
+        "assert all(hasattr(vbatch, n) for n in names) and 'Runtime' in dir(vbatch)\n"
+        "ns = {}\n"
+        "exec('from vbatch import *', ns)\n"
+        "assert names <= set(ns), names - set(ns)\n"
+        "try:\n"
+        "    vbatch.no_such_name\n"
+        "except AttributeError as e:\n"
+        "    assert 'no_such_name' in str(e)\n"
+        "else:\n"
+        "    raise AssertionError('no AttributeError')\n"
+        "print('ok')\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr

@@ -9,7 +9,8 @@
 The code lives in layers, each importing only those below it: ``vbatch.core`` (the vocabulary:
 errors, operand forms, the task graph and kinds) < ``vbatch.ops`` < ``vbatch.scheduler`` <
 ``vbatch.kernels`` < ``vbatch.runtime`` < {``vbatch.sparse``, ``vbatch.distributed``}
-(pyproject.toml's import-linter contracts, checked in CI); this module re-exports the public API.
+(pyproject.toml's import-linter contracts, checked in CI); this module re-exports the public API,
+imported when a name of it is first touched.
 """
 
 import importlib.util as _ilu
@@ -48,59 +49,63 @@ if not _os.path.isdir(_os.path.join(_here, "runtime")) and _os.path.isfile(
 ):
     _sys.meta_path.insert(0, _Checkout)
 
-from vbatch.core.batch import PackedBatch  # noqa: E402
-from vbatch.core.errors import InputError  # noqa: E402
-from vbatch.ops import (  # noqa: E402
-    OPS,
-    CholeskyRequest,
-    cholesky_flops,
-    reference,
-    residual,
-)
-import vbatch.runtime as _runtime  # noqa: E402
-from vbatch.runtime import (  # noqa: E402
-    API,
-    CholeskyResult,
-    Config,
-    DependencyError,
-    Future,
-    PosvResult,
-    Prepared,
-    Runtime,
-    cuda_status,
-    default_runtime,
-    pack,
-    prepare,
-)
-from vbatch.scheduler import Launch, Plan, make_plan, plan_cholesky  # noqa: E402
-
-# cholesky, gemm, ...: one function per registered operation (vbatch.runtime.API)
-globals().update({_name: getattr(_runtime, _name) for _name in API})
+# The public API, bound here when first touched (`vbatch.cholesky`, `from vbatch import
+# Runtime`): importing it takes numpy, pydantic and the layers (0.35-0.42 s on an H100 host),
+# which `import vbatch` alone no longer pays (docs/decisions.md#lazy-import). Name -> module.
+_EXPORTS = {
+    "OPS": "vbatch.ops",
+    "CholeskyRequest": "vbatch.ops",
+    "Config": "vbatch.runtime",
+    "CholeskyResult": "vbatch.runtime",
+    "DependencyError": "vbatch.runtime",
+    "Future": "vbatch.runtime",
+    "InputError": "vbatch.core.errors",
+    "Launch": "vbatch.scheduler",
+    "PackedBatch": "vbatch.core.batch",
+    "Plan": "vbatch.scheduler",
+    "Prepared": "vbatch.runtime",
+    "Runtime": "vbatch.runtime",
+    "cholesky_flops": "vbatch.ops",
+    "cuda_status": "vbatch.runtime",
+    "default_runtime": "vbatch.runtime",
+    "make_plan": "vbatch.scheduler",
+    "pack": "vbatch.runtime",
+    "plan_cholesky": "vbatch.scheduler",
+    "prepare": "vbatch.runtime",
+    "reference": "vbatch.ops",
+    "residual": "vbatch.ops",
+    "PosvResult": "vbatch.runtime",
+    "API": "vbatch.runtime",
+}
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "OPS",
-    "CholeskyRequest",
-    "Config",
-    "CholeskyResult",
-    "DependencyError",
-    "Future",
-    "InputError",
-    "Launch",
-    "PackedBatch",
-    "Plan",
-    "Prepared",
-    "Runtime",
-    "cholesky_flops",
-    "cuda_status",
-    "default_runtime",
-    "make_plan",
-    "pack",
-    "plan_cholesky",
-    "prepare",
-    "reference",
-    "residual",
-    "PosvResult",
-    *API,
-]
+
+def _load() -> None:
+    """Import the public API and bind it in this module (with the subpackages that import
+    sets as attributes: ``vbatch.ops``, ``vbatch.runtime``, ...)."""
+    import importlib
+
+    g = globals()
+    for name, module in _EXPORTS.items():
+        g[name] = getattr(importlib.import_module(module), name)
+    runtime = importlib.import_module("vbatch.runtime")
+    # cholesky, gemm, ...: one function per registered operation (vbatch.runtime.API)
+    g.update({name: getattr(runtime, name) for name in runtime.API})
+    g["__all__"] = [name for name in _EXPORTS if name != "API"] + list(runtime.API)
+
+
+def __getattr__(name: str):
+    if name.startswith("__") and name != "__all__":
+        raise AttributeError(f"module 'vbatch' has no attribute {name!r}")
+    if "__all__" not in globals():
+        _load()
+        if name in globals():
+            return globals()[name]
+    raise AttributeError(f"module 'vbatch' has no attribute {name!r}")
+
+
+def __dir__() -> list:
+    if "__all__" not in globals():
+        _load()
+    return sorted(set(globals()) | set(globals()["__all__"]))
