@@ -62,6 +62,11 @@ def done(shards):
             raise RuntimeError(f"shard on {s.worker} failed") from s.future.exception()
 
 
+def waited(call):
+    """``call()``, then a wait for its shards (what is timed)."""
+    return lambda: done(call().shards)
+
+
 def phases(client, submit, setup=None, raw: dict | None = None) -> dict:
     """One call's phases per worker (the module docstring says which): ``submit()`` makes the
     call and returns its future; ``setup()`` (untraced) runs first. ``raw`` (a dict) gets the
@@ -281,10 +286,7 @@ def main(argv=None):
                     def call(drt=drt, mats=mats):
                         return drt.cholesky(mats)
 
-                    def run(call=call):
-                        done(call().shards)
-
-                    med, all_ = timed(run, a.reps)
+                    med, all_ = timed(waited(call), a.reps)
                     table = phases(client, call)
                     batch = rhs = None
                     nbytes = sum(m.nbytes for m in mats)
@@ -305,10 +307,7 @@ def main(argv=None):
                     def call(drt=drt, hold=hold):
                         return drt.cholesky(hold["batch"], overwrite=True)
 
-                    def run(call=call):
-                        done(call().shards)
-
-                    med, all_ = timed(run, a.reps, setup)
+                    med, all_ = timed(waited(call), a.reps, setup)
                     table = phases(client, call, setup)
                     batch = rhs = None
                 else:
@@ -328,10 +327,7 @@ def main(argv=None):
                         def call(drt=drt, batch=batch):
                             return drt.cholesky(batch)
 
-                    def run(call=call):
-                        done(call().shards)
-
-                    med, all_ = timed(run, a.reps)
+                    med, all_ = timed(waited(call), a.reps)
                     raw: dict = {}
                     table = phases(client, call, raw=raw)
                     if a.trace and rhs is None:
@@ -354,7 +350,7 @@ def main(argv=None):
                 # The shards' memory goes back before the next case: Dask releases them when
                 # these futures go, then each worker's pool gives its blocks to the driver
                 # (without the wait, k = 2 x 10^5 ran out of memory on the next case).
-                batch = rhs = run = call = None
+                batch = rhs = call = None
                 hold.clear()
                 drt.wait()  # (and the runtime lets go of its last result)
                 time.sleep(1.0)
@@ -371,10 +367,7 @@ def main(argv=None):
     batch = drt.spd(small)
     wait([s.future for s in batch.shards])
 
-    def dask_call():
-        done(drt.cholesky(batch).shards)
-
-    t_dask, _ = timed(dask_call, max(a.reps, 20))
+    t_dask, _ = timed(waited(lambda: drt.cholesky(batch)), max(a.reps, 20))
     show_phases("k=2000 uniform32 one worker", phases(client, lambda: drt.cholesky(batch)))
     rt = vbatch.Runtime(a.device)
     local = vbatch.pack([np.eye(int(n)) * 2.0 for n in small], order="F")

@@ -63,13 +63,10 @@ def _run_shard(op: str, device: str, options: tuple, chunk_bytes: int | None, fi
 
 
 def _host_bytes(fields: dict) -> int:
-    total = 0
-    for v in fields.values():
-        if isinstance(v, list) and v and array_kind(v[0]) == "numpy":
-            total += sum(a.nbytes for a in v)
-        elif isinstance(v, (PackedBatch, Views)) and _packed(v).kind == "numpy":
-            total += _packed(v).data.nbytes
-    return total
+    """Bytes of the host matrices among a shard's operands."""
+    return int(sum(_each_bytes(v).sum() for v in fields.values()
+                   if isinstance(v, (PackedBatch, Views)) and _packed(v).kind == "numpy"
+                   or isinstance(v, list) and v and array_kind(v[0]) == "numpy"))
 
 
 def _packed(v: Any) -> PackedBatch:

@@ -202,22 +202,15 @@ def test_every_shard_waits_for_every_shard_of_its_after_dependencies(client):
 
 
 def _fail_shards() -> None:
-    """On a worker: every shard it runs raises."""
+    """On a worker: every shard it runs raises (until ``_let_shards_run``)."""
     import vbatch.distributed.worker as m
 
-    real = m.__dict__.setdefault("_unfailed", m._run_shard)
+    m.__dict__.setdefault("_real_run_shard", m._run_shard)
 
     def failing(*a, **kw):
         raise RuntimeError("this worker's shard failed")
 
-    failing.real = real
     m._run_shard = failing
-
-
-def _let_shards_succeed() -> None:
-    import vbatch.distributed.worker as m
-
-    m._run_shard = m.__dict__.pop("_unfailed", m._run_shard)
 
 
 def test_a_call_after_a_failed_shard_runs_nowhere(client):
@@ -237,13 +230,13 @@ def test_a_call_after_a_failed_shard_runs_nowhere(client):
         with pytest.raises(RuntimeError, match="failed"):
             bad.result()
         wait([s.future for s in bad.shards])  # (result() raised at the first failed shard)
-        client.run(_let_shards_succeed, workers=[sick])
+        client.run(_let_shards_run, workers=[sick])
         later = drt.cholesky(made, overwrite=True, after=[bad])
         with pytest.raises(RuntimeError, match="failed"):
             later.result()
         wait([s.future for s in later.shards])
     finally:
-        client.run(_let_shards_succeed, workers=[sick])
+        client.run(_let_shards_run, workers=[sick])
     for i, (b, a) in enumerate(zip(before, made.gather())):
         assert np.array_equal(a, b), f"problem {i} was written after its call's dependency failed"
 
@@ -301,7 +294,7 @@ def _hold_shards(folder: str) -> None:
 
     import vbatch.distributed.worker as m
 
-    real = m.__dict__.setdefault("_unheld", m._run_shard)
+    real = m.__dict__.setdefault("_real_run_shard", m._run_shard)
 
     def held(*a, **kw):
         pathlib.Path(folder, f"run-{os.getpid()}").touch()
@@ -318,7 +311,7 @@ def _hold_shards(folder: str) -> None:
 def _let_shards_run() -> None:
     import vbatch.distributed.worker as m
 
-    m._run_shard = m.__dict__.pop("_unheld", m._run_shard)
+    m._run_shard = m.__dict__.pop("_real_run_shard", m._run_shard)
 
 
 def test_a_worker_killed_mid_batch_loses_nothing(client, tmp_path):
