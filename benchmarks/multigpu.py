@@ -1,7 +1,8 @@
 """Parallel efficiency of vbatch.distributed: time(1 GPU) / (g x time(g GPUs)).
 
 The batch is made on the workers (``Runtime.spd``), so what is timed is the submission, the
-shards' work and Dask's round trip, with the outputs left on the workers. With ``--overwrite``
+shards' work and the round trips to the workers' keepers, with the outputs left on the
+workers. With ``--overwrite``
 the factorization runs in place (``cholesky(batch, overwrite=True)``) on a batch made afresh,
 untimed, before each call: a batch of up to most of one GPU's memory then fits on one GPU,
 where an output beside it would not. Each case runs on the
@@ -9,14 +10,15 @@ first ``g`` workers of one local cluster (one worker per GPU), for every ``g`` a
 ``--reps``. The single-GPU ``vbatch.Runtime`` on the same sizes, in this process, is the
 overhead baseline.
 
-After each case's timed calls, one more call is traced through Dask's task stream and split into
-phases, per worker (ms; the workers' clocks are this host's):
+After each case's timed calls, one more call is traced (each worker logs when its shards start
+and stop) and split into phases, per worker (ms; the workers' clocks are this host's):
 - ``submit``: the client's part, until the submission returns (validation, the cost model and
-  the split, one task per shard sent);
-- ``dispatch``: from then until the worker starts its first task of the call;
-- ``compute`` and ``transfer``: the worker's time in its shard tasks, and in moving their inputs;
-- ``gaps``: the rest of the time between the worker's first start and last stop (waits between
-  a pipeline's tasks);
+  the split);
+- ``dispatch``: from then until the worker starts its first shard of the call (the shards'
+  operands sent, a call to its keeper);
+- ``compute``: the worker's time in its shards;
+- ``gaps``: the rest of the time between the worker's first start and last stop (the round
+  trip between a pipeline's calls);
 - ``back``: from the slowest worker's last stop until the client knows every shard finished
   (the same for every worker);
 - ``idle``: the slowest worker's last stop less this one's;
@@ -28,7 +30,7 @@ phases, per worker (ms; the workers' clocks are this host's):
 call (the host-to-GPU path), instead of a batch made on the workers.
 
 ``--trace FILE``: each traced POTRF call as one Chrome trace (chrome://tracing, Perfetto): the
-client's submission and wait, every worker's Dask task spans on the host's clock, and under
+client's submission and wait, every worker's shard spans on the host's clock, and under
 each worker its shard's kernels from a separate traced call of that shard (launch by launch).
 Several cases in one run follow each other in the file, each on the clock of its own call.
 
@@ -54,12 +56,12 @@ import numpy as np
 def done(shards):
     """Wait for the shards; a shard that failed (out of memory, say) raises here, so a
     failure is never timed as a fast run."""
-    from distributed import wait
+    import concurrent.futures
 
-    wait([s.future for s in shards])
+    concurrent.futures.wait([s.run for s in shards])
     for s in shards:
-        if s.future.status == "error":
-            raise RuntimeError(f"shard on {s.worker} failed") from s.future.exception()
+        if s.run.exception() is not None:
+            raise RuntimeError(f"shard on {s.worker} failed") from s.run.exception()
 
 
 def waited(call):
@@ -67,49 +69,69 @@ def waited(call):
     return lambda: done(call().shards)
 
 
+def _stamp_shards(on: bool) -> list:
+    """On a worker: from now on (``on``) each shard it runs logs its start and stop (host
+    clock); returns and clears the log so far."""
+    import vbatch.distributed.worker as m
+
+    real = m.__dict__.setdefault("_unstamped", m._run_shard)
+    log = m.__dict__.setdefault("_stamps", [])
+    out = list(log)
+    log.clear()
+    if not on:
+        m._run_shard = m.__dict__.pop("_unstamped")
+        return out
+
+    def stamped(*args):
+        t0 = time.time()
+        try:
+            return real(*args)
+        finally:
+            log.append((t0, time.time(), args[0]))
+
+    m._run_shard = stamped
+    return out
+
+
 def phases(client, submit, setup=None, raw: dict | None = None) -> dict:
     """One call's phases per worker (the module docstring says which): ``submit()`` makes the
     call and returns its future; ``setup()`` (untraced) runs first. ``raw`` (a dict) gets the
-    task stream's records and the client's times, for :func:`chrome`."""
-    from distributed import get_task_stream
-
+    workers' shard spans and the client's times, for :func:`chrome`."""
     if setup is not None:
         setup()
-    with get_task_stream(client) as ts:
-        t0 = time.time()
-        fut = submit()
-        t1 = time.time()
-        done(fut.shards)
-        t2 = time.time()
+    client.run(_stamp_shards, True)
+    t0 = time.time()
+    fut = submit()
+    t1 = time.time()
+    done(fut.shards)
+    t2 = time.time()
+    spans = client.run(_stamp_shards, False)
     if raw is not None:
-        raw.update(records=list(ts.data), t0=t0, t1=t1, t2=t2)
-    per: dict = {}
-    for rec in ts.data:
-        if not str(rec["key"]).startswith("_run_shard"):
-            continue  # (after='s tokens, the batch's own making)
-        w = per.setdefault(rec["worker"], {"compute": 0.0, "transfer": 0.0, "first": None,
-                                           "last": None})
-        for ss in rec["startstops"]:
-            if ss["action"] in ("compute", "transfer"):
-                w[ss["action"]] += ss["stop"] - ss["start"]
-            if ss["action"] == "compute":
-                w["first"] = ss["start"] if w["first"] is None else min(w["first"], ss["start"])
-                w["last"] = ss["stop"] if w["last"] is None else max(w["last"], ss["stop"])
+        raw.update(spans=spans, t0=t0, t1=t1, t2=t2)
+    per = {w: {"compute": sum(b - a for a, b, _ in log), "first": min(a for a, _, _ in log),
+               "last": max(b for _, b, _ in log)} for w, log in spans.items() if log}
     slowest = max((w["last"] for w in per.values()), default=t2)
     out = {}
     for name, w in sorted(per.items()):
         span = w["last"] - w["first"]
         out[name] = {k: 1e3 * v for k, v in {
             "submit": t1 - t0, "dispatch": w["first"] - t1, "compute": w["compute"],
-            "transfer": w["transfer"], "gaps": span - w["compute"] - w["transfer"],
-            "back": t2 - slowest, "idle": slowest - w["last"]}.items()}
+            "gaps": span - w["compute"], "back": t2 - slowest,
+            "idle": slowest - w["last"]}.items()}
     return out
 
 
-def _local_potrf(views, device: str, reps: int) -> float:
+def _held(key: str):
+    from vbatch.distributed.worker import VALUES
+
+    return VALUES[key]
+
+
+def _local_potrf(key: str, device: str, reps: int) -> float:
     """On a worker: ms of one ``cholesky`` of its shard through a runtime of its own."""
     import vbatch
 
+    views = _held(key)
     rt = vbatch.Runtime(device)
     ts = []
     for i in range(reps + 1):
@@ -121,11 +143,12 @@ def _local_potrf(views, device: str, reps: int) -> float:
     return 1e3 * statistics.median(ts)
 
 
-def _residuals(views, result, step: int) -> tuple:
+def _residuals(batch_key: str, result_key: str, step: int) -> tuple:
     """On a worker: (worst scaled residual, problems checked, nonzero infos) of a shard's
     factors against the matrices it factored (their lower triangles)."""
     import numpy as np
 
+    views, result = _held(batch_key), _held(result_key)
     try:
         from cupy import get_array_module
     except ImportError:
@@ -148,11 +171,12 @@ def _residuals(views, result, step: int) -> tuple:
     return worst, count, bad
 
 
-def _shard_trace(views, device: str) -> dict:
+def _shard_trace(key: str, device: str) -> dict:
     """On a worker: its shard's factorization traced launch by launch (a Chrome trace)."""
     import vbatch
     from vbatch.runtime.trace import trace
 
+    views = _held(key)
     rt = vbatch.Runtime(device)
     out = trace(rt, "potrf", batch=views).chrome()
     rt.close()
@@ -161,9 +185,9 @@ def _shard_trace(views, device: str) -> dict:
 
 def chrome(client, raw: dict, batch, device: str, label: str, pid0: int = 0) -> list:
     """One call's timelines in Chrome trace events: the client's submission and wait, each
-    worker's Dask task spans (compute, transfer) on the host's clock, and under each worker
-    its shard's kernels from a separate traced call of that shard (launch by launch, graphs
-    off), placed from the start of the worker's first compute span."""
+    worker's shard spans on the host's clock, and under each worker its shard's kernels from
+    a separate traced call of that shard (launch by launch, graphs off), placed from the start
+    of the worker's first shard span."""
     t0 = raw["t0"]
     us = lambda t: (t - t0) * 1e6  # noqa: E731
     ev = [{"name": "process_name", "ph": "M", "pid": pid0, "args": {"name": f"client {label}"}},
@@ -173,25 +197,22 @@ def chrome(client, raw: dict, batch, device: str, label: str, pid0: int = 0) -> 
            "dur": us(raw["t2"]) - us(raw["t1"])}]
     pids: dict = {}
     first: dict = {}
-    for rec in raw["records"]:
-        w = rec["worker"]
+    for w, log in raw["spans"].items():
         pid = pids.setdefault(w, pid0 + len(pids) + 1)
-        for ss in rec["startstops"]:
-            ev.append({"name": f"{ss['action']} {str(rec['key']).split('-')[0]}", "ph": "X",
-                       "pid": pid, "tid": 0, "ts": us(ss["start"]),
-                       "dur": (ss["stop"] - ss["start"]) * 1e6})
-            if ss["action"] == "compute":
-                first[w] = min(first.get(w, ss["start"]), ss["start"])
+        for start, stop, op in log:
+            ev.append({"name": f"shard {op}", "ph": "X", "pid": pid, "tid": 0, "ts": us(start),
+                       "dur": (stop - start) * 1e6})
+            first[w] = min(first.get(w, start), start)
     for w, pid in pids.items():
         ev.append({"name": "process_name", "ph": "M", "pid": pid, "args": {"name": w}})
         ev.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": 0,
-                   "args": {"name": "Dask tasks"}})
+                   "args": {"name": "shards"}})
     shards = {s.worker: s for s in batch.shards}
-    traces = {w: client.submit(_shard_trace, s.future, device, workers=[w], pure=False)
+    traces = {w: client.run(_shard_trace, s.key, device, workers=[w])[w]
               for w, s in shards.items() if w in pids}
-    for w, fut in traces.items():
+    for w, tr in traces.items():
         pid, base = pids[w], us(first.get(w, t0))
-        for e in fut.result()["traceEvents"]:
+        for e in tr["traceEvents"]:
             e = dict(e, pid=pid, tid=1 + e.get("pid", 0) * 100 + e.get("tid", 0))
             if e["ph"] == "M":
                 if e["name"] != "thread_name":
@@ -205,18 +226,17 @@ def chrome(client, raw: dict, batch, device: str, label: str, pid0: int = 0) -> 
 
 def check(client, batch, fut, step: int) -> dict:
     """``_residuals`` of every shard, where it lies."""
-    futs = [client.submit(_residuals, b.future, f.future, step, workers=[b.worker], pure=False)
-            for b, f in zip(batch.shards, fut.shards)]
-    worst, count, bad = zip(*client.gather(futs))
+    done(fut.shards)
+    worst, count, bad = zip(*(client.run(_residuals, b.key, f.key, step, workers=[f.worker])[
+        f.worker] for b, f in zip(batch.shards, fut.shards)))
     return {"worst_scaled_residual": float(max(worst)), "checked": sum(count),
             "info_nonzero": sum(bad)}
 
 
 def local_times(client, batch, device: str, reps: int) -> dict:
     """Per worker, ``_local_potrf`` of the shard it holds."""
-    futs = {s.worker: client.submit(_local_potrf, s.future, device, reps, workers=[s.worker],
-                                    pure=False) for s in batch.shards}
-    return {w: f.result() for w, f in futs.items()}
+    return {s.worker: client.run(_local_potrf, s.key, device, reps, workers=[s.worker])[
+        s.worker] for s in batch.shards}
 
 
 def show_phases(label: str, table: dict) -> None:
@@ -255,7 +275,7 @@ def main(argv=None):
                    help="check every STEP-th problem's factor on the workers (POTRF cases)")
     p.add_argument("--out")
     a = p.parse_args(argv)
-    from distributed import Client, wait
+    from distributed import Client
 
     import vbatch
     import vbatch.distributed as vd
@@ -299,7 +319,7 @@ def main(argv=None):
                     def setup(drt=drt, hold=hold, ns=ns):
                         if hold.pop("batch", None) is not None:
                             drt.wait()  # (the runtime forgets the last call's future)
-                            time.sleep(0.5)  # (Dask releases them; the memory goes back)
+                            time.sleep(0.5)  # (the keepers drop them; the memory goes back)
                             client.run(_free)
                         hold["batch"] = drt.spd(ns, seed=1)
                         done(hold["batch"].shards)
@@ -347,7 +367,7 @@ def main(argv=None):
                 show_phases(f"k={k} {case} gpus={g}", table)
                 rows.append({"k": k, "case": case, "gpus": g, "median_s": med, "all_s": all_,
                              "phases_ms": table})
-                # The shards' memory goes back before the next case: Dask releases them when
+                # The shards' memory goes back before the next case: the keepers drop them when
                 # these futures go, then each worker's pool gives its blocks to the driver
                 # (without the wait, k = 2 x 10^5 ran out of memory on the next case).
                 batch = rhs = call = None
@@ -360,13 +380,12 @@ def main(argv=None):
                 eff = t1 / (g * t) if t1 else float("nan")
                 print(f"k={k:8d} {case:11s} gpus={g}  {t * 1e3:9.2f} ms  efficiency {eff:6.1%}")
                 rows.append({"k": k, "case": case, "gpus": g, "efficiency": eff})
-    # Host overhead of the Dask path: one worker against a runtime in this process, same
+    # Host overhead of the distributed path: one worker against a runtime in this process, same
     # small batch, data on the device in both.
     small = sizes("uniform", 2000, 32, np.random.default_rng(3))
     drt = vd.Runtime(client, device=a.device, workers=workers[:1])
     batch = drt.spd(small)
-    wait([s.future for s in batch.shards])
-
+    done(batch.shards)
     t_dask, _ = timed(waited(lambda: drt.cholesky(batch)), max(a.reps, 20))
     show_phases("k=2000 uniform32 one worker", phases(client, lambda: drt.cholesky(batch)))
     rt = vbatch.Runtime(a.device)
@@ -376,9 +395,19 @@ def main(argv=None):
 
         local = local.with_data(cupy.asarray(local.data))
     t_local, _ = timed(lambda: rt.cholesky(local).result(), max(a.reps, 20))
-    print(f"k=2000 uniform32 one call: Dask path {t_dask * 1e3:.2f} ms, vbatch.Runtime "
+    print(f"k=2000 uniform32 one call: distributed {t_dask * 1e3:.2f} ms, vbatch.Runtime "
           f"{t_local * 1e3:.2f} ms, overhead {(t_dask - t_local) * 1e3:.2f} ms")
     rows.append({"overhead": {"dask_s": t_dask, "local_s": t_local}})
+    # A warm call's whole cost (issue's measure): 40 numpy matrices of n <= 16, factored and
+    # brought back (result()), on g workers.
+    rng = np.random.default_rng(4)
+    tiny = [spd(int(n), np.float64, rng) for n in rng.integers(1, 17, 40)]
+    for g in a.gpus:
+        drt = vd.Runtime(client, device=a.device, workers=workers[:g])
+        t, all_ = timed(lambda drt=drt: drt.cholesky(tiny).result(), max(a.reps, 30))
+        print(f"40 matrices n <= 16, gpus={g}: warm call {t * 1e3:.2f} ms "
+              f"(min {min(all_) * 1e3:.2f})")
+        rows.append({"tiny40": {"gpus": g, "median_s": t, "all_s": all_}})
     if a.out:
         with open(a.out, "w") as f:
             json.dump(rows, f, indent=1)

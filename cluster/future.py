@@ -1,59 +1,237 @@
-"""The client's view of a distributed submission: its shards, its :class:`Future`, and an
-output left on the workers (:class:`DistributedBatch`)."""
+"""The client's side of a distributed runtime: the link to its workers' keepers (:class:`_Hub`),
+the record of each shard (what computes it, where it lies), a submission's :class:`Future`, and
+an output left on the workers (:class:`DistributedBatch`)."""
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import dataclasses
 import functools
 import threading
+import time
 import uuid
-from collections import defaultdict
+import weakref
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from vbatch.core.batch import PackedBatch, Views
-from vbatch.distributed.worker import _gather_shard
+from vbatch.distributed.worker import Keeper, unwire, wire
 
 if TYPE_CHECKING:
     from vbatch.distributed.runtime import Runtime
 
 
-def _pinned(client, fn, calls: list, retries: int = 0) -> list:
-    """Dask futures of ``fn(*args)`` for each ``(worker, args)`` of ``calls``, each task
-    pinned loosely to its worker, sent to the scheduler as one graph.
-
-    A ``client.submit`` a task sent a graph each: the scheduler took them one by one, so the
-    last worker of four started its shard up to 8 ms after the first (H100 host,
-    docs/decisions.md#dist-one-graph). ``client.map`` sends one graph but takes one worker
-    restriction for all, so each task's comes from Dask's annotations (of this thread's
-    context), given as a function of the task's key."""
-    if not calls:
-        return []
-    import dask
-
-    name = getattr(fn, "__name__", "task")
-    keys = [f"{name}-{uuid.uuid4()}" for _ in calls]
-    where = defaultdict(list, {k: [w] for k, (w, _) in zip(keys, calls)})
-    loose = defaultdict(bool, dict.fromkeys(keys, True))
-    notes = {"workers": where.__getitem__, "allow_other_workers": loose.__getitem__}
-    if retries:
-        notes["retries"] = defaultdict(int, dict.fromkeys(keys, retries)).__getitem__
-    with dask.annotate(**notes):
-        return client.map(fn, *zip(*(args for _, args in calls)), key=keys, pure=False)
-
-
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(eq=False)
 class _Shard:
+    """One shard of a submission: its caller's problem indices, how it is computed (``fn`` on
+    ``args`` on a worker, after ``reads``, the shards whose values it reads there: its lineage),
+    where its value lies (``worker``, under ``key``), and how its first run ended (``run``)."""
+
     worker: str
-    future: Any  # a dask Future of the worker's result
     index: np.ndarray  # the caller's problem indices, ascending
+    fn: Any
+    args: tuple
+    reads: tuple = ()
+    key: str = dataclasses.field(default_factory=lambda: f"vbatch-{uuid.uuid4().hex}")
+    run: concurrent.futures.Future = dataclasses.field(default_factory=concurrent.futures.Future)
+    dropped: bool = False
+    answer: bool = True  # whether its first run sends a small result back at once
+    early: Any = None  # that result's host form (for its Future's result())
+    lock: Any = None  # (an asyncio.Lock on the client's loop, made there)
+
+
+class _Hub:
+    """The runtime's link to its workers: one keeper (a Dask actor) a worker, called directly
+    rather than through the scheduler, from the client's event loop.
+
+    A submission's shards are sent once its dependencies are done (``after=`` and the shards
+    it reads), so it starts once they have finished everywhere and fails, running nowhere, if
+    one of them did. A value lost with its worker is computed again from its shard's record
+    (recursively, for the shards it reads) on a live worker: as Dask recomputes a task from its
+    lineage, with the lineage kept here (docs/decisions.md#dist-keepers)."""
+
+    def __init__(self, client, workers: list, retries: int):
+        self.client = client
+        self.loop = client.loop.asyncio_loop
+        self.retries = retries
+        self.dead: set = set()
+        self.actors: dict = {}  # worker -> the Dask future of its keeper (holds the actor)
+        self._start_keepers(workers)
+
+    def _start_keepers(self, workers: list) -> None:
+        futs = {w: self.client.submit(Keeper, actor=True, workers=[w], allow_other_workers=False,
+                                      pure=False, key=f"vbatch-keeper-{uuid.uuid4().hex}")
+                for w in workers}
+        self.client.gather(list(futs.values()))
+        self.actors.update(futs)
+
+    # ------------------------------------------------------------ from the caller's thread
+    def go(self, shards: list, after: list, holds: list) -> None:
+        """Run ``shards`` once every shard of ``after`` has run (their reads among them),
+        holding ``holds`` (the :class:`_Keep` of what they read) until then."""
+        asyncio.run_coroutine_threadsafe(self._go(shards, after, holds), self.loop)
+
+    def wait(self, coro, timeout: float | None = None):
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def drop_later(self, shards: list) -> None:
+        """Let the workers forget these shards' values (from any thread; none once closed)."""
+        if not self.loop.is_closed():
+            try:
+                self.loop.call_soon_threadsafe(self._drop, shards)
+            except RuntimeError:  # (the loop closed meanwhile)
+                pass
+
+    def close(self) -> None:
+        for fut in self.actors.values():
+            fut.release()
+        self.actors = {}
+
+    # ------------------------------------------------------------ on the client's loop
+    async def _go(self, shards: list, after: list, holds: list) -> None:
+        try:
+            await asyncio.gather(*(asyncio.wrap_future(s.run) for s in after))
+        except BaseException as exc:  # noqa: BLE001 - a failed dependency fails the call
+            for s in shards:
+                s.run.set_exception(exc)
+            return
+        await asyncio.gather(*(self._first(s) for s in shards))
+
+    async def _first(self, s: _Shard) -> None:
+        try:
+            await self._compute(s, s.worker)
+        except BaseException as exc:  # noqa: BLE001 - kept for the caller
+            s.run.set_exception(exc)
+        else:
+            s.run.set_result(None)
+
+    async def _compute(self, s: _Shard, where: str | None) -> None:
+        """Run ``s`` on ``where`` (or on a live worker, where that one is gone), with the
+        values it reads there first."""
+        tries = self.retries
+        while True:
+            if where is None or where in self.dead:
+                where = await self._live(where)
+            try:
+                for d in s.reads:
+                    await self._held(d, where)
+                early = await self._call(where, "run", s.key, s.answer and not s.run.done(),
+                                         *wire((s.fn, s.args)))
+            except OSError:  # (the worker went away, before or during the call)
+                self._lost(where)
+                where = None
+                continue
+            except Exception:
+                if tries:
+                    tries -= 1
+                    continue
+                raise
+            s.worker, s.dropped = where, False
+            if early is not None:
+                s.early = _unreply(early)
+            return
+
+    async def _held(self, d: _Shard, where: str) -> None:
+        """Make sure ``d``'s value lies on ``where``: computed again there if it is lost,
+        dropped or elsewhere (a read shard lies where its reader runs, unless a worker died)."""
+        if d.lock is None:
+            d.lock = asyncio.Lock()
+        async with d.lock:
+            if d.worker != where or d.dropped or d.worker in self.dead:
+                await self._compute(d, where)
+
+    async def _fetch(self, s: _Shard, name: str | None, early: bool = False) -> Any:
+        """``s``'s value (its ``name`` output) in host memory; ``early``: as its first run
+        ended, where that came back with the run (a later call may have written it since)."""
+        if early and s.early is not None:
+            return s.early
+        while True:
+            where = s.worker
+            try:
+                await self._held(s, where)
+                out = await self._call(s.worker, "fetch", s.key, name)
+                return _unreply(out)
+            except OSError:
+                self._lost(s.worker)
+
+    async def _call(self, where: str, method: str, *args) -> Any:
+        if where not in self.actors:
+            await asyncio.get_running_loop().run_in_executor(None, self._start_keepers, [where])
+        if self.client.direct_to_workers is False:  # (the caller asked for the scheduler's)
+            from distributed.actor import ProxyRPC
+
+            rpc = ProxyRPC(self.client.scheduler, where)
+        else:
+            rpc = self.client.rpc(where)
+        out = await rpc.actor_execute(function=method, actor=self.actors[where].key,
+                                      args=list(args), kwargs={})
+        if out["status"] == "OK":
+            return out["result"]
+        raise out["exception"]
+
+    def _lost(self, where: str) -> None:
+        self.dead.add(where)
+        fut = self.actors.pop(where, None)
+        if fut is not None:
+            fut.release()
+
+    async def _live(self, gone: str | None, timeout: float = 120.0) -> str:
+        """A live worker to run on instead of ``gone``: one whose keeper is up if there is one,
+        else a worker the scheduler knows (a nanny's replacement, say), waited for."""
+        up = sorted(w for w in self.actors if w not in self.dead)
+        if up:
+            return up[hash(gone) % len(up)]
+        t0 = time.monotonic()
+        while True:
+            info = await self.client.scheduler.identity()
+            known = sorted(w for w in info.get("workers", {}) if w not in self.dead)
+            if known:
+                return known[hash(gone) % len(known)]
+            if time.monotonic() - t0 > timeout:
+                raise RuntimeError(f"no live worker to run on within {timeout} s")
+            await asyncio.sleep(0.1)
+
+    def _drop(self, shards: list) -> None:
+        by: dict = {}
+        for s in shards:
+            s.dropped = True
+            if s.worker in self.actors:
+                by.setdefault(s.worker, []).append(s.key)
+        for w, keys in by.items():
+            asyncio.ensure_future(self._quiet(self._call(w, "drop", keys)))
+
+    @staticmethod
+    async def _quiet(coro) -> None:
+        try:
+            await coro
+        except Exception:  # noqa: BLE001 - a worker gone took the values with it
+            pass
+
+
+def _unreply(out: Any) -> Any:
+    """A keeper's reply: a small value comes as ``wire``'s pickle (a list whose head is
+    bytes), a large one as itself."""
+    if isinstance(out, list) and out and isinstance(out[0], bytes):
+        return unwire(out)
+    return out
+
+
+class _Keep:
+    """Held by what can still read a submission's values (its :class:`Future`, its
+    :class:`DistributedBatch` outputs, a later submission until it has run): when the last of
+    them goes, the workers drop the values."""
+
+    def __init__(self, hub: _Hub, shards: tuple):
+        weakref.finalize(self, hub.drop_later, list(shards))
 
 
 @dataclasses.dataclass(frozen=True)
 class DistributedBatch:
-    """An output that stays on the workers: per shard, the Dask future of the result that
-    holds it and which of the caller's problems it has. ``gather()`` brings it back, in order."""
+    """An output that stays on the workers: its shards (where each lies and which of the
+    caller's problems it has) and which of their outputs it is. ``gather()`` brings it back,
+    in order."""
 
     runtime: "Runtime"
     shards: tuple
@@ -61,6 +239,7 @@ class DistributedBatch:
     m: np.ndarray
     n: np.ndarray
     dtype: np.dtype
+    keep: _Keep = dataclasses.field(repr=False, compare=False)
 
     @property
     def k(self) -> int:
@@ -76,42 +255,40 @@ class DistributedBatch:
             ld=np.maximum(self.m, 1), order="F", frontend=None)
 
     def gather(self) -> list:
-        return Future(self.runtime, None, self.shards, self.k, None, self.name).result()
+        return Future(self.runtime, None, self.shards, self.k, None, self.name,
+                      keep=self.keep).result()
 
 
 class Future:
     """The pending result of one distributed submission (``result``, ``done``, ``exception``,
     ``output``), usable in ``after=`` and as an operand of a later submission."""
 
-    def __init__(self, runtime, op, shards, k: int, form, name=None, shapes=None, dtype=None):
+    def __init__(self, runtime, op, shards, k: int, form, name=None, shapes=None, dtype=None,
+                 keep: _Keep | None = None):
         self._rt, self._op, self.shards, self.k = runtime, op, tuple(shards), k
         self._form, self._name, self._shapes, self._dtype = form, name, shapes, dtype
+        self._keep = keep or _Keep(runtime._hub, self.shards)
         self._value = None
         self._outputs: dict = {}
         self._done = False
         self._lock = threading.Lock()
 
     def done(self) -> bool:
-        return all(s.future.done() for s in self.shards)
+        return all(s.run.done() for s in self.shards)
 
     def result(self, timeout: float | None = None) -> Any:
         with self._lock:
             if not self._done:
-                client = self._rt.client
-                # Host arrays already (CPU workers): gathered as they are and put in the
-                # caller's form here, without a task per shard doing it on the worker, a round
-                # trip of the scheduler less (docs/decisions.md#dist-host-gather).
-                host = self._rt._host_results
-                futs = [s.future for s in self.shards] if host else _pinned(
-                    client, _gather_shard, [(s.worker, (s.future, self._name))
-                                            for s in self.shards])
-                parts = client.gather(futs) if timeout is None else [
-                    f.result(timeout) for f in futs]
-                if host:
-                    parts = [_gather_shard(p, self._name) for p in parts]
+                hub = self._rt._hub
+                parts = hub.wait(self._gather(hub), timeout)
                 self._value = self._assemble(parts)
                 self._done = True
         return self._value
+
+    async def _gather(self, hub: _Hub) -> list:
+        await asyncio.gather(*(asyncio.wrap_future(s.run) for s in self.shards))
+        own = self._op is not None  # (the submission's own result, not a batch's gather)
+        return await asyncio.gather(*(hub._fetch(s, self._name, own) for s in self.shards))
 
     def exception(self, timeout: float | None = None) -> BaseException | None:
         try:
@@ -127,7 +304,7 @@ class Future:
         if name not in self._outputs:  # (one object a name: its placeholder is made once)
             m, n = self._shapes(name)
             self._outputs[name] = DistributedBatch(self._rt, self.shards, name, m, n,
-                                                   self._dtype)
+                                                   self._dtype, self._keep)
         return self._outputs[name]
 
     # the caller's order and form

@@ -1,8 +1,9 @@
-"""The distributed :class:`Runtime`: validates a submission whole, shards it, and submits
-one task per worker."""
+"""The distributed :class:`Runtime`: validates a submission whole, shards it, and runs a shard
+on each worker's keeper."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import threading
 from typing import Any
 
@@ -11,10 +12,9 @@ import numpy as np
 from vbatch.core.batch import MatrixList, PackedBatch, Views, pack
 from vbatch.core.errors import InputError, validated
 from vbatch.ops.op import caller, public
-from vbatch.distributed.future import DistributedBatch, Future, _pinned, _Shard
+from vbatch.distributed.future import DistributedBatch, Future, _Hub, _Keep, _Shard
 from vbatch.distributed.sharding import problem_cost, shard_by_cost
-from vbatch.distributed.worker import (_OUT, _holds_host, _make_random, _make_spd, _run_shard,
-                                       _token)
+from vbatch.distributed.worker import _OUT, _make_random, _make_spd, _run_shard
 
 
 class Runtime:
@@ -24,16 +24,19 @@ class Runtime:
     ``workers``: the worker addresses to use (default: all of the client's, when the runtime
     is made). ``chunk_bytes``: a shard whose host inputs exceed this streams through its device
     in chunks (default: half the device's free memory on a GPU, no chunks on the CPU).
-    ``retries``: Dask's retries of a shard that raised (a worker that dies is handled by the
-    scheduler either way). Other keywords are :class:`vbatch.Config` options for the workers'
-    runtimes."""
+    ``retries``: how many times a shard that raised is run again (a shard whose worker dies
+    runs again on another either way). Other keywords are :class:`vbatch.Config` options for
+    the workers' runtimes.
+
+    The client talks to the workers directly (a keeper a worker: a Dask actor), as a client
+    made with ``direct_to_workers=True`` does; one made with ``direct_to_workers=False`` goes
+    through the scheduler instead."""
 
     def __init__(self, client, device: str = "auto", *, workers: list | None = None,
                  chunk_bytes: int | None = None, retries: int = 0, **options: Any):
         from vbatch import Config
 
         self.client = client
-        _quicken(client)
         self.device = device
         validated(Config, what="runtime options", **options)  # named here, not on a worker
         self._options = tuple(sorted(options.items()))
@@ -44,13 +47,7 @@ class Runtime:
         if not workers:
             raise InputError([(None, "the Dask client has no workers")], what="runtime options")
         self.workers = list(workers)
-        # Whether every worker's runtime keeps its results in host memory (the CPU backend): the
-        # client then gathers them as they are. A GPU worker's go to the host on the worker
-        # first (Future.result), a second task after the shard's; so do all of them where a
-        # worker did not answer (an exception here, not True).
-        self._host_results = device == "cpu" or (device == "auto" and all(
-            v is True for v in client.run(_holds_host, device, self._options,
-                                          workers=self.workers, on_error="return").values()))
+        self._hub = _Hub(client, self.workers, retries)
         self._local = None
         self._pending: list = []
         self._lock = threading.Lock()
@@ -60,7 +57,7 @@ class Runtime:
 
     def submit(self, op: str, *, after: Any = (), **fields: Any) -> Future:
         """Validate the whole request here, shard it by flops (or as the distributed operands
-        it reads are sharded), and run one task per shard on its worker."""
+        it reads are sharded), and run each shard on its worker once ``after=`` is done."""
         from vbatch.ops.op import OPS
 
         if op not in OPS:
@@ -96,19 +93,22 @@ class Runtime:
             cost = problem_cost(o, req, self._plan_options(o, first.dtype))
             idx = shard_by_cost(cost, len(self.workers))
             plan = [(w, i, None) for w, i in zip(self.workers, idx) if len(i)]
-        tokens = self._tokens(deps)
-        calls = []
+        out = []
         for worker, index, j in plan:
-            shard_fields = {}
+            shard_fields, reads = {}, []
             for name, v in fields.items():
                 if name in dist:
-                    shard_fields[name] = (_OUT, dist[name].shards[j].future, dist[name].name)
+                    d = dist[name].shards[j]
+                    shard_fields[name] = (_OUT, d.key, dist[name].name)
+                    reads.append(d)
                 else:
                     shard_fields[name] = _take(getattr(req, name, v), v, index, k)
-            calls.append((worker, (op, self.device, self._options, self._chunk, shard_fields,
-                                   tokens)))
-        futs = _pinned(self.client, _run_shard, calls, self._retries)
-        out = [_Shard(w, f, index) for (w, index, _), f in zip(plan, futs)]
+            out.append(_Shard(worker, index, _run_shard, (
+                op, self.device, self._options, self._chunk, shard_fields), tuple(reads)))
+        # (a submission holds what it reads until it has run: the caller may drop it at once)
+        holds = [v.keep for v in dist.values()] + [d._keep for d in deps]
+        waits = [s for d in deps for s in d.shards] + [r for s in out for r in s.reads]
+        self._hub.go(out, waits, holds)
         form = _form_of(req, o, dist)
         res = Future(self, o, out, k, form, None, _shapes_of(req, o), first.dtype)
         with self._lock:
@@ -127,8 +127,7 @@ class Runtime:
         idx = shard_by_cost(cholesky_flops(ns) + 1.0, len(self.workers))
         plan = [(worker, (ns[index], seed * 1009 + w, np.dtype(dtype).str), index)
                 for w, (worker, index) in enumerate(zip(self.workers, idx)) if len(index)]
-        return DistributedBatch(self, self._made(_make_spd, plan), None, ns, ns,
-                                np.dtype(dtype))
+        return self._made(_make_spd, plan, ns, ns, dtype)
 
     def random(self, m: Any, n: Any, like: DistributedBatch, seed: int = 0,
                dtype: Any = np.float64) -> DistributedBatch:
@@ -139,14 +138,15 @@ class Runtime:
             raise InputError([(None, f"m and n need {like.k} entries, as like has")])
         plan = [(s.worker, (ms[s.index], ns[s.index], seed * 1009 + w, np.dtype(dtype).str),
                  s.index) for w, s in enumerate(like.shards)]
-        return DistributedBatch(self, self._made(_make_random, plan), None, ms, ns,
-                                np.dtype(dtype))
+        return self._made(_make_random, plan, ms, ns, dtype)
 
-    def _made(self, maker, plan: list) -> tuple:
-        """Shards of matrices made on the workers by ``maker``: ``(worker, args, index)``."""
-        futs = _pinned(self.client, maker, [
-            (w, (*args, self.device, self._options)) for w, args, _ in plan])
-        return tuple(_Shard(w, f, index) for (w, _, index), f in zip(plan, futs))
+    def _made(self, maker, plan: list, m, n, dtype) -> DistributedBatch:
+        """Matrices made on the workers by ``maker``: ``(worker, args, index)`` a shard."""
+        shards = tuple(_Shard(w, index, maker, (*args, self.device, self._options),
+                              answer=False) for w, args, index in plan)
+        self._hub.go(list(shards), [], [])
+        return DistributedBatch(self, shards, None, m, n, np.dtype(dtype),
+                                _Keep(self._hub, shards))
 
     def _plan_options(self, op, dtype) -> dict:
         if self._local is None:
@@ -158,22 +158,11 @@ class Runtime:
                                                    if k != "kernel_options"})
         return self._local.plan_options(dtype, op.name)
 
-    def _tokens(self, deps: list) -> list:
-        """Tiny tasks, one where each shard of ``deps`` lies, done when it is: every shard of a
-        submission waits for all of them, so it starts once its dependencies have finished
-        everywhere and fails if one of them did (as ``after=`` in one process). A token moves
-        ``None`` between workers, not the shard's data (which a shard moved off a paused or
-        dead worker would carry with it)."""
-        return _pinned(self.client, _token, [(s.worker, (s.future,)) for d in deps
-                                             for s in d.shards])
-
     def wait(self) -> None:
         """Wait for everything submitted so far (errors stay with their futures)."""
-        from distributed import wait
-
         with self._lock:
             pending = list(self._pending)
-        wait([s.future for f in pending for s in f.shards])
+        concurrent.futures.wait([s.run for f in pending for s in f.shards])
         # Forget them: a finished future held here kept its shards' results (a batch factored
         # in place is the batch itself) on the workers after the caller dropped it.
         gone = set(map(id, pending))
@@ -182,6 +171,7 @@ class Runtime:
 
     def close(self) -> None:
         self.wait()
+        self._hub.close()
         if self._local is not None:
             self._local.close()
 
@@ -198,19 +188,9 @@ for _op in public():
     setattr(Runtime, _op.api.__name__, caller(_op, "self.submit"))
 del _op
 
-def _quicken(client) -> None:
-    """Dask's client batches its messages to the scheduler every 10 ms (a constant in
-    distributed/client.py), so back-to-back submissions each waited up to 10 ms: an empty task's
-    round trip took 10.7 ms on the H200 machine (docs/decisions.md#dist-client-interval). vbatch
-    submits a few large tasks, not many small ones, so it sends them at once (1 ms)."""
-    comm = getattr(client, "scheduler_comm", None)
-    if comm is not None and getattr(comm, "interval", 0) > 0.001:
-        comm.interval = 0.001
-
-
 def _same_sharding(a, b) -> bool:
-    return len(a) == len(b) and all(x.worker == y.worker and np.array_equal(x.index, y.index)
-                                    for x, y in zip(a, b))
+    # (by problems only: a shard lies where its reader runs, moved there if it must be)
+    return len(a) == len(b) and all(np.array_equal(x.index, y.index) for x, y in zip(a, b))
 
 
 def _take(validated_value: Any, raw: Any, index: np.ndarray, k: int) -> Any:

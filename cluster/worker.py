@@ -1,11 +1,13 @@
-"""What runs on the workers: each worker process's own runtime, a shard's submission (in
-chunks where it is larger than its device), its result made host-side, and batches made on
-the workers."""
+"""What runs on the workers: each worker's keeper (the actor a distributed runtime calls, and
+the values it holds), each worker process's own runtime, a shard's submission (in chunks where
+it is larger than its device), its result made host-side, and batches made on the workers."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -15,6 +17,91 @@ from vbatch.core.batch import PackedBatch, Views, array_kind
 
 _RUNTIMES: dict = {}
 _RUNTIMES_LOCK = threading.Lock()
+VALUES: dict = {}  # a shard's key -> its value, in this worker process
+
+
+class Keeper:
+    """A distributed runtime's hand on one worker (a Dask actor the client calls directly): it
+    runs shards and makers one at a time, in the order they come, on a thread of its own (a
+    shard may run for minutes, which the worker's event loop must not wait out), keeps their
+    values under the client's keys, and hands them back or drops them when told.
+
+    The client sends a call only once its dependencies are done (vbatch.distributed.future),
+    so one thread in arrival order is all the ordering a worker needs. Calls come and go as
+    pickles (``wire``): Dask's own serialization of a small shard's operands cost ~0.7 ms a
+    call on a 2-core VM, a pickle 0.03 (docs/decisions.md#dist-keepers)."""
+
+    def __init__(self) -> None:
+        self._thread = ThreadPoolExecutor(1, thread_name_prefix="vbatch-keeper")
+
+    async def _on_thread(self, fn, *args):
+        return await asyncio.get_running_loop().run_in_executor(self._thread, fn, *args)
+
+    async def run(self, key: str, early: bool, *wire) -> Any:
+        """Compute ``fn(*args)`` (from ``wire``) and keep it under ``key``; ``early``: send
+        its host form back at once where it is small (what the caller's ``result()`` reads)."""
+        return await self._on_thread(_run, key, early, wire)
+
+    async def fetch(self, key: str, name: str | None) -> Any:
+        return await self._on_thread(_reply, VALUES[key], name)
+
+    async def drop(self, keys: list) -> None:
+        # (on the thread: a device array is let go after the calls before it)
+        await self._on_thread(_drop, keys)
+
+
+SMALL = 1 << 20  # bytes: a result this small comes back with its run's reply
+
+
+def wire(obj: Any) -> list:
+    """``obj`` as a pickle (protocol 5) and its buffers: small ones inline in Dask's message,
+    large ones as frames of their own (not copied)."""
+    import pickle
+
+    from distributed.protocol import to_serialize
+
+    bufs: list = []
+    head = pickle.dumps(obj, protocol=5, buffer_callback=bufs.append)
+    return [head, *(b.raw() if b.raw().nbytes < SMALL else to_serialize(b.raw())
+                    for b in bufs)]
+
+
+def unwire(parts: Any) -> Any:
+    import pickle
+
+    head, *bufs = parts
+    # (a buffer that came inline is read-only bytes: an operand may be written in place)
+    return pickle.loads(head, buffers=[
+        bytearray(b) if memoryview(b).readonly else b for b in bufs])
+
+
+def _run(key: str, early: bool, parts: tuple) -> Any:
+    fn, args = unwire(parts)
+    value = VALUES[key] = fn(*args)
+    return _reply(value, None) if early and _nbytes(value) < SMALL else None
+
+
+def _reply(value: Any, name: str | None) -> Any:
+    """``value``'s host form (its ``name`` field), pickled where small (Dask's serialization of
+    a small result costs several times a pickle's)."""
+    out = _gather_shard(value, name)
+    return wire(out) if _nbytes(out) < SMALL else out
+
+
+def _nbytes(value: Any) -> int:
+    if dataclasses.is_dataclass(value):
+        return sum(_nbytes(getattr(value, f.name)) for f in dataclasses.fields(value)
+                   if f.init and f.name != "plan")
+    if isinstance(value, (PackedBatch, Views)):
+        return int(_packed(value).data.nbytes)
+    if isinstance(value, list):
+        return sum(_nbytes(v) for v in value)
+    return int(getattr(value, "nbytes", 0))
+
+
+def _drop(keys: list) -> None:
+    for k in keys:
+        VALUES.pop(k, None)
 
 
 def _worker_runtime(device: str, options: tuple):
@@ -29,13 +116,7 @@ def _worker_runtime(device: str, options: tuple):
         return rt
 
 
-def _holds_host(device: str, options: tuple) -> bool:
-    """Whether this worker's runtime keeps its results in host memory (its backend is the
-    CPU's)."""
-    return _worker_runtime(device, options).backend.name == "cpu"
-
-
-_OUT = "__vbatch_output__"  # (_OUT, shard future, field): an operand computed before
+_OUT = "__vbatch_output__"  # (_OUT, shard key, field): an operand computed before, held here
 
 
 def _pick(result: Any, name: str | None) -> Any:
@@ -44,14 +125,13 @@ def _pick(result: Any, name: str | None) -> Any:
     return getattr(result, name) if not isinstance(result, dict) else result[name]
 
 
-def _run_shard(op: str, device: str, options: tuple, chunk_bytes: int | None, fields: dict,
-               tokens: list) -> Any:
+def _run_shard(op: str, device: str, options: tuple, chunk_bytes: int | None,
+               fields: dict) -> Any:
     """One shard: one submission of this worker's runtime (or several, in chunks, when its
     inputs are larger than ``chunk_bytes``). The result stays here; its plan is dropped."""
     rt = _worker_runtime(device, options)
-    # Dask resolves the futures inside tuples (not inside objects of ours) to their values.
-    fields = {k: _pick(v[1], v[2]) if type(v) is tuple and len(v) == 3 and v[0] == _OUT else v
-              for k, v in fields.items()}
+    fields = {k: _pick(VALUES[v[1]], v[2]) if type(v) is tuple and len(v) == 3 and v[0] == _OUT
+              else v for k, v in fields.items()}
     limit = chunk_bytes
     if limit is None and rt.backend.name != "cpu":
         # A host shard larger than half the device's free memory (inputs, outputs and the
@@ -226,8 +306,3 @@ def _make_random(ms: np.ndarray, ns: np.ndarray, seed: int, dtype: str, device: 
         a.flags.writeable = False
     return Views(PackedBatch.model_construct(data=data, n=ns, m=ms, offset=off, ld=ld,
                                              order="F", frontend=None))
-
-
-def _token(*_: Any) -> None:
-    """Done when its arguments are: how ``after=`` orders shards without moving their data."""
-    return None

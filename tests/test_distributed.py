@@ -118,18 +118,19 @@ def test_results_equal_a_single_runtime_in_order_and_form(client):
             check_factor(mats[i], res.factors.matrix(i), np.float64, where=f"packed {i}")
 
 
-def _prefixes(dask_scheduler=None):
-    return set(dask_scheduler.task_prefixes)
+def _tasks(dask_scheduler=None):
+    return set(dask_scheduler.tasks)
 
 
-def test_cpu_workers_results_come_back_without_a_task_of_their_own(client):
-    """A CPU worker's results are host arrays: the client gathers them as they are, without a
-    task per shard bringing them to the host first (a GPU worker's need one)."""
+def test_a_call_sends_the_scheduler_nothing(client):
+    """The client calls each worker's keeper directly: a call, its result and its outputs
+    left on the workers add no task to the scheduler (each one's round trip through it cost
+    more than the call: docs/decisions.md#dist-keepers)."""
     mats, _ = _batch(8, count=12)
     want = vbatch.Runtime("cpu", nb=NB).cholesky(mats).result()
-    # "auto" is the CPU only where the workers see no GPU (a GPU worker's results need the task).
     for device in ("cpu",) if vbatch.cuda_status()[0] else ("cpu", "auto"):
         drt = vd.Runtime(client, device=device, nb=NB)
+        before = client.run_on_scheduler(_tasks)
         fut = drt.cholesky(mats)
         got = fut.result()
         assert np.array_equal(got.info, want.info)
@@ -137,7 +138,7 @@ def test_cpu_workers_results_come_back_without_a_task_of_their_own(client):
             if want.info[i] == 0:
                 check_factor(a, f, np.float64, where=f"{device} problem {i}")
                 _same(got.factors[i], f)
-    assert "gather_shard" not in client.run_on_scheduler(_prefixes)
+        assert not client.run_on_scheduler(_tasks) - before
 
 
 def test_outputs_stay_on_the_workers_for_a_later_op(client):
@@ -163,41 +164,61 @@ def test_outputs_stay_on_the_workers_for_a_later_op(client):
     assert len(chol.output().gather()) == len(mats)
 
 
-def _graph(keys, dask_scheduler=None):
-    """Per key: its worker restrictions, whether loose, and every key it waits for."""
-    out = {}
-    for key in keys:
-        ts = dask_scheduler.tasks[key]
-        seen, todo = set(), list(ts.dependencies)
-        while todo:
-            d = todo.pop()
-            if d.key not in seen:
-                seen.add(d.key)
-                todo.extend(d.dependencies)
-        out[key] = (set(ts.worker_restrictions or ()), ts.loose_restrictions, seen)
-    return out
+def _log_shards(folder: str, hold: bool) -> None:
+    """On a worker: each shard it runs writes its start and end (time, op, problems) to a log
+    named by the worker's pid; with ``hold``, it waits for ``folder/go`` after its start."""
+    import os
+    import pathlib
+    import time
+
+    import vbatch.distributed.worker as m
+
+    real = m.__dict__.setdefault("_real_run_shard", m._run_shard)
+
+    def logged(op, device, options, chunk, fields):
+        k = next(len(v) for v in fields.values() if isinstance(v, (list, m.Views)))
+        log = pathlib.Path(folder, f"log-{os.getpid()}")
+        with log.open("a") as f:
+            f.write(f"start {time.time()} {op} {k}\n")
+        t0 = time.monotonic()
+        while hold and not os.path.exists(os.path.join(folder, "go")):
+            if time.monotonic() - t0 > 120:
+                raise TimeoutError("liveness guard: the shard was never let go")
+            time.sleep(0.01)
+        try:
+            return real(op, device, options, chunk, fields)
+        finally:
+            with log.open("a") as f:
+                f.write(f"end {time.time()} {op} {k}\n")
+
+    m._run_shard = logged
 
 
-def test_every_shard_waits_for_every_shard_of_its_after_dependencies(client):
-    """``after=``: each shard of a call waits (through tokens) for every shard of its
-    dependencies, on its own worker and on the others, as a call in one process starts once
-    its dependencies are done; each shard task is pinned loosely to its worker."""
+def test_every_shard_waits_for_every_shard_of_its_after_dependencies(client, tmp_path):
+    """``after=``: no shard of a call starts, on any worker, before every shard of its
+    dependencies has ended, as a call in one process starts once its dependencies are done.
+    One worker's shard of the first call is held until the others have had time to start."""
     mats, _ = _batch(9)
     drt = vd.Runtime(client, device="cpu", nb=NB)
-    first = drt.cholesky(mats)
-    assert len({s.worker for s in first.shards}) == 2
-    second = drt.cholesky([mats[-1]], after=[first])  # one problem: one worker
-    sol = drt.potrs(first, mats, after=[first, second])
-    sol.result()  # (the scheduler has every task once they are done)
-    graph = client.run_on_scheduler(_graph, [s.future.key for s in second.shards + sol.shards])
-    for s in second.shards:
-        workers, loose, waits = graph[s.future.key]
-        assert workers == {s.worker} and loose
-        assert {f.future.key for f in first.shards} <= waits
-    for s in sol.shards:
-        workers, loose, waits = graph[s.future.key]
-        assert workers == {s.worker} and loose
-        assert {f.future.key for f in first.shards + second.shards} <= waits
+    workers = sorted({w for w in drt.workers})
+    client.run(_log_shards, str(tmp_path), True, workers=workers[:1])
+    client.run(_log_shards, str(tmp_path), False, workers=workers[1:])
+    try:
+        first = drt.cholesky(mats)
+        assert len({s.worker for s in first.shards}) == 2
+        second = drt.cholesky([mats[-1]], after=[first])  # one problem: one worker
+        sol = drt.potrs(first, mats, after=[first, second])
+        time.sleep(1.0)
+        (tmp_path / "go").touch()
+        sol.result()
+    finally:
+        client.run(_let_shards_run)
+    events = [line.split() for f in tmp_path.glob("log-*") for line in f.read_text().splitlines()]
+    first_ends = [float(t) for e, t, op, k in events if e == "end" and op == "potrf" and k != "1"]
+    later = [(float(t), op, k) for e, t, op, k in events if e == "start" and (
+        op == "potrs" or k == "1")]
+    assert len(first_ends) == 2 and len(later) == 3, events
+    assert all(t >= max(first_ends) for t, _, _ in later), events
     assert np.array_equal(second.result().info, [0])
 
 
@@ -216,8 +237,6 @@ def _fail_shards() -> None:
 def test_a_call_after_a_failed_shard_runs_nowhere(client):
     """A call ordered ``after=`` one whose shard failed on one worker fails, and none of its
     shards runs, on any worker: a batch it would factor in place is left as it was."""
-    from distributed import wait
-
     mats, _ = _batch(10)
     drt = vd.Runtime(client, device="cpu", nb=NB)
     made = drt.spd(np.array([5, 9, 12, 3, 7, 8]), seed=3)
@@ -229,12 +248,12 @@ def test_a_call_after_a_failed_shard_runs_nowhere(client):
         assert {s.worker for s in bad.shards} == {s.worker for s in made.shards}
         with pytest.raises(RuntimeError, match="failed"):
             bad.result()
-        wait([s.future for s in bad.shards])  # (result() raised at the first failed shard)
+        drt.wait()  # (result() raised at the first failed shard)
         client.run(_let_shards_run, workers=[sick])
         later = drt.cholesky(made, overwrite=True, after=[bad])
         with pytest.raises(RuntimeError, match="failed"):
             later.result()
-        wait([s.future for s in later.shards])
+        drt.wait()
     finally:
         client.run(_let_shards_run, workers=[sick])
     for i, (b, a) in enumerate(zip(before, made.gather())):
