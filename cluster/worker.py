@@ -37,10 +37,11 @@ class Keeper:
     async def _on_thread(self, fn, *args):
         return await asyncio.get_running_loop().run_in_executor(self._thread, fn, *args)
 
-    async def run(self, key: str, early: bool, *wire) -> Any:
-        """Compute ``fn(*args)`` (from ``wire``) and keep it under ``key``; ``early``: send
-        its host form back at once where it is small (what the caller's ``result()`` reads)."""
-        return await self._on_thread(_run, key, early, wire)
+    async def run(self, key: str, early: bool, drops: list, *wire) -> Any:
+        """Drop the values of ``drops``, then compute ``fn(*args)`` (from ``wire``) and keep it
+        under ``key``; ``early``: send its host form back at once where it is small (what the
+        caller's ``result()`` reads)."""
+        return await self._on_thread(_run, key, early, drops, wire)
 
     async def fetch(self, key: str, name: str | None) -> Any:
         return await self._on_thread(_reply, VALUES[key], name)
@@ -75,7 +76,8 @@ def unwire(parts: Any) -> Any:
         bytearray(b) if memoryview(b).readonly else b for b in bufs])
 
 
-def _run(key: str, early: bool, parts: tuple) -> Any:
+def _run(key: str, early: bool, drops: list, parts: tuple) -> Any:
+    _drop(drops)
     fn, args = unwire(parts)
     value = VALUES[key] = fn(*args)
     return _reply(value, None) if early and _nbytes(value) < SMALL else None
