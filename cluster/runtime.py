@@ -89,6 +89,8 @@ class Runtime:
                     raise InputError([(None, f"{name} is sharded unlike the other distributed "
                                              "operands")])
             plan = [(s.worker, s.index, j) for j, s in enumerate(shards)]
+        elif len(self.workers) == 1:
+            plan = [(self.workers[0], np.arange(k), None)]
         else:
             cost = problem_cost(o, req, self._plan_options(o, first.dtype))
             idx = shard_by_cost(cost, len(self.workers))

@@ -33,15 +33,29 @@ class Keeper:
 
     def __init__(self) -> None:
         self._thread = ThreadPoolExecutor(1, thread_name_prefix="vbatch-keeper")
+        self._queued = 0  # calls sent to the thread and not yet back
 
     async def _on_thread(self, fn, *args):
-        return await asyncio.get_running_loop().run_in_executor(self._thread, fn, *args)
+        self._queued += 1
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self._thread, fn, *args)
+        finally:
+            self._queued -= 1
 
-    async def run(self, key: str, early: bool, drops: list, *wire) -> Any:
-        """Drop the values of ``drops``, then compute ``fn(*args)`` (from ``wire``) and keep it
-        under ``key``; ``early``: send its host form back at once where it is small (what the
-        caller's ``result()`` reads)."""
-        return await self._on_thread(_run, key, early, drops, wire)
+    async def run(self, key: str, early: bool, inline: bool, drops: list, *wire) -> Any:
+        """Compute ``fn(*args)`` (from ``wire``) and keep it under ``key``, then drop the
+        values of ``drops`` (after the reply, off the call's path). ``early``: send its host
+        form back at once where it is small (what the caller's ``result()`` reads).
+        ``inline``: a call the client found tiny runs on the worker's event loop when the
+        thread is idle, without the hand-off to the thread and back (its wait behind a long
+        call would hold the loop)."""
+        try:
+            if inline and not self._queued:
+                return _run(key, early, wire)
+            return await self._on_thread(_run, key, early, wire)
+        finally:
+            if drops:
+                self._thread.submit(_drop, drops)
 
     async def fetch(self, key: str, name: str | None) -> Any:
         return await self._on_thread(_reply, VALUES[key], name)
@@ -76,18 +90,19 @@ def unwire(parts: Any) -> Any:
         bytearray(b) if memoryview(b).readonly else b for b in bufs])
 
 
-def _run(key: str, early: bool, drops: list, parts: tuple) -> Any:
-    _drop(drops)
+def _run(key: str, early: bool, parts: tuple) -> Any:
     fn, args = unwire(parts)
     value = VALUES[key] = fn(*args)
     return _reply(value, None) if early and _nbytes(value) < SMALL else None
 
 
 def _reply(value: Any, name: str | None) -> Any:
-    """``value``'s host form (its ``name`` field), pickled where small (Dask's serialization of
-    a small result costs several times a pickle's)."""
+    """``value``'s host form (its ``name`` field), as one pickle where small: Dask's
+    serialization of a small result (or of a list of buffers) cost 3-5 times a pickle's."""
+    import pickle
+
     out = _gather_shard(value, name)
-    return wire(out) if _nbytes(out) < SMALL else out
+    return pickle.dumps(out, protocol=5) if _nbytes(out) < SMALL else out
 
 
 def _nbytes(value: Any) -> int:
