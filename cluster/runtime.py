@@ -4,6 +4,8 @@ on each worker's keeper."""
 from __future__ import annotations
 
 import concurrent.futures
+import functools
+import os
 import threading
 from typing import Any
 
@@ -95,8 +97,7 @@ class Runtime:
         else:
             idx = self._split(o, req, first.dtype)
             plan = [(w, i, None) for w, i in zip(self.workers, idx) if len(i)]
-        out = []
-        for worker, index, j in plan:
+        def shard(worker, index, j):
             shard_fields, reads = {}, []
             for name, v in fields.items():
                 if name in dist:
@@ -105,8 +106,12 @@ class Runtime:
                     reads.append(d)
                 else:
                     shard_fields[name] = _take(getattr(req, name, v), v, index, k)
-            out.append(_Shard(worker, index, _run_shard, (
-                op, self.device, self._options, self._chunk, shard_fields), tuple(reads)))
+            return _Shard(worker, index, _run_shard, (
+                op, self.device, self._options, self._chunk, shard_fields), tuple(reads))
+
+        # (host matrices are packed a shard a thread: numpy copies without the GIL)
+        big = len(plan) > 1 and sum(_host_nbytes(getattr(req, n, None)) for n in fields) > BIG
+        out = list(_packers().map(shard, *zip(*plan)) if big else (shard(*p) for p in plan))
         # (a submission holds what it reads until it has run: the caller may drop it at once)
         holds = [v.keep for v in dist.values()] + [d._keep for d in deps]
         waits = [s for d in deps for s in d.shards] + [r for s in out for r in s.reads]
@@ -203,6 +208,23 @@ class Runtime:
 for _op in public():
     setattr(Runtime, _op.api.__name__, caller(_op, "self.submit"))
 del _op
+
+BIG = 1 << 26  # bytes of host matrices in a call, from which its shards are packed in threads
+
+
+@functools.cache
+def _packers() -> concurrent.futures.ThreadPoolExecutor:
+    return concurrent.futures.ThreadPoolExecutor(min(8, os.cpu_count() or 1),
+                                                 thread_name_prefix="vbatch-pack")
+
+
+def _host_nbytes(v: Any) -> int:
+    if type(v) is MatrixList and v.kind == "numpy":
+        return int((v.m * v.n).sum()) * v.dtype.itemsize
+    if type(v) is PackedBatch and v.kind == "numpy":
+        return int(v.data.nbytes)
+    return 0
+
 
 def _sized(v: Any) -> Any:
     """What of a request's field its cost depends on: an operand's sizes and dtype, an

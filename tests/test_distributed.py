@@ -276,6 +276,21 @@ def test_host_lists_travel_packed_and_come_back_in_their_form(client):
         assert np.linalg.norm(a @ x - b) <= 1e-10 * max(1.0, np.linalg.norm(b)), i
 
 
+def test_a_large_host_call_packs_its_shards_in_threads(client, monkeypatch):
+    """Past ``BIG`` bytes of host matrices the shards are packed in threads: the same
+    results, in order (the threshold lowered so that a small batch takes that road)."""
+    import vbatch.distributed.runtime as dr
+
+    monkeypatch.setattr(dr, "BIG", 0)
+    mats, rng = _batch(13)
+    rhs = [rng.standard_normal((a.shape[0], 2)) for a in mats]
+    drt = vd.Runtime(client, device="cpu", nb=NB)
+    assert len(drt.workers) == 2
+    xs = drt.posv(mats, rhs).result().solutions
+    for i, (a, b, x) in enumerate(zip(mats, rhs, xs)):
+        assert np.linalg.norm(a @ x - b) <= 1e-10 * max(1.0, np.linalg.norm(b)), i
+
+
 def test_bad_input_is_named_before_any_work(client):
     mats, _ = _batch(3, count=10)
     mats[7] = np.ones((3, 4))
