@@ -165,6 +165,33 @@ def test_outputs_stay_on_the_workers_for_a_later_op(client):
     assert len(chol.output().gather()) == len(mats)
 
 
+def test_a_client_that_asks_for_the_scheduler_is_served_through_it(client, monkeypatch):
+    """``direct_to_workers=False`` (a client that cannot reach the workers): the calls go
+    through the scheduler, with the same results."""
+    from distributed import Client
+    from distributed.actor import ProxyRPC
+
+    proxied = []
+    real = ProxyRPC.__init__
+    monkeypatch.setattr(ProxyRPC, "__init__",
+                        lambda self, *a: proxied.append(a[1]) or real(self, *a))
+
+    mats, rng = _batch(14, count=12)
+    want = vbatch.Runtime("cpu", nb=NB).cholesky(mats).result()
+    with Client(client.scheduler.address, direct_to_workers=False) as c:
+        drt = vd.Runtime(c, device="cpu", nb=NB)
+        chol = drt.cholesky(mats)
+        got = chol.result()
+        rhs = [rng.standard_normal((a.shape[0], 1)) for a in mats]
+        xs = drt.potrs(chol, rhs, after=[chol]).result()
+    assert set(proxied) == {s.worker for s in chol.shards}
+    assert np.array_equal(got.info, want.info)
+    for i, (a, f, b, x) in enumerate(zip(mats, got.factors, rhs, xs)):
+        if want.info[i] == 0:
+            check_factor(a, f, np.float64, where=f"problem {i}")
+            assert np.linalg.norm(a @ x - b) <= 1e-10 * max(1.0, np.linalg.norm(b)), i
+
+
 def _log_shards(folder: str, hold: bool) -> None:
     """On a worker: each shard it runs writes its start and end (time, op, problems) to a log
     named by the worker's pid; with ``hold``, it waits for ``folder/go`` after its start."""
