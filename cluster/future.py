@@ -66,6 +66,7 @@ class _Hub:
         self.dead: set = set()
         self.drops: dict = {}  # worker -> keys its keeper is to drop (_drop)
         self._flushing = False
+        self._starting = None  # (an asyncio.Lock, made on the loop)
         self.actors: dict = {}  # worker -> the Dask future of its keeper (holds the actor)
         self._start_keepers(workers)
 
@@ -169,8 +170,13 @@ class _Hub:
                 self._lost(s.worker)
 
     async def _call(self, where: str, method: str, *args) -> Any:
-        if where not in self.actors:
-            await asyncio.get_running_loop().run_in_executor(None, self._start_keepers, [where])
+        if where not in self.actors:  # (a worker that joined since: its keeper, made once)
+            if self._starting is None:
+                self._starting = asyncio.Lock()
+            async with self._starting:
+                if where not in self.actors:
+                    await asyncio.get_running_loop().run_in_executor(
+                        None, self._start_keepers, [where])
         if self.client.direct_to_workers is False:  # (the caller asked for the scheduler's)
             from distributed.actor import ProxyRPC
 
@@ -236,7 +242,7 @@ INLINE_BYTES = 1 << 18
 
 def _tiny(parts: list) -> bool:
     """Whether a call's operands are few enough bytes that it runs on its worker's event loop
-    (at most ``INLINE_BYTES``: a 181 x 181 GEMM, ~1 ms on a CPU worker)."""
+    (under ``INLINE_BYTES``, the operands of one 181 x 181 GEMM)."""
     return sum(memoryview(p).nbytes if isinstance(p, (bytes, memoryview)) else INLINE_BYTES
                for p in parts) < INLINE_BYTES
 

@@ -454,6 +454,51 @@ def test_wait_lets_go_of_results_the_caller_dropped(client):
         check_factor(full, f, np.float64, where=f"in place {i}")
 
 
+def _held_keys(dask_worker=None) -> set:
+    from vbatch.distributed.worker import VALUES
+
+    return set(VALUES)
+
+
+def _held_anywhere(client) -> set:
+    return set().union(*client.run(_held_keys).values())
+
+
+def test_values_are_dropped_on_the_workers_once_nothing_can_read_them(client):
+    """A shard's value stays on its worker while its future, an output of it or a later call
+    not yet run can read it, and is dropped after: a caller that lets go of its results does
+    not fill the workers' memory."""
+    import gc
+
+    mats, rng = _batch(15, count=12)
+    rhs = [rng.standard_normal((a.shape[0], 1)) for a in mats]
+    drt = vd.Runtime(client, device="cpu", nb=NB)
+    fut = drt.cholesky(mats)
+    keys = {s.key for s in fut.shards}
+    fut.result()
+    out = fut.output()
+    del fut
+    drt.wait()
+    gc.collect()
+    time.sleep(0.3)
+    assert keys <= _held_anywhere(client)  # (the output still reads them)
+    # A call on a future nobody else holds: it is kept until that call has run.
+    sol = drt.potrs(out, rhs)
+    del out
+    gc.collect()
+    xs = sol.result()
+    for a, b, x in zip(mats, rhs, xs):
+        assert np.linalg.norm(a @ x - b) <= 1e-10 * max(1.0, np.linalg.norm(b))
+    keys |= {s.key for s in sol.shards}
+    del sol
+    drt.wait()
+    gc.collect()
+    t0 = time.monotonic()
+    while keys & _held_anywhere(client):
+        assert time.monotonic() - t0 < 10, "the workers still hold values nothing can read"
+        time.sleep(0.05)
+
+
 @pytest.mark.gpu
 def test_gpu_workers_give_a_single_runtimes_results():
     from distributed import Client
