@@ -149,6 +149,24 @@ def _run_shard(op: str, device: str, options: tuple, chunk_bytes: int | None,
     rt = _worker_runtime(device, options)
     fields = {k: _pick(VALUES[v[1]], v[2]) if type(v) is tuple and len(v) == 3 and v[0] == _OUT
               else v for k, v in fields.items()}
+    taken: list = []
+    if not _overwrites(op, fields):  # (in place, an output is its operand, kept in VALUES)
+        fields = {k: _reused((device, options, op, k), v, taken) for k, v in fields.items()}
+    try:
+        return _submit(rt, op, fields, chunk_bytes)
+    finally:
+        with _LAST_LOCK:
+            _LAST.update(taken)
+
+
+def _overwrites(op: str, fields: dict) -> bool:
+    from vbatch.ops.op import OPS
+
+    default = OPS[op].request.model_fields.get("overwrite")
+    return bool(fields.get("overwrite", default.default if default is not None else False))
+
+
+def _submit(rt, op: str, fields: dict, chunk_bytes: int | None) -> Any:
     limit = chunk_bytes
     if limit is None and rt.backend.name != "cpu":
         # A host shard larger than half the device's free memory (inputs, outputs and the
@@ -157,6 +175,37 @@ def _run_shard(op: str, device: str, options: tuple, chunk_bytes: int | None,
     if limit and _host_bytes(fields) > limit:
         return _chunked(rt, op, fields, limit)
     return _strip(rt.submit(op, **fields).result())
+
+
+_LAST: dict = {}  # (device, options, op, field) -> the last small host operand it was given
+_LAST_LOCK = threading.Lock()
+
+
+def _reused(key: tuple, v: Any, taken: list) -> Any:
+    """A small host operand laid out as the last one of its call (the same sizes, a new buffer
+    from the client each call), copied into that one's buffer: the runtime then finds its
+    prepared call, where a new buffer costs validation and a plan lookup (40 matrices of
+    n <= 16: 0.42 against 0.19 ms on a 2-core VM's CPU worker). The buffer is out of
+    ``_LAST`` while its call runs (``taken``): another runtime's keeper in this process could
+    run the same call meanwhile."""
+    if (type(v) is not Views or v.vector is not None or v.batch.kind != "numpy"
+            or v.batch.data.nbytes > SMALL):  # (1-D problems: a batch remembers which)
+        return v
+    b = v.batch
+    with _LAST_LOCK:
+        last = _LAST.pop(key, None)
+    if last is None or not _same_layout(last, b):
+        taken.append((key, b))
+        return v
+    np.copyto(last.data, b.data)
+    taken.append((key, last))
+    return Views(last)
+
+
+def _same_layout(a: PackedBatch, b: PackedBatch) -> bool:
+    return (a.order == b.order and a.data.dtype == b.data.dtype and a.data.size == b.data.size
+            and all(np.array_equal(getattr(a, f), getattr(b, f))
+                    for f in ("n", "m", "ld", "offset")))
 
 
 def _host_bytes(fields: dict) -> int:

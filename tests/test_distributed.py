@@ -303,6 +303,27 @@ def test_host_lists_travel_packed_and_come_back_in_their_form(client):
         assert np.linalg.norm(a @ x - b) <= 1e-10 * max(1.0, np.linalg.norm(b)), i
 
 
+def test_repeated_calls_of_one_layout_each_give_their_own_answer(client):
+    """A worker copies a small host operand laid out as its call's last one into that one's
+    buffer (to find its prepared call): every call still reads its own matrices, and a result
+    held from an earlier call is not overwritten."""
+    ns = edge_sizes(NB) + [5, 9, 30]
+    drt = vd.Runtime(client, device="cpu", nb=NB)
+    kept = []
+    for seed in range(4):
+        rng = np.random.default_rng(100 + seed)
+        mats = [spd(n, np.float64, rng) for n in ns]
+        rhs = [rng.standard_normal((n, 2)) for n in ns]
+        kept.append((mats, rhs, drt.cholesky(mats), drt.posv(mats, rhs)))
+    for mats, rhs, chol, sol in kept:
+        for i, (a, f) in enumerate(zip(mats, chol.result().factors)):
+            check_factor(a, f, np.float64, where=f"problem {i}")
+        for a, b, x in zip(mats, rhs, sol.result().solutions):
+            assert np.linalg.norm(a @ x - b) <= 1e-10 * max(1.0, np.linalg.norm(b))
+        for a, f in zip(mats, chol.output().gather()):  # (fetched from the workers late)
+            check_factor(a, f, np.float64, where="gathered")
+
+
 def test_a_large_host_call_packs_its_shards_in_threads(client, monkeypatch):
     """Past ``BIG`` bytes of host matrices the shards are packed in threads: the same
     results, in order (the threshold lowered so that a small batch takes that road)."""
