@@ -40,10 +40,17 @@ class _Shard:
     reads: tuple = ()
     key: str = dataclasses.field(default_factory=lambda: f"{_PREFIX}-{next(_COUNT)}")
     run: concurrent.futures.Future = dataclasses.field(default_factory=concurrent.futures.Future)
+    after: tuple = ()  # the shards it was ordered after (lineage too: an in-place call's effect)
     dropped: bool = False
     answer: bool = True  # whether its first run sends a small result back at once
     early: Any = None  # that result's host form (for its Future's result())
+    written: bool = False  # a later call writes its value in place (``early`` no longer is it)
     lock: Any = None  # (an asyncio.Lock on the client's loop, made there)
+
+
+class _Gone(Exception):
+    """A worker that did not answer (its connection failed, or it is known dead): the shard
+    moves. An ``OSError`` a shard itself raised comes back as that error, not as this."""
 
 
 DROP_AFTER = 0.05  # s
@@ -65,17 +72,19 @@ class _Hub:
         self.retries = retries
         self.dead: set = set()
         self.drops: dict = {}  # worker -> keys its keeper is to drop (_drop)
+        self.held: dict = {}  # worker -> keys of the values there (what close() drops)
+        self.closed = False
         self._flushing = False
         self._starting = None  # (an asyncio.Lock, made on the loop)
-        self.actors: dict = {}  # worker -> the Dask future of its keeper (holds the actor)
-        self._start_keepers(workers)
+        self.actors: dict = self._keepers(workers)  # worker -> its keeper's Dask future
 
-    def _start_keepers(self, workers: list) -> None:
+    def _keepers(self, workers: list, timeout: float = 60.0) -> dict:
         futs = {w: self.client.submit(Keeper, actor=True, workers=[w], allow_other_workers=False,
                                       pure=False, key=f"vbatch-keeper-{uuid.uuid4().hex}")
                 for w in workers}
-        self.client.gather(list(futs.values()))
-        self.actors.update(futs)
+        for f in futs.values():
+            f.result(timeout)
+        return futs
 
     # ------------------------------------------------------------ from the caller's thread
     def go(self, shards: list, after: list, holds: list) -> None:
@@ -95,6 +104,17 @@ class _Hub:
                 pass
 
     def close(self) -> None:
+        """Drop every value this runtime left on the workers, and let its keepers go."""
+        async def drop_all():
+            keys = {w: set(self.held.get(w, ())) | set(self.drops.get(w, ()))
+                    for w in self.actors}
+            self.drops.clear()
+            await asyncio.gather(*(self._quiet(self._call(w, "drop", sorted(k)))
+                                   for w, k in keys.items() if k))
+
+        if not self.closed and not self.loop.is_closed():
+            self.wait(drop_all(), 60)
+        self.closed = True
         for fut in self.actors.values():
             fut.release()
         self.actors = {}
@@ -120,35 +140,62 @@ class _Hub:
 
     async def _compute(self, s: _Shard, where: str | None) -> None:
         """Run ``s`` on ``where`` (or on a live worker, where that one is gone), with the
-        values it reads there first."""
+        values it reads there first; run again (its first run done), with what it was ordered
+        after first where that was lost with its worker."""
         tries = self.retries
+        gone = None
         while True:
             if where is None or where in self.dead:
-                where = await self._live(where)
+                where = await self._live(gone)
             try:
+                if s.run.done():
+                    for a in s.after:
+                        await self._again(a, where)
                 for d in s.reads:
                     await self._held(d, where)
+                if where in self.dead:  # (found out while the values it reads were moved)
+                    raise _Gone(where)
                 parts = wire((s.fn, s.args))
+                # (a value computed again is the one to keep: its pending drop goes)
+                mine = {s.key, *(d.key for d in s.reads)}
+                drops = [k for k in self.drops.pop(where, []) if k not in mine]
                 early = await self._call(where, "run", s.key, s.answer and not s.run.done(),
                                          s.answer and not s.reads and _tiny(parts),
-                                         self.drops.pop(where, []), *parts)
-            except OSError:  # (the worker went away, before or during the call)
+                                         drops, *parts)
+            except _Gone:
                 self._lost(where)
-                where = None
+                gone, where = where, None
                 continue
             except Exception:
                 if tries:
                     tries -= 1
                     continue
                 raise
-            s.worker, s.dropped = where, False
-            if early is not None:
+            old, s.worker = s.worker, where
+            self.held.setdefault(where, set()).add(s.key)
+            if old != where and old not in self.dead and old in self.held:
+                # (moved off a live worker: the copy there goes)
+                self.held[old].discard(s.key)
+                self._queue_drop(old, s.key)
+            if early is not None and not s.written:
                 s.early = _unreply(early)
+            if s.dropped and not s.run.done():  # (let go of before it first ran)
+                self._drop([s])
             return
+
+    async def _again(self, a: _Shard, where: str) -> None:
+        """``a``, a call some shard was ordered after, run again where it was lost with its
+        worker: an in-place call's effect is part of what a later call reads."""
+        if a.lock is None:
+            a.lock = asyncio.Lock()
+        async with a.lock:
+            if a.worker in self.dead:
+                await self._compute(a, where)
 
     async def _held(self, d: _Shard, where: str) -> None:
         """Make sure ``d``'s value lies on ``where``: computed again there if it is lost,
-        dropped or elsewhere (a read shard lies where its reader runs, unless a worker died)."""
+        dropped or elsewhere (a read shard lies where its reader runs, unless a worker died).
+        A dropped one computed again for a reader stays until the runtime closes."""
         if d.lock is None:
             d.lock = asyncio.Lock()
         async with d.lock:
@@ -157,40 +204,52 @@ class _Hub:
 
     async def _fetch(self, s: _Shard, name: str | None, early: bool = False) -> Any:
         """``s``'s value (its ``name`` output) in host memory; ``early``: as its first run
-        ended, where that came back with the run (a later call may have written it since)."""
-        if early and s.early is not None:
+        ended, where that came back with the run and no later call wrote it."""
+        if early and s.early is not None and not s.written:
             return s.early
         while True:
             where = s.worker
             try:
                 await self._held(s, where)
-                out = await self._call(s.worker, "fetch", s.key, name)
-                return _unreply(out)
-            except OSError:
+                return _unreply(await self._call(s.worker, "fetch", s.key, name))
+            except _Gone:
                 self._lost(s.worker)
 
     async def _call(self, where: str, method: str, *args) -> Any:
+        if self.closed:
+            raise RuntimeError("this vbatch.distributed.Runtime is closed")
+        if where in self.dead:
+            raise _Gone(where)
         if where not in self.actors:  # (a worker that joined since: its keeper, made once)
             if self._starting is None:
                 self._starting = asyncio.Lock()
             async with self._starting:
                 if where not in self.actors:
-                    await asyncio.get_running_loop().run_in_executor(
-                        None, self._start_keepers, [where])
+                    try:
+                        futs = await asyncio.get_running_loop().run_in_executor(
+                            None, self._keepers, [where])
+                    except Exception as exc:  # (it went, or never came up)
+                        raise _Gone(where) from exc
+                    self.actors.update(futs)
         if self.client.direct_to_workers is False:  # (the caller asked for the scheduler's)
             from distributed.actor import ProxyRPC
 
             rpc = ProxyRPC(self.client.scheduler, where)
         else:
             rpc = self.client.rpc(where)
-        out = await rpc.actor_execute(function=method, actor=self.actors[where].key,
-                                      args=list(args), kwargs={})
+        try:
+            out = await rpc.actor_execute(function=method, actor=self.actors[where].key,
+                                          args=list(args), kwargs={})
+        except OSError as exc:
+            raise _Gone(where) from exc
         if out["status"] == "OK":
             return out["result"]
         raise out["exception"]
 
     def _lost(self, where: str) -> None:
         self.dead.add(where)
+        self.held.pop(where, None)
+        self.drops.pop(where, None)
         fut = self.actors.pop(where, None)
         if fut is not None:
             fut.release()
@@ -217,8 +276,13 @@ class _Hub:
         fall due as a caller's next call replaces its last future)."""
         for s in shards:
             s.dropped = True
-            if s.worker in self.actors:
-                self.drops.setdefault(s.worker, []).append(s.key)
+            if s.key in self.held.get(s.worker, ()):
+                self.held[s.worker].discard(s.key)
+                self._queue_drop(s.worker, s.key)
+
+    def _queue_drop(self, where: str, key: str) -> None:
+        if where in self.actors:
+            self.drops.setdefault(where, []).append(key)
         if self.drops and not self._flushing:
             self._flushing = True
             self.loop.call_later(DROP_AFTER, self._flush)

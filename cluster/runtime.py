@@ -97,6 +97,8 @@ class Runtime:
         else:
             idx = self._split(o, req, first.dtype)
             plan = [(w, i, None) for w, i in zip(self.workers, idx) if len(i)]
+        after = tuple(s for d in deps for s in d.shards)
+
         def shard(worker, index, j):
             shard_fields, reads = {}, []
             for name, v in fields.items():
@@ -107,14 +109,19 @@ class Runtime:
                 else:
                     shard_fields[name] = _take(getattr(req, name, v), v, index, k)
             return _Shard(worker, index, _run_shard, (
-                op, self.device, self._options, self._chunk, shard_fields), tuple(reads))
+                op, self.device, self._options, self._chunk, shard_fields), tuple(reads),
+                after=after)
 
         # (host matrices are packed a shard a thread: numpy copies without the GIL)
         big = len(plan) > 1 and sum(_host_nbytes(getattr(req, n, None)) for n in fields) > BIG
         out = list(_packers().map(shard, *zip(*plan)) if big else (shard(*p) for p in plan))
+        if getattr(req, "overwrite", False):  # (their values change: a result read later
+            for _, operand, w in o._ins:        # is fetched, not the one its run sent back)
+                for d in dist[operand].shards if w and operand in dist else ():
+                    d.written = True
         # (a submission holds what it reads until it has run: the caller may drop it at once)
         holds = [v.keep for v in dist.values()] + [d._keep for d in deps]
-        waits = [s for d in deps for s in d.shards] + [r for s in out for r in s.reads]
+        waits = list(after) + [r for s in out for r in s.reads]
         self._hub.go(out, waits, holds)
         form = _form_of(req, o, dist)
         res = Future(self, o, out, k, form, None, _shapes_of(req, o), first.dtype)

@@ -34,6 +34,7 @@ class Keeper:
     def __init__(self) -> None:
         self._thread = ThreadPoolExecutor(1, thread_name_prefix="vbatch-keeper")
         self._queued = 0  # calls sent to the thread and not yet back
+        self._warm: set = set()  # signatures of the tiny calls that ran here (run's inline)
 
     async def _on_thread(self, fn, *args):
         self._queued += 1
@@ -47,11 +48,19 @@ class Keeper:
         values of ``drops`` (after the reply, off the call's path). ``early``: send its host
         form back at once where it is small (what the caller's ``result()`` reads).
         ``inline``: a call the client found tiny runs on the worker's event loop when the
-        thread is idle, without the hand-off to the thread and back (its wait behind a long
-        call would hold the loop)."""
+        thread is idle and a call of its sizes ran here before (a first one may compile
+        kernels; its wait behind a long call would hold the loop too)."""
         try:
             if inline and not self._queued:
-                return _run(key, early, wire)
+                fn, args = unwire(wire)
+                sig = _signature(fn, args)
+                if sig in self._warm:
+                    return _apply(key, early, fn, args)
+                out = await self._on_thread(_apply, key, early, fn, args)
+                if len(self._warm) >= 256:
+                    self._warm.clear()
+                self._warm.add(sig)
+                return out
             return await self._on_thread(_run, key, early, wire)
         finally:
             if drops:
@@ -91,9 +100,32 @@ def unwire(parts: Any) -> Any:
 
 
 def _run(key: str, early: bool, parts: tuple) -> Any:
-    fn, args = unwire(parts)
+    return _apply(key, early, *unwire(parts))
+
+
+def _apply(key: str, early: bool, fn, args: tuple) -> Any:
     value = VALUES[key] = fn(*args)
     return _reply(value, None) if early and _nbytes(value) < SMALL else None
+
+
+def _signature(fn, args: tuple) -> tuple:
+    """What a call's plans and kernels depend on: its function, its operands' sizes and
+    dtypes, its other arguments."""
+    def one(v):
+        if isinstance(v, (Views, PackedBatch)):
+            b = _packed(v)
+            return ("B", b.n.tobytes(), b.m.tobytes(), b.data.dtype.str, b.order)
+        if isinstance(v, list):
+            return ("L", tuple((a.shape, str(a.dtype)) for a in v))
+        if isinstance(v, dict):
+            return tuple((k, one(x)) for k, x in v.items())
+        if isinstance(v, tuple):
+            return tuple(one(x) for x in v)
+        if isinstance(v, np.ndarray):
+            return ("A", v.shape, v.dtype.str, v.tobytes())
+        return repr(v)
+
+    return getattr(fn, "__qualname__", repr(fn)), one(args)
 
 
 def _reply(value: Any, name: str | None) -> Any:
@@ -147,11 +179,12 @@ def _run_shard(op: str, device: str, options: tuple, chunk_bytes: int | None,
     """One shard: one submission of this worker's runtime (or several, in chunks, when its
     inputs are larger than ``chunk_bytes``). The result stays here; its plan is dropped."""
     rt = _worker_runtime(device, options)
-    fields = {k: _pick(VALUES[v[1]], v[2]) if type(v) is tuple and len(v) == 3 and v[0] == _OUT
-              else v for k, v in fields.items()}
     taken: list = []
     if not _overwrites(op, fields):  # (in place, an output is its operand, kept in VALUES)
+        # (only what came with the call: a value held here may be read again later)
         fields = {k: _reused((device, options, op, k), v, taken) for k, v in fields.items()}
+    fields = {k: _pick(VALUES[v[1]], v[2]) if type(v) is tuple and len(v) == 3 and v[0] == _OUT
+              else v for k, v in fields.items()}
     try:
         return _submit(rt, op, fields, chunk_bytes)
     finally:

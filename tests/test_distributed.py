@@ -442,6 +442,25 @@ def test_a_result_lost_with_its_worker_is_recomputed(client):
     vd.wait_for_workers(client, 2)
 
 
+def test_a_recompute_replays_the_in_place_call_it_was_ordered_after(client):
+    """A batch factored in place, then read ``after=`` that call: when the reader's worker
+    dies, the batch is made again and factored again before the reader runs again."""
+    vd.wait_for_workers(client, 2)
+    drt = vd.Runtime(client, device="cpu", nb=NB)
+    ns = np.arange(40) % 20 + 1
+    batch = drt.spd(ns, seed=1)
+    f1 = drt.cholesky(batch, overwrite=True)
+    f1.result()
+    rhs = [np.ones((int(n), 1)) for n in ns]
+    f3 = drt.potrs(batch, rhs, after=[f1])
+    first = f3.result()
+    _kill(client, f3.shards[-1].worker)
+    again = f3.output().gather()  # (computed again from the shards' records)
+    for i, (x, y) in enumerate(zip(first, again)):
+        assert np.allclose(x, y), i
+    vd.wait_for_workers(client, 2)
+
+
 def test_batches_made_on_the_workers(client):
     drt = vd.Runtime(client, device="cpu", nb=NB)
     ns = np.array(edge_sizes(NB) + [3, 40, 0, 25])
@@ -518,6 +537,74 @@ def test_values_are_dropped_on_the_workers_once_nothing_can_read_them(client):
     while keys & _held_anywhere(client):
         assert time.monotonic() - t0 < 10, "the workers still hold values nothing can read"
         time.sleep(0.05)
+
+
+def test_a_value_read_again_after_a_call_of_its_layout_is_unchanged(client):
+    """The buffer a worker reuses for a call's small host operands is never a value it holds
+    for a later read."""
+    rng = np.random.default_rng(16)
+    ns = rng.integers(1, 16, 40)
+    a1, a2 = ([spd(int(n), np.float64, rng) for n in ns] for _ in range(2))
+    rhs = [rng.standard_normal((int(n), 1)) for n in ns]
+    drt = vd.Runtime(client, device="cpu", nb=NB)
+    c1 = drt.cholesky(a1)
+    drt.potrs(c1, rhs).result()
+    c2 = drt.cholesky(a2)
+    drt.potrs(c2, rhs).result()
+    for a, b, x in zip(a1, rhs, drt.potrs(c1, rhs).result()):
+        assert np.linalg.norm(a @ x - b) <= 1e-10 * max(1.0, np.linalg.norm(b))
+
+
+def test_a_result_read_after_a_later_in_place_call_is_what_that_call_wrote(client):
+    """``result()`` of a call whose output a later call overwrote (in place) reads the
+    output as it is, for every shard alike, small or large."""
+    rng = np.random.default_rng(17)
+    ns = [400] + [8] * 30  # (one shard past the size that comes back with its run)
+    a = [rng.standard_normal((n, n)) for n in ns]
+    b = [rng.standard_normal((n, n)) for n in ns]
+    drt = vd.Runtime(client, device="cpu", nb=NB)
+    f1 = drt.gemm(a=a, b=b)
+    drt.gemm(a=a, b=b, c=f1, beta=1.0, overwrite=True).result()  # c := A B + c
+    got = f1.result()
+    for i, (x, y, r) in enumerate(zip(a, b, got)):
+        assert np.allclose(r, 2 * (x @ y)), i
+
+
+def test_close_drops_what_the_runtime_left_on_the_workers(client):
+    mats, _ = _batch(18, count=10)
+    before = _held_anywhere(client)
+    with vd.Runtime(client, device="cpu", nb=NB) as drt:
+        fut = drt.cholesky(mats)
+        fut.result()
+        made = drt.spd(np.array([3, 5]), seed=1)
+        made.gather()
+        assert _held_anywhere(client) - before
+    assert not _held_anywhere(client) - before
+
+
+def _raise_oserror() -> None:
+    import vbatch.distributed.worker as m
+
+    m.__dict__.setdefault("_real_run_shard", m._run_shard)
+
+    def failing(*a, **kw):
+        raise FileNotFoundError("a shard's own OSError")
+
+    m._run_shard = failing
+
+
+def test_an_oserror_a_shard_raises_is_its_error_not_a_lost_worker(client):
+    mats, _ = _batch(19, count=10)
+    drt = vd.Runtime(client, device="cpu", nb=NB)
+    client.run(_raise_oserror)
+    try:
+        with pytest.raises(FileNotFoundError, match="own OSError"):
+            drt.cholesky(mats).result()
+    finally:
+        client.run(_let_shards_run)
+    res = drt.cholesky(mats).result()  # (every worker still serves this runtime)
+    assert len(res.info) == len(mats)
+    assert len({s.worker for s in drt.cholesky(mats).shards}) == 2
 
 
 @pytest.mark.gpu
