@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from vbatch.core.batch import PackedBatch, Views
-from vbatch.distributed.worker import Keeper, wire
+from vbatch.distributed.worker import Keeper, _joined, wire
 
 if TYPE_CHECKING:
     from vbatch.distributed.runtime import Runtime
@@ -436,42 +436,14 @@ class Future:
                 out[s.index] = v
             return out
         if values and all(type(v) is Views for v in values):
-            return _in_form(_joined(self.shards, values, self.k), self._form)
+            return _in_form(_joined([s.index for s in self.shards], values, self.k),
+                            self._form)
         if isinstance(first, (list, Views)) or first is None:
             out = np.empty(self.k, dtype=object)
             for s, v in zip(self.shards, values):
                 out[s.index] = np.fromiter(v, dtype=object, count=len(v))
             return _in_form(out.tolist(), self._form)
         return first
-
-
-def _joined(shards, parts: list, k: int) -> Views:
-    """The shards' host matrices (a :class:`Views` each) as one :class:`Views` in the caller's
-    order: their buffers joined, each matrix's place read from its shard's layout, with no
-    Python object a matrix (a list of 2,000 made one by one cost 8 ms)."""
-    bs = [v.batch for v in parts]
-    data = np.concatenate([b.data for b in bs]) if len(bs) > 1 else bs[0].data
-    cols = {f: np.empty(k, np.int64) for f in ("offset", "m", "n", "ld")}
-    vector = None
-    base = 0
-    for s, v, b in zip(shards, parts, bs):
-        for f, out in cols.items():
-            out[s.index] = getattr(b, f) + (base if f == "offset" else 0)
-        if v.vector is not None:
-            if vector is None:
-                vector = np.zeros(k, bool)
-            vector[s.index] = v.vector
-        base += b.data.size
-    for a in cols.values():
-        a.flags.writeable = False
-    order = bs[0].order if all(b.order == bs[0].order for b in bs) else None
-    if order is None:  # (not from one op: each matrix apart)
-        out = np.empty(k, dtype=object)
-        for s, v in zip(shards, parts):
-            out[s.index] = np.fromiter(v, dtype=object, count=len(v))
-        return out.tolist()
-    return Views(PackedBatch.model_construct(data=data, order=order, frontend=None, **cols),
-                 vector)
 
 
 _MAIN = {"potrf": "factors", "posv": "solutions"}

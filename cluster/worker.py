@@ -324,12 +324,45 @@ def _host(result: Any) -> Any:
     return _host_value(result)
 
 
+def _joined(indices: list, parts: list, k: int) -> Any:
+    """Host matrices in parts (a :class:`Views` each, holding the problems ``indices[j]``) as
+    one :class:`Views` of ``k`` in order: their buffers joined, each matrix's place read from
+    its part's layout, with no Python object a matrix."""
+    bs = [v.batch for v in parts]
+    data = np.concatenate([b.data for b in bs]) if len(bs) > 1 else bs[0].data
+    cols = {f: np.empty(k, np.int64) for f in ("offset", "m", "n", "ld")}
+    vector = None
+    base = 0
+    for index, v, b in zip(indices, parts, bs):
+        for f, out in cols.items():
+            out[index] = getattr(b, f) + (base if f == "offset" else 0)
+        if v.vector is not None:
+            if vector is None:
+                vector = np.zeros(k, bool)
+            vector[index] = v.vector
+        base += b.data.size
+    for a in cols.values():
+        a.flags.writeable = False
+    order = bs[0].order if all(b.order == bs[0].order for b in bs) else None
+    if order is None:  # (not from one op: each matrix apart)
+        out = np.empty(k, dtype=object)
+        for index, v in zip(indices, parts):
+            out[index] = np.fromiter(v, dtype=object, count=len(v))
+        return out.tolist()
+    return Views(PackedBatch.model_construct(data=data, order=order, frontend=None, **cols),
+                 vector)
+
+
 def _join(parts: list) -> Any:
     first = parts[0]
     if dataclasses.is_dataclass(first):
         return dataclasses.replace(first, **{
             f.name: _join([getattr(p, f.name) for p in parts])
             for f in dataclasses.fields(first) if f.init and f.name != "plan"})
+    if all(type(p) is Views for p in parts):  # (as a shard that was not chunked comes)
+        ends = np.cumsum([len(p) for p in parts])
+        return _joined([np.arange(e - len(p), e) for e, p in zip(ends, parts)], parts,
+                       int(ends[-1]))
     if isinstance(first, (list, Views)):
         return [a for p in parts for a in p]
     if isinstance(first, np.ndarray):

@@ -361,6 +361,15 @@ def test_chunks_stream_through_and_join_in_order(client):
     assert np.array_equal(got.info, want.info)
     for f, w in zip(got.factors, want.factors):
         _same(f, w)
+    # Chunked shards come back in the form unchunked ones do, 1-D right-hand sides 1-D.
+    rng = np.random.default_rng(4)
+    rhs = [rng.standard_normal(a.shape[0]) if i % 2 else rng.standard_normal((a.shape[0], 2))
+           for i, a in enumerate(mats)]
+    xs = drt.posv(mats, rhs).result().solutions
+    whole = vd.Runtime(client, device="cpu", nb=NB).posv(mats, rhs).result().solutions
+    assert type(xs) is type(whole)
+    for i, (x, y) in enumerate(zip(xs, whole)):
+        assert x.shape == y.shape and np.allclose(x, y), i
 
 
 # ---------------------------------------------------------------- failures
