@@ -470,6 +470,65 @@ def test_a_recompute_replays_the_in_place_call_it_was_ordered_after(client):
     vd.wait_for_workers(client, 2)
 
 
+def _hold_makers(folder: str) -> None:
+    """On a worker: each batch it makes says so (a file named by the worker's pid) and waits
+    until ``folder/go`` exists (120 s at most)."""
+    import os
+    import pathlib
+    import time
+
+    import vbatch.distributed.worker as m
+
+    real = m.__dict__.setdefault("_real_make_spd", m._make_spd)
+
+    def held(*a, **kw):
+        pathlib.Path(folder, f"make-{os.getpid()}").touch()
+        t0 = time.monotonic()
+        while not os.path.exists(os.path.join(folder, "go")):
+            if time.monotonic() - t0 > 120:
+                raise TimeoutError("liveness guard: the maker was never let go")
+            time.sleep(0.01)
+        return real(*a, **kw)
+
+    m._make_spd = held
+
+
+def test_a_second_worker_lost_while_a_shards_reads_are_made_again(tmp_path):
+    """Two faults in a row: a reader's worker dies, so what it reads is made again on another
+    worker, and that one dies while it does (held there by a gate). The call still gives the
+    right answer, on the third worker."""
+    from distributed import Client
+
+    cluster = vd.local_cluster(3, device="cpu")
+    c = Client(cluster)
+    try:
+        vd.wait_for_workers(c, 3)
+        drt = vd.Runtime(c, device="cpu", nb=NB)
+        ns = np.arange(30) % 12 + 1
+        batch = drt.spd(ns, seed=5)
+        chol = drt.cholesky(batch)
+        chol.result()
+        assert len({s.worker for s in chol.shards}) == 3
+        want = [np.tril(f) for f in chol.output().gather()]
+        c.run(_hold_makers, str(tmp_path))
+        _kill(c, chol.shards[0].worker)  # (the factors and the batch of shard 0 go)
+        rhs = [np.ones((int(n), 1)) for n in ns]
+        sol = drt.potrs(chol, rhs)
+        t0 = time.monotonic()
+        while not list(tmp_path.glob("make-*")):
+            assert time.monotonic() - t0 < 60, "liveness guard: nothing was made again"
+            time.sleep(0.01)
+        os.kill(int(next(tmp_path.glob("make-*")).name.split("-")[1]), signal.SIGKILL)
+        (tmp_path / "go").touch()
+        xs = sol.result(timeout=120)
+        for i, (f, b, x) in enumerate(zip(want, rhs, xs)):
+            assert np.linalg.norm(f @ (f.T @ x) - b) <= 1e-10 * max(1.0, np.linalg.norm(b)), i
+    finally:
+        (tmp_path / "go").touch()
+        c.close()
+        cluster.close()
+
+
 def test_batches_made_on_the_workers(client):
     drt = vd.Runtime(client, device="cpu", nb=NB)
     ns = np.array(edge_sizes(NB) + [3, 40, 0, 25])
