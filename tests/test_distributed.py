@@ -250,14 +250,16 @@ def test_every_shard_waits_for_every_shard_of_its_after_dependencies(client, tmp
     assert np.array_equal(second.result().info, [0])
 
 
-def _fail_shards() -> None:
-    """On a worker: every shard it runs raises (until ``_let_shards_run``)."""
+def _fail_shards(error: Exception | None = None) -> None:
+    """On a worker: every shard it runs raises ``error`` (by default a RuntimeError), until
+    ``_let_shards_run``."""
     import vbatch.distributed.worker as m
 
+    error = error or RuntimeError("this worker's shard failed")
     m.__dict__.setdefault("_real_run_shard", m._run_shard)
 
     def failing(*a, **kw):
-        raise RuntimeError("this worker's shard failed")
+        raise error
 
     m._run_shard = failing
 
@@ -378,33 +380,34 @@ def _kill(client, worker):
     os.kill(pid, signal.SIGKILL)
 
 
-def _hold_shards(folder: str) -> None:
-    """On a worker: each shard it runs says so (a file named by the worker's pid) and then
-    waits until ``folder/go`` exists (120 s at most: a liveness guard)."""
+def _hold_shards(folder: str, name: str = "_run_shard", tag: str = "run") -> None:
+    """On a worker: each call of ``name`` (its shards; ``_make_spd``: the batches it makes)
+    says so (a file ``tag-pid``) and then waits until ``folder/go`` exists (120 s at most: a
+    liveness guard)."""
     import os
     import pathlib
     import time
 
     import vbatch.distributed.worker as m
 
-    real = m.__dict__.setdefault("_real_run_shard", m._run_shard)
+    real = m.__dict__.setdefault(f"_real{name}", getattr(m, name))
 
     def held(*a, **kw):
-        pathlib.Path(folder, f"run-{os.getpid()}").touch()
+        pathlib.Path(folder, f"{tag}-{os.getpid()}").touch()
         t0 = time.monotonic()
         while not os.path.exists(os.path.join(folder, "go")):
             if time.monotonic() - t0 > 120:
-                raise TimeoutError("liveness guard: the shard was never let go")
+                raise TimeoutError(f"liveness guard: {name} was never let go")
             time.sleep(0.01)
         return real(*a, **kw)
 
-    m._run_shard = held
+    setattr(m, name, held)
 
 
-def _let_shards_run() -> None:
+def _let_shards_run(name: str = "_run_shard") -> None:
     import vbatch.distributed.worker as m
 
-    m._run_shard = m.__dict__.pop("_real_run_shard", m._run_shard)
+    setattr(m, name, m.__dict__.pop(f"_real{name}", getattr(m, name)))
 
 
 def test_a_worker_killed_mid_batch_loses_nothing(client, tmp_path):
@@ -470,29 +473,6 @@ def test_a_recompute_replays_the_in_place_call_it_was_ordered_after(client):
     vd.wait_for_workers(client, 2)
 
 
-def _hold_makers(folder: str) -> None:
-    """On a worker: each batch it makes says so (a file named by the worker's pid) and waits
-    until ``folder/go`` exists (120 s at most)."""
-    import os
-    import pathlib
-    import time
-
-    import vbatch.distributed.worker as m
-
-    real = m.__dict__.setdefault("_real_make_spd", m._make_spd)
-
-    def held(*a, **kw):
-        pathlib.Path(folder, f"make-{os.getpid()}").touch()
-        t0 = time.monotonic()
-        while not os.path.exists(os.path.join(folder, "go")):
-            if time.monotonic() - t0 > 120:
-                raise TimeoutError("liveness guard: the maker was never let go")
-            time.sleep(0.01)
-        return real(*a, **kw)
-
-    m._make_spd = held
-
-
 def test_a_second_worker_lost_while_a_shards_reads_are_made_again(tmp_path):
     """Two faults in a row: a reader's worker dies, so what it reads is made again on another
     worker, and that one dies while it does (held there by a gate). The call still gives the
@@ -510,7 +490,7 @@ def test_a_second_worker_lost_while_a_shards_reads_are_made_again(tmp_path):
         chol.result()
         assert len({s.worker for s in chol.shards}) == 3
         want = [np.tril(f) for f in chol.output().gather()]
-        c.run(_hold_makers, str(tmp_path))
+        c.run(_hold_shards, str(tmp_path), "_make_spd", "make")
         _kill(c, chol.shards[0].worker)  # (the factors and the batch of shard 0 go)
         rhs = [np.ones((int(n), 1)) for n in ns]
         sol = drt.potrs(chol, rhs)
@@ -650,21 +630,10 @@ def test_close_drops_what_the_runtime_left_on_the_workers(client):
     assert not _held_anywhere(client) - before
 
 
-def _raise_oserror() -> None:
-    import vbatch.distributed.worker as m
-
-    m.__dict__.setdefault("_real_run_shard", m._run_shard)
-
-    def failing(*a, **kw):
-        raise FileNotFoundError("a shard's own OSError")
-
-    m._run_shard = failing
-
-
 def test_an_oserror_a_shard_raises_is_its_error_not_a_lost_worker(client):
     mats, _ = _batch(19, count=10)
     drt = vd.Runtime(client, device="cpu", nb=NB)
-    client.run(_raise_oserror)
+    client.run(_fail_shards, FileNotFoundError("a shard's own OSError"))
     try:
         with pytest.raises(FileNotFoundError, match="own OSError"):
             drt.cholesky(mats).result()
