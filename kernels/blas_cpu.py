@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from vbatch.core import jit
-from vbatch.kernels.cpu import Work, split
+from vbatch.kernels.cpu import INFO, Data, Work, split
 from vbatch.core.jit import njit, strides
 from vbatch.kernels.lapack import _SCALAR, routines
 from vbatch.ops.blas import COPY, GEMM, TRMM, TRSM
@@ -64,7 +64,7 @@ def prepare(backend, plan, launches) -> State:
         cost = kd.flops(a, t.rows[sl], t.cols[sl], t.width[sl]) + 1.0
         tasks = list(zip(t.problem[sl].tolist(), *(a[:, i].tolist() for i in range(a.shape[1]))))
         w = split(tasks, cost, np.zeros(len(tasks), dtype=bool), backend.threads.size)
-        if jit.AVAILABLE and lc.kind in _COMPILED and (cost <= SMALL_FLOPS).any():
+        if jit.AVAILABLE and (cost <= SMALL_FLOPS).any():
             small = dict(zip(tasks, (cost <= SMALL_FLOPS).tolist()))
             # A small task is a compiled loop's even where it is "wide" (longer than its share
             # of a launch of few tasks: with 16 threads, a launch of 9 copies made every copy
@@ -159,34 +159,48 @@ def run(backend, ex, lc, whole: bool, tasks: list) -> None:
     skip = p.get("skip_failed", 0)
     src = lc.kind != COPY and p["src"]  # (a copy's own src is what it copies)
     for task in tasks:
-        if src:  # (also for a problem skipped below: POSV's failed ones keep B)
-            _bring_in(ex, lc.kind, p, task)
         if isinstance(task, np.ndarray):  # a table of small tasks (_tabled)
-            if _COMPILED[lc.kind](ex, lc.kind, p, task, skip):
+            calls = _small_calls(lc.kind, p, task, lambda name: _layout(ex, name),
+                                 lambda which: _scalar(ex, which))
+            if calls is not None:
+                for kernel, args in calls:
+                    kernel(*(ex.info if a is INFO else a for a in args))
                 continue
             rows = [tuple(r) for r in task.tolist()]  # (a symmetric copy: the views' path)
         else:
             rows = (task,)
         for row in rows:
+            if src:  # (also for a problem skipped below: POSV's failed ones keep B)
+                _bring_in(ex, lc.kind, p, row)
             if skip and ex.info[row[0]]:
                 continue
             fn(ex, lc.kind, p, *row)
 
 
+def calls(backend, ex, lc, whole: bool, tasks: list, names: list) -> list | None:
+    """The chunk ``tasks`` of ``lc`` as compiled loops' calls on buffers laid out as ``ex``'s,
+    the call's arrays as :class:`~vbatch.kernels.cpu.Data` (their place in ``names``) and
+    ``INFO`` (CpuBackend.replayer); None where it is not one table of small tasks."""
+    if len(tasks) != 1 or not isinstance(tasks[0], np.ndarray):
+        return None
+    p = next(k for k in ex.plan.kinds if k.name == lc.task_kind).param
+    if lc.kind == COPY and p["sym"] and ex.buffers[p["src"]].batch is ex.buffers[p["dst"]].batch:
+        return None  # (mirrored in place: the views' path)
+
+    def lay(name):
+        return (Data(names.index(name)),) + _layout(ex, name)[1:]
+
+    return _small_calls(lc.kind, p, tasks[0], lay, lambda which: _scalar(ex, which))
+
+
 def _bring_in(ex, lk, p, task) -> None:
-    """The rows of X that ``task`` (a task row, or a table of them) writes first (its ``src``
-    arg): ``X[r0:r0+mm, c0:c0+nn] := scale S`` (a diagonal block's X, a join's output)."""
+    """The rows of X that ``task`` writes first (its ``src`` arg): ``X[r0:r0+mm, c0:c0+nn] :=
+    scale S`` (a diagonal block's X, a join's output)."""
     dst, t = (p["x"], p["tx"]) if lk in (TRSM, TRMM) else (p["o"], p["tc"])
-    scale = _scalar(ex, p["scale"])
-    if isinstance(task, np.ndarray):
-        rows = task[task[:, 7] != 0]
-        if len(rows):
-            _copy_small(rows, *_layout(ex, p["src"]), *_layout(ex, dst), bool(t), scale, 0)
-        return
     q, r0, mm, _, _, nn, c0, fresh = task
     if fresh:
         _assign(_view(ex, dst, q, t)[r0:r0 + mm, c0:c0 + nn],
-                _view(ex, p["src"], q, t)[r0:r0 + mm, c0:c0 + nn], scale)
+                _view(ex, p["src"], q, t)[r0:r0 + mm, c0:c0 + nn], _scalar(ex, p["scale"]))
 
 
 def _copy(ex, lk, p, q, r0, mm, k0, kk, nn, c0, src=0) -> None:
@@ -337,35 +351,39 @@ def _layout(ex, name: str):
     return jit.packed(ex.buffers[name].batch)
 
 
-def _run_gemm(ex, lk, p, rows, skip) -> bool:
-    names = [p["a"], p["b"], p["o"]] + ([p["c"]] if p["c"] else [])
-    lay = {nm: _layout(ex, nm) for nm in names}
-    c = lay[p["c"]] if p["c"] else lay[p["o"]]
-    beta = _scalar(ex, p["beta"]) if p["c"] else 0.0
-    uplo = {"": 0, "lower": 1, "upper": 2}[p["uplo"]]
-    _gemm_small(rows, ex.info, bool(skip), *lay[p["a"]], bool(p["ta"]), *lay[p["b"]],
-                bool(p["tb"]), *c, *lay[p["o"]], bool(p["tc"]), bool(p["c"]),
-                _scalar(ex, p["alpha"]), beta, uplo)
-    return True
-
-
-def _run_diag(ex, lk, p, rows, skip) -> bool:
-    t, x = _layout(ex, p["t"]), _layout(ex, p["x"])
-    _diag_small(rows, ex.info, bool(skip), *t, bool(p["tt"]), *x, bool(p["tx"]),
-                bool(p["lower"]), bool(p["unit"]), lk == TRSM)
-    return True
-
-
-def _run_copy(ex, lk, p, rows, skip) -> bool:
-    src, dst = _layout(ex, p["src"]), _layout(ex, p["dst"])
-    sym = {"": 0, "lower": 1, "upper": 2}[p["sym"]]
-    if sym and np.may_share_memory(src[0], dst[0]):
-        return False  # (mirrored in place: the views' path reads the source whole first)
-    _copy_small(rows, *src, *dst, bool(p["t"]), _scalar(ex, p["alpha"]), sym)
-    return True
-
-
-_COMPILED = {GEMM: _run_gemm, TRSM: _run_diag, TRMM: _run_diag, COPY: _run_copy}
+def _small_calls(lk, p, rows: np.ndarray, lay, scalar) -> list | None:
+    """The compiled loops that run the table of small tasks ``rows`` of a launch of kind
+    ``lk`` (params ``p``), as ``[(kernel, args), ...]`` in order: the rows' X brought in from
+    their ``src``, then the tasks. ``lay(name)`` gives an operand's layout (:func:`_layout`),
+    ``scalar(which)`` a scalar's value; ``INFO`` stands for the per-problem status. None for a
+    symmetric copy in place (the views' path reads the source whole first)."""
+    skip = bool(p.get("skip_failed", 0))
+    calls = []
+    if lk != COPY and p["src"]:
+        fresh = rows[rows[:, 7] != 0]  # (also for a problem skipped: POSV's failed keep B)
+        if len(fresh):
+            dst, t = (p["x"], p["tx"]) if lk in (TRSM, TRMM) else (p["o"], p["tc"])
+            calls.append((_copy_small, (fresh, *lay(p["src"]), *lay(dst), bool(t),
+                                        scalar(p["scale"]), 0)))
+    if lk == GEMM:
+        o = lay(p["o"])
+        c = lay(p["c"]) if p["c"] else o
+        beta = scalar(p["beta"]) if p["c"] else 0.0
+        uplo = {"": 0, "lower": 1, "upper": 2}[p["uplo"]]
+        calls.append((_gemm_small, (rows, INFO, skip, *lay(p["a"]), bool(p["ta"]),
+                                    *lay(p["b"]), bool(p["tb"]), *c, *o, bool(p["tc"]),
+                                    bool(p["c"]), scalar(p["alpha"]), beta, uplo)))
+    elif lk in (TRSM, TRMM):
+        calls.append((_diag_small, (rows, INFO, skip, *lay(p["t"]), bool(p["tt"]),
+                                    *lay(p["x"]), bool(p["tx"]), bool(p["lower"]),
+                                    bool(p["unit"]), lk == TRSM)))
+    else:
+        src, dst = lay(p["src"]), lay(p["dst"])
+        sym = {"": 0, "lower": 1, "upper": 2}[p["sym"]]
+        if sym and type(src[0]) is np.ndarray and np.may_share_memory(src[0], dst[0]):
+            return None
+        calls.append((_copy_small, (rows, *src, *dst, bool(p["t"]), scalar(p["alpha"]), sym)))
+    return calls
 
 
 @njit(cache=True, nogil=True)
@@ -377,7 +395,8 @@ def _gemm_small(rows, info, skip, A, ao, al, ac, ta, B, bo, bl, bc, tb, C, co, c
     ``uplo`` 1/2 writes only the lower/upper triangle of the ``mm x nn`` block, the other one
     taking C's entries as they are (the views' path copies C into D first). As BLAS: A and B
     are not read when alpha is 0, nor C when beta is 0."""
-    acc = np.zeros(max(rows[:, 2].max(), 1) if rows.shape[0] else 1, np.float64)
+    acc = np.zeros(max(rows[:, 2].max(), rows[:, 5].max(), 1) if rows.shape[0] else 1,
+                   np.float64)
     for t in range(rows.shape[0]):
         q, r0, mm, k0, kk, nn, cs = rows[t, 0], rows[t, 1], rows[t, 2], rows[t, 3], \
             rows[t, 4], rows[t, 5], rows[t, 6]
@@ -391,57 +410,114 @@ def _gemm_small(rows, info, skip, A, ao, al, ac, ta, B, bo, bl, bc, tb, C, co, c
         b0 = bo[q] + k0 * bk + cs * bj
         c0 = co[q] + r0 * cr + cs * cj
         o0 = oo[q] + r0 * orr + cs * oj
-        for j in range(nn):
-            lo = j if uplo == 1 else 0
-            hi = min(mm, j + 1) if uplo == 2 else mm
-            if has_c and uplo != 0:
-                for i in range(mm):
-                    if i < lo or i >= hi:
-                        D[o0 + i * orr + j * oj] = C[c0 + i * cr + j * cj]
-            for i in range(lo, hi):
-                acc[i] = 0.0
-            if alpha != 0.0:
-                # a column of D as a sum of A's columns: the inner loop runs down a column of
-                # A, contiguous in the usual column-major layout (a dot product per entry ran
-                # along A's rows: 0.5 GFLOP/s at 16^3)
-                for k in range(kk):
-                    b = B[b0 + k * bk + j * bj]
-                    ak0 = a0 + k * ak
+        if ar == 1 or bj != 1:
+            _gemm_block(A, a0, ar, ak, B, b0, bk, bj, C, c0, cr, cj, D, o0, orr, oj,
+                        mm, kk, nn, has_c, alpha, beta, uplo, acc)
+        else:  # A's rows contiguous, B's: D^T = op(B)^T op(A)^T, the inner loop along B's rows
+            _gemm_block(B, b0, bj, bk, A, a0, ak, ar, C, c0, cj, cr, D, o0, oj, orr,
+                        nn, kk, mm, has_c, alpha, beta, (3 - uplo) % 3, acc)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _gemm_block(A, a0, ar, ak, B, b0, bk, bj, C, c0, cr, cj, D, o0, orr, oj, mm, kk, nn,
+                has_c, alpha, beta, uplo, acc):
+    """One task of :func:`_gemm_small`, strides in elements. A column of D is a sum of A's
+    columns, so the inner loop runs down a column of A (a dot product per entry ran along A's
+    rows: 0.5 GFLOP/s at 16^3). Indices are unsigned: a signed one is checked for wrapping
+    around on every access, which kept LLVM from vectorizing the loop (4.6x at 32^3)."""
+    ua0, uar, uak = np.uint64(a0), np.uint64(ar), np.uint64(ak)
+    ub0, ubk, ubj = np.uint64(b0), np.uint64(bk), np.uint64(bj)
+    uc0, ucr, ucj = np.uint64(c0), np.uint64(cr), np.uint64(cj)
+    uo0, uor, uoj = np.uint64(o0), np.uint64(orr), np.uint64(oj)
+    for jj in range(nn):
+        j = np.uint64(jj)
+        lo = j if uplo == 1 else np.uint64(0)
+        hi = np.uint64(min(mm, jj + 1) if uplo == 2 else mm)
+        if has_c and uplo != 0:
+            for i in range(np.uint64(mm)):
+                if i < lo or i >= hi:
+                    D[uo0 + i * uor + j * uoj] = C[uc0 + i * ucr + j * ucj]
+        for i in range(lo, hi):
+            acc[i] = 0.0
+        if alpha != 0.0:
+            for kx in range(np.uint64(kk)):
+                b = B[ub0 + kx * ubk + j * ubj]
+                ak0 = ua0 + kx * uak
+                if ar == 1:
                     for i in range(lo, hi):
-                        acc[i] += A[ak0 + i * ar] * b
-            for i in range(lo, hi):
-                v = alpha * acc[i]
-                if has_c and beta != 0.0:
-                    v += beta * C[c0 + i * cr + j * cj]
-                D[o0 + i * orr + j * oj] = v
+                        acc[i] += A[ak0 + i] * b
+                else:
+                    for i in range(lo, hi):
+                        acc[i] += A[ak0 + i * uar] * b
+        for i in range(lo, hi):
+            v = alpha * acc[i]
+            if has_c and beta != 0.0:
+                v += beta * C[uc0 + i * ucr + j * ucj]
+            D[uo0 + i * uor + j * uoj] = v
 
 
 @njit(cache=True, nogil=True)
 def _diag_small(rows, info, skip, T, to, tl, tcol, tt, X, xo, xl, xcol, tx, lower, unit, solve):
     """Every task row ``(q, o, w, -, -, nn)``: ``X[o:o+w, :nn] := T_s^{-1} X`` (``solve``) or
     ``T_s X``, ``T_s`` the lower (``lower``) or upper triangle of the view's ``T[o:o+w,
-    o:o+w]``, with ones on its diagonal when ``unit``."""
+    o:o+w]``, with ones on its diagonal when ``unit``.
+
+    Right-looking, a pivot row ``p`` at a time: a solve divides row p by its diagonal entry,
+    then takes T[i, p] times it from the rows below (lower) or above it; a product adds T[i, p]
+    times row p to those rows, then scales row p, pivots taken in the order that leaves each
+    row p as it was until its own step. The update runs along X's rows where they are
+    contiguous, else down X's columns (and T's): inner loops over contiguous memory, unsigned
+    indices (see :func:`_gemm_block`)."""
     for t in range(rows.shape[0]):
         q, o, w, nn = rows[t, 0], rows[t, 1], rows[t, 2], rows[t, 5]
         if skip and info[q] != 0:
             continue
         tr, tc = strides(tl, tcol, q, tt)
         xr, xc = strides(xl, xcol, q, tx)
-        t0 = to[q] + o * tr + o * tc
-        x0 = xo[q] + o * xr
-        for j in range(nn):
-            xj = x0 + j * xc
-            for step in range(w):
-                # the order that reads each X entry before it is overwritten
-                i = step if lower == solve else w - 1 - step
-                klo, khi = (0, i) if lower else (i + 1, w)
-                s = 0.0
-                ti = t0 + i * tr
-                for k in range(klo, khi):
-                    s += T[ti + k * tc] * X[xj + k * xr]
-                d = 1.0 if unit else T[ti + i * tc]
-                xi = xj + i * xr
-                X[xi] = (X[xi] - s) / d if solve else d * X[xi] + s
+        ut0 = np.uint64(to[q] + o * tr + o * tc)
+        ux0 = np.uint64(xo[q] + o * xr)
+        utr, utc, uxr, uxc = np.uint64(tr), np.uint64(tc), np.uint64(xr), np.uint64(xc)
+        uw, unn = np.uint64(w), np.uint64(nn)
+        down = lower == solve  # pivots in increasing order
+        if xc == 1:  # X's rows contiguous: whole rows at a time
+            for step in range(uw):
+                p = step if down else uw - np.uint64(1) - step
+                lo, hi = (p + np.uint64(1), uw) if lower else (np.uint64(0), p)
+                xp = ux0 + p * uxr
+                d = 1.0 if unit else T[ut0 + p * utr + p * utc]
+                if solve and d != 1.0:
+                    for j in range(unn):
+                        X[xp + j] = X[xp + j] / d
+                sign = -1.0 if solve else 1.0
+                for i in range(lo, hi):
+                    f = sign * T[ut0 + i * utr + p * utc]
+                    xi = ux0 + i * uxr
+                    for j in range(unn):
+                        X[xi + j] += f * X[xp + j]
+                if not solve and d != 1.0:
+                    for j in range(unn):
+                        X[xp + j] = d * X[xp + j]
+            continue
+        for j in range(unn):  # a column of X at a time
+            xj = ux0 + j * uxc
+            for step in range(uw):
+                p = step if down else uw - np.uint64(1) - step
+                lo, hi = (p + np.uint64(1), uw) if lower else (np.uint64(0), p)
+                d = 1.0 if unit else T[ut0 + p * utr + p * utc]
+                v = X[xj + p * uxr]
+                if solve:
+                    v = v / d
+                    X[xj + p * uxr] = v
+                    v = -v
+                tp = ut0 + p * utc
+                if utr == 1 and uxr == 1:
+                    for i in range(lo, hi):
+                        X[xj + i] += T[tp + i] * v
+                else:
+                    for i in range(lo, hi):
+                        X[xj + i * uxr] += T[tp + i * utr] * v
+                if not solve:
+                    X[xj + p * uxr] = d * v
 
 
 @njit(cache=True, nogil=True)
@@ -453,11 +529,16 @@ def _copy_small(rows, S, so, sl, scol, D, do, dl, dcol, t, alpha, sym):
         q, r0, mm, nn, c0 = rows[r, 0], rows[r, 1], rows[r, 2], rows[r, 5], rows[r, 6]
         sr, sc = strides(sl, scol, q, t)
         dr, dc = strides(dl, dcol, q, t)
-        s0 = so[q] + r0 * sr + c0 * sc
-        d0 = do[q] + r0 * dr + c0 * dc
-        for j in range(nn):
-            for i in range(mm):
+        s0 = np.uint64(so[q] + r0 * sr + c0 * sc)
+        d0 = np.uint64(do[q] + r0 * dr + c0 * dc)
+        usr, usc, udr, udc = np.uint64(sr), np.uint64(sc), np.uint64(dr), np.uint64(dc)
+        for j in range(np.uint64(nn)):
+            if sym == 0 and alpha != 0.0:  # (unsigned indices: see _gemm_block)
+                for i in range(np.uint64(mm)):
+                    D[d0 + i * udr + j * udc] = alpha * S[s0 + i * usr + j * usc]
+                continue
+            for i in range(np.uint64(mm)):
                 mirror = (sym == 1 and i < j) or (sym == 2 and i > j)
-                at = s0 + j * sr + i * sc if mirror else s0 + i * sr + j * sc
+                at = s0 + j * usr + i * usc if mirror else s0 + i * usr + j * usc
                 v = 0.0 if alpha == 0.0 else alpha * S[at]
-                D[d0 + i * dr + j * dc] = v
+                D[d0 + i * udr + j * udc] = v

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from vbatch.core import jit
-from vbatch.kernels.cpu import Work, split
+from vbatch.kernels.cpu import INFO, Data, Work, split
 from vbatch.core.jit import njit, strides
 from vbatch.kernels.lapack import Calls
 from vbatch.ops.cholesky import FUSED, SCHUR, TRSM, UPDATE
@@ -185,6 +185,23 @@ def run(backend, ex, lc, whole: bool, tasks: list) -> None:
             _task(backend, ex, c, a, out, kind, q, j, w, b)
 
 
+def calls(backend, ex, lc, whole: bool, tasks: list, names: list) -> list | None:
+    """The chunk ``tasks`` of ``lc`` as the compiled loop's call on buffers laid out as
+    ``ex``'s (CpuBackend.replayer), or None where the loop does not take all of it. Its
+    ``info`` is complete: the loop tests every pivot (NaN included), which is what
+    :func:`finish` adds to LAPACK's."""
+    if len(tasks) != 1 or not isinstance(tasks[0], Small):
+        return None
+    a, out = ex.buffers["a"], ex.buffers["l"]
+    inplace = a is out
+    sm = tasks[0]
+    if not inplace and sm.rest:
+        return None
+    return [(_potrf_small, (sm.table if inplace else sm.copy, INFO,
+                            Data(names.index("a")), *jit.packed(a.batch)[1:],
+                            Data(names.index("l")), *jit.packed(out.batch)[1:], inplace))]
+
+
 def _small(ex, a, out, table: np.ndarray) -> None:
     _potrf_small(table, ex.info, *jit.packed(a.batch), *jit.packed(out.batch), a is out)
 
@@ -194,58 +211,79 @@ def _potrf_small(rows, info, A, ao, al, acol, L, lo, ll, lcol, inplace):
     """Whole problems ``(q, n, p)``: the Cholesky factor of the leading ``p`` columns and, for
     ``p < n``, the Schur complement in the trailing block, as the fused task does with LAPACK.
     Left-looking, a column at a time: column ``j`` is the input's minus the earlier columns'
-    products, so a pivot that is not > 0 (NaN included; +inf passes, as in reference LAPACK)
-    stops with the columns before it factored, that pivot (as tested) on the diagonal, the rest
-    as it was (the input's, copied out of place), and ``info`` at that column. Zeros above the
-    diagonal of the factored columns, and (on success) above the trailing block and in the
-    block above it. Only the input's lower triangle is read."""
+    products (:func:`_column`), so a pivot that is not > 0 (NaN included; +inf passes, as in
+    reference LAPACK) stops with the columns before it factored, that pivot (as tested) on the
+    diagonal, the rest as it was (the input's, copied out of place), and ``info`` at that
+    column. Zeros above the diagonal of the factored columns, and (on success) above the
+    trailing block and in the block above it. Only the input's lower triangle is read."""
+    col = np.empty(max(rows[:, 1].max(), 1) if rows.shape[0] else 1, np.float64)
     for t in range(rows.shape[0]):
         q, n, p = rows[t, 0], rows[t, 1], rows[t, 2]
         if info[q] != 0:
             continue
         ar, ac = strides(al, acol, q, False)
         lr, lc = strides(ll, lcol, q, False)
-        a0, l0 = ao[q], lo[q]
+        a0, uar, uac = np.uint64(ao[q]), np.uint64(ar), np.uint64(ac)
+        l0, ulr, ulc = np.uint64(lo[q]), np.uint64(lr), np.uint64(lc)
+        un = np.uint64(n)
         done = p  # columns factored
         d = 0.0
-        for j in range(p):
-            d = np.float64(A[a0 + j * ar + j * ac])
-            for k in range(j):
-                x = np.float64(L[l0 + j * lr + k * lc])
-                d -= x * x
+        for jj in range(p):
+            j = np.uint64(jj)
+            _column(A, a0, uar, uac, L, l0, ulr, ulc, j, un, j, col)
+            d = col[j]
             if not d > 0.0:
-                info[q] = j + 1
-                done = j
+                info[q] = jj + 1
+                done = jj
                 break
             piv = np.sqrt(d)
-            for i in range(j + 1, n):
-                s = np.float64(A[a0 + i * ar + j * ac])
-                for k in range(j):
-                    s -= np.float64(L[l0 + i * lr + k * lc]) * L[l0 + j * lr + k * lc]
-                L[l0 + i * lr + j * lc] = s / piv
-            L[l0 + j * lr + j * lc] = piv
-        for j in range(done):  # zeros above the factored columns' diagonal
+            for i in range(j + np.uint64(1), un):
+                L[l0 + i * ulr + j * ulc] = col[i] / piv
+            L[l0 + j * ulr + j * ulc] = piv
+        for j in range(np.uint64(done)):  # zeros above the factored columns' diagonal
             for i in range(j):
-                L[l0 + i * lr + j * lc] = 0.0
+                L[l0 + i * ulr + j * ulc] = 0.0
         if done < p:
+            ud = np.uint64(done)
             if not inplace:  # the columns from the failed one on as they were (the input's)
-                for j in range(done, n):
-                    for i in range(j, n):
-                        L[l0 + i * lr + j * lc] = A[a0 + i * ar + j * ac]
+                for j in range(ud, un):
+                    for i in range(j, un):
+                        L[l0 + i * ulr + j * ulc] = A[a0 + i * uar + j * uac]
             # LAPACK's leading block ends with the pivot it tested; zeros above it
-            L[l0 + done * lr + done * lc] = d
-            for i in range(done):
-                L[l0 + i * lr + done * lc] = 0.0
+            L[l0 + ud * ulr + ud * ulc] = d
+            for i in range(ud):
+                L[l0 + i * ulr + ud * ulc] = 0.0
             continue
-        for j in range(p, n):  # the Schur complement, lower triangle; zeros above it
-            for i in range(n):
-                if i < j:
-                    L[l0 + i * lr + j * lc] = 0.0
-                    continue
-                s = np.float64(A[a0 + i * ar + j * ac])
-                for k in range(p):
-                    s -= np.float64(L[l0 + i * lr + k * lc]) * L[l0 + j * lr + k * lc]
-                L[l0 + i * lr + j * lc] = s
+        for j in range(np.uint64(p), un):  # the Schur complement, lower triangle; zeros above
+            for i in range(j):
+                L[l0 + i * ulr + j * ulc] = 0.0
+            _column(A, a0, uar, uac, L, l0, ulr, ulc, j, un, np.uint64(p), col)
+            for i in range(j, un):
+                L[l0 + i * ulr + j * ulc] = col[i]
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _column(A, a0, ar, ac, L, l0, lr, lc, j, n, kend, col):
+    """``col[i] := A[i, j] - sum_{k < kend} L[i, k] L[j, k]`` for ``i`` in ``[j, n)``, in float64
+    (unsigned indices: see blas_cpu._gemm_block). Where L's columns are contiguous, as sums of
+    its columns (the inner loop down a column, vectorized); else as a dot product per entry,
+    along L's rows."""
+    if lr == 1:
+        for i in range(j, n):
+            col[i] = A[a0 + i * ar + j * ac]
+        for k in range(kend):
+            f = np.float64(L[l0 + j + k * lc])
+            lk = l0 + k * lc
+            for i in range(j, n):
+                col[i] -= L[lk + i] * f
+        return
+    lj = l0 + j * lr
+    for i in range(j, n):
+        s = np.float64(A[a0 + i * ar + j * ac])
+        li = l0 + i * lr
+        for k in range(kend):
+            s -= np.float64(L[li + k * lc]) * L[lj + k * lc]
+        col[i] = s
 
 
 def _whole(backend, ex, c: Calls, a, out, tasks: list) -> None:

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from vbatch.core.batch import MatrixList, PackedBatch, Views, list_signature
+from vbatch.core.batch import MatrixList, PackedBatch, Views, list_signature, pack
 from vbatch.core.errors import InputError, constructed, validated
 from vbatch.runtime.future import Future
 
@@ -218,29 +218,42 @@ class Prepared:
         b = rt.backend
         if not b.asynchronous and not rt._small(self.op, req, self.plan):
             return None
-        ins = []
+        ins, lists = [], set()
+        total = b.memory_total()
         for name, operand, written in self.op._ins:
             given = getattr(req, operand)
             if given is None:
                 ins.append((name, None))
                 continue
-            if type(given) is not PackedBatch or given.kind != b.kind:
+            if type(given) is MatrixList:
+                # A list of the prepared signature, gathered into a buffer of its staged
+                # layout as staging does (lists written in place are staged: a device list is
+                # then written where it lies); only where its copy is one the memory check
+                # passes without asking what is free.
+                staged = int((np.maximum(given.m, 1) * given.n).sum()) * given.dtype.itemsize
+                if (type(self._layout.get(operand)) is not _ListLayout or given.kind != b.kind
+                        or written and ow or total and staged * 4 > total):
+                    return None
+                lists.add(operand)
+            elif type(given) is not PackedBatch or given.kind != b.kind:
                 return None
-            if written and not ow and not given.cache().get(("fits", b.name,
-                                                             given.dtype.itemsize)):
+            elif written and not ow and not given.cache().get(("fits", b.name,
+                                                               given.dtype.itemsize)):
                 return None
             ins.append((name, operand))
 
-        def maker(buf):  # a new buffer laid out from its sizes, as its form field's batch
+        def maker(buf):  # a new buffer laid out from its sizes, as staging lays it out
             form = getattr(req, buf.form)
-            if type(form) is not PackedBatch or form.kind != b.kind:
+            if type(form) not in (PackedBatch, MatrixList) or form.kind != b.kind:
                 return None
-            return b.buffer_maker(*buf.shape(req), form.dtype, form.order, not buf.complete)
+            order = form.order if type(form) is PackedBatch else "C"
+            return b.buffer_maker(*buf.shape(req), form.dtype, order, not buf.complete)
 
         outs = []
         for name, operand, _, buf in self.op._outs:
-            if getattr(req, operand) is not None:  # (it replaces its operand's input)
-                outs.append((name, 2 if ow else 1, operand, operand))
+            if getattr(req, operand) is not None:  # (it replaces its operand's input: a
+                # list's gathered copy is the call's own)
+                outs.append((name, 2 if ow or operand in lists else 1, operand, operand))
                 continue
             outs.append((name, 0, maker(buf), buf.form))
         outs += [(buf.name, 0, maker(buf), None) for buf in self.op._scratch]  # (not given back)
@@ -248,7 +261,9 @@ class Prepared:
         if any(how == 0 and make is None or form is not None and form not in inputs
                for _, how, make, form in outs):
             return None
-        return _replayer(self, ins, outs, type(getattr(req, ins[0][1]).data))
+        o = next(o for _, o in ins if o is not None)  # (the backend's kind of array)
+        kind = type(getattr(req, o).mats[0] if o in lists else getattr(req, o).data)
+        return _replayer(self, ins, outs, kind, lists)
 
     def _first(self, datas: tuple, buffers: dict) -> Any:
         """A replay's launch where the backend's ``fire`` has not been made yet (made here,
@@ -299,10 +314,12 @@ class Prepared:
 _CODE: dict = {}  # a replay's source -> its compiled code (one per shape of call)
 
 
-def _replayer(p: Prepared, ins: tuple, outs: tuple, kind: type) -> Any:
+def _replayer(p: Prepared, ins: tuple, outs: tuple, kind: Any, lists: set) -> Any:
     """``replay(given, ow) -> Future | None``: the replay road of ``p`` on ``given`` (operand ->
-    a packed batch of the prepared layout, or the views of one), None where it cannot take it
-    (an operand elsewhere, or read-only and to be overwritten).
+    a packed batch of the prepared layout, or the views of one; for an operand in ``lists``, a
+    list of the prepared signature, bound or not), None where it cannot take it (an operand
+    elsewhere, or read-only and to be overwritten). A list is gathered into a buffer of its
+    staged layout, as staging does, and its outputs come back as lists.
 
     Written as straight-line source from the recipe (``ins``, ``outs``: Prepared._learn), as
     the runtime's methods are (vbatch.ops.op.caller): the same steps for every op, without a
@@ -312,18 +329,34 @@ def _replayer(p: Prepared, ins: tuple, outs: tuple, kind: type) -> Any:
     GPU's work then hides."""
     rt = p.runtime
     ns = {"Views": Views, "kind": kind, "new_data": rt.backend.new_data, "p": p, "rt": rt,
+          "MatrixList": MatrixList, "pack": pack, "backend": rt.backend,
           "Future": Future, "give": _give, "form": _list_form, "result": p.op.result,
           "plan": p.plan, "tails": rt._tails}
     var: dict = {}  # operand -> the variable of its batch
+    shape: dict = {}  # operand -> the variable of what gives its outputs their form
     src = ["def replay(given, ow):"]
     if not rt.backend.asynchronous:
         # A synchronous backend runs a call in the caller's thread only while nothing is
         # queued on its worker (Runtime._submit); else the call is staged, behind the queue.
         src += ["    if rt._queued or rt._closed:", "        return None"]
+    gather = []  # (in the try below: what gathering raises, the future carries)
     for _, o in ins:
         if o is None or o in var:
             continue
         v = var[o] = f"v{len(var)}"
+        if o in lists:
+            ml = shape[o] = f"m{v}"
+            ns[f"lay{v}"] = p._layout[o]
+            src += [f"    {ml} = given[{o!r}]",
+                    f"    if type({ml}) is not MatrixList:",  # (not bound yet: the call's key
+                    f"        if type({ml}) is not list and type({ml}) is not tuple:",  # held
+                    "            return None",  # its signature)
+                    f"        {ml} = lay{v}.bind({ml}, True, False)",
+                    f"        if {ml} is None:",
+                    "            return None"]
+            gather.append(f"        {v} = pack({ml}, {ml}.packed_order, backend)")
+            continue
+        shape[o] = v
         src += [f"    {v} = given[{o!r}]",
                 f"    if type({v}) is Views:",  # (a list an earlier call gave: its batch)
                 f"        {v} = {v}.batch",
@@ -339,7 +372,7 @@ def _replayer(p: Prepared, ins: tuple, outs: tuple, kind: type) -> Any:
             make.append(f"        o{j} = make{j}()")
             datas.append(f"o{j}.data")
             buffers.append(f"{name!r}: o{j}")
-            work = f"o{j}.with_frontend({var[form]}.frontend)" if form else None
+            work = f"o{j}.with_frontend({shape[form]}.frontend)" if form else None
         elif how == 1:
             make.append(f"        o{j} = new_data({var[arg]}.data)")
             datas.append(f"o{j}")
@@ -350,8 +383,8 @@ def _replayer(p: Prepared, ins: tuple, outs: tuple, kind: type) -> Any:
             buffers.append(f"{name!r}: {var[arg]}")
             work = var[arg]
         if work is not None:
-            back.append(f"{name!r}: give({work}, form({var[form]}))")
-    src += ["    try:", *make,
+            back.append(f"{name!r}: give({work}, form({shape[form]}))")
+    src += ["    try:", *gather, *make,
             f"        datas = ({', '.join(datas)},)",
             "        fire = p._fire",
             "        c = fire(datas) if fire else None",
