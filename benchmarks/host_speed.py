@@ -1,6 +1,6 @@
 """Host-side speed: planning time, and the CPU backend against a scipy loop, side by side.
 
-    python benchmarks/host_speed.py [--reps 9] [--json FILE] [--only cpu|planning|tiny]
+    python benchmarks/host_speed.py [--reps 9] [--json FILE] [--only cpu|planning|tiny|lists]
 
 Planning: k = 5,000 sizes uniform on [1, 512], both policies, nb 32 and 64, full and partial.
 
@@ -16,6 +16,10 @@ vbatch / loop (below 1: vbatch is faster).
 Tiny calls: 10 matrices of 8 x 8 on the CPU, one call each of POTRF, GEMM, TRSM and POSV, us,
 median of 200 calls after 20, against a scipy loop doing the same (``scipy.linalg.cholesky``,
 ``dgemm``, ``solve_triangular``, ``cho_factor`` + ``cho_solve``), list and packed forms.
+
+Lists: what the list form costs over the packed call, us a matrix, for k = 20,000 numpy matrices
+of sizes U[1, 8] (POTRF; TRSM and GEMM, two lists), a repeated call of each form (median of
+--reps after two): reading, packing and giving back the arrays.
 """
 
 from __future__ import annotations
@@ -161,11 +165,36 @@ def tiny(reps: int = 200) -> list[dict]:
     return rows
 
 
+def lists(reps: int, k: int = 20_000) -> list[dict]:
+    rng = np.random.default_rng(2)
+    n = rng.integers(1, 9, k)
+    a = spd_list(n, np.float64, rng)
+    lo = [np.linalg.cholesky(x) for x in a]
+    b = [rng.standard_normal((x, 4)) for x in n]
+    sq = [rng.standard_normal((x, x)) for x in n]
+    rt = vbatch.Runtime("cpu")
+    pa, plo, pb, psq = (vbatch.pack(x) for x in (a, lo, b, sq))
+    cases = {"potrf": (lambda: rt.cholesky(a).result(), lambda: rt.cholesky(pa).result()),
+             "trsm": (lambda: rt.trsm(lo, b).result(), lambda: rt.trsm(plo, pb).result()),
+             "gemm": (lambda: rt.gemm(sq, b).result(), lambda: rt.gemm(psq, pb).result())}
+    rows = []
+    for op, (lst, packed) in cases.items():
+        for fn in (lst, packed, lst, packed):
+            fn()
+        tl, tp = [], []
+        for _ in range(reps):
+            tl.append(median_ms(lst, 1))
+            tp.append(median_ms(packed, 1))
+        li, p = float(np.median(tl)), float(np.median(tp))
+        rows.append(dict(op=op, k=k, list_ms=li, packed_ms=p, over_us=(li - p) * 1e3 / k))
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=9)
     ap.add_argument("--json", help="also write the numbers here")
-    ap.add_argument("--only", choices=("cpu", "planning", "tiny"))
+    ap.add_argument("--only", choices=("cpu", "planning", "tiny", "lists"))
     ap.add_argument("--nb", type=int, nargs="+", help="CPU panel widths to compare "
                                                      "(default: the backend's)")
     args = ap.parse_args()
@@ -178,7 +207,13 @@ def main() -> None:
         for r in out["tiny"]:
             print(f"  {r['op']:6} loop {r['loop_us']:7.1f}  list {r['list_us']:7.1f}  "
                   f"packed {r['packed_us']:7.1f}")
-    if args.only not in ("cpu", "tiny"):
+    if args.only in (None, "lists"):
+        out["lists"] = lists(args.reps)
+        print("lists of 20,000 numpy matrices of U[1, 8] over the packed call (median ms)")
+        for r in out["lists"]:
+            print(f"  {r['op']:6} list {r['list_ms']:8.2f}  packed {r['packed_ms']:8.2f}  "
+                  f"over {r['over_us']:5.2f} us a matrix")
+    if args.only not in ("cpu", "tiny", "lists"):
         out["planning"] = planning(args.reps)
         print("planning, k = 5000, uniform Nmax = 512 (median ms)")
         for r in out["planning"]:

@@ -38,11 +38,12 @@ OP = "blas"
 WHOLE = 1 << 30
 # Tasks of at most this many flops run as compiled loops, a thread's share of a launch in one
 # call, where numba is installed: the Python and ctypes around one BLAS call cost ~30 us a task
-# (a multifrontal solve is ~200,000 tasks of a few hundred flops), while the loops run at ~1.5-2
-# GFLOP/s. Measured on the 2-core VM (vbatch's gemm and trsm on packed n x n batches, us a
-# problem, loops / BLAS): GEMM n = 16 5.9 / 35, 32 46 / 99, 48 114 / 86; TRSM n = 32 33 / 220,
-# 48 86 / 111. The crossover is between 65k and 221k flops (docs/decisions.md#cpu-small-loops).
-SMALL_FLOPS = 1 << 17
+# (a multifrontal solve is ~200,000 tasks of a few hundred flops), while the loops run at 5-16
+# GFLOP/s. Measured on the 2-core VM (vbatch's gemm and trsm on packed n x n batches of either
+# order, us a problem, loops / BLAS): GEMM n = 32 29-38 / 58-83, 64 53-55 / 91-93, 80 76-151 /
+# 105-115; TRSM (n right-hand sides) n = 64 67-86 / 113-114, 80 107-127 / 120-130
+# (docs/decisions.md#cpu-small-loops).
+SMALL_FLOPS = 1 << 19
 
 
 def plan_defaults(dtype) -> dict:

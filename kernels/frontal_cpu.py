@@ -170,21 +170,27 @@ def _tree(data, off, ld, fcol, rdata, roff, rld, rcol, rows, info):
         ri, ci = strides(ld, fcol, q, False)
         b = off[q]
         failed = False
-        for j in range(p):
-            d = data[b + j * ri + j * ci]
+        # (unsigned indices: a signed one is checked for wrapping around on every access,
+        # which keeps LLVM from vectorizing the update; blas_cpu._gemm_block)
+        ub, uri, uci, un = np.uint64(b), np.uint64(ri), np.uint64(ci), np.uint64(n)
+        for jj in range(p):
+            j = np.uint64(jj)
+            cj = ub + j * uci
+            d = data[cj + j * uri]
             if not d > 0.0:
-                info[q] = j + 1
+                info[q] = jj + 1
                 failed = True
                 break
             piv = np.sqrt(d)
-            data[b + j * ri + j * ci] = piv
-            for i in range(j + 1, n):
-                data[b + i * ri + j * ci] /= piv
-            for c in range(j + 1, n):
-                lc = data[b + c * ri + j * ci]
+            data[cj + j * uri] = piv
+            for i in range(j + np.uint64(1), un):
+                data[cj + i * uri] /= piv
+            for c in range(j + np.uint64(1), un):
+                lc = data[cj + c * uri]
                 if lc != 0.0:
-                    for i in range(c, n):
-                        data[b + i * ri + c * ci] -= data[b + i * ri + j * ci] * lc
+                    cc = ub + c * uci
+                    for i in range(c, un):
+                        data[cc + i * uri] -= data[cj + i * uri] * lc
         if failed or par < 0 or u == 0:
             continue
         rs, _ = strides(rld, rcol, q, False)

@@ -43,12 +43,12 @@ OP = "potrf"
 # Whole problems of at most this many flops (the factorization and its Schur complement) of
 # packed operands run as one compiled loop per thread's share of a launch, where numba is
 # installed: a whole problem costs 4 ctypes calls and their Python out of place (~8 us), ~10 in
-# place (~30 us, as a multifrontal factorization's fronts are), the loop ~1-2 GFLOP/s. Measured
-# on the 2-core VM, 2000 problems of order n, us a problem, loop / LAPACK: out of place n = 32
-# 10.5 / 13.6, 40 14.6 / 15.8, 48 19.0 / 12.4; in place n = 48 16.2 / 29.6, 64 45.0 / 35.6
-# (n^3/3 = 21k, 37k, 87k flops; docs/decisions.md#cpu-small-loops).
-SMALL_FLOPS = 1 << 16  # in place
-SMALL_FLOPS_COPY = 1 << 15  # out of place
+# place (~30 us, as a multifrontal factorization's fronts are). Measured on the 2-core VM,
+# problems of order n, either order, two runs, us a problem, loop / LAPACK: out of place n = 64
+# 29-53 / 32-40, 80 40-68 / 39-59, 96 48-95 / 40-73; in place n = 96 39-89 / 53-99, 128 72-166 /
+# 87-208 (n^3/3 = 87k, 171k, 295k, 699k flops; docs/decisions.md#cpu-small-loops).
+SMALL_FLOPS = 1 << 19  # in place
+SMALL_FLOPS_COPY = 1 << 17  # out of place
 
 
 def plan_defaults(dtype) -> dict:
