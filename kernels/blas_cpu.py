@@ -64,16 +64,14 @@ def prepare(backend, plan, launches) -> State:
         kd = plan.kinds[int(t.kind[lc.lo])]
         cost = kd.flops(a, t.rows[sl], t.cols[sl], t.width[sl]) + 1.0
         tasks = list(zip(t.problem[sl].tolist(), *(a[:, i].tolist() for i in range(a.shape[1]))))
-        w = split(tasks, cost, np.zeros(len(tasks), dtype=bool), backend.threads.size)
-        if jit.AVAILABLE and (cost <= SMALL_FLOPS).any():
-            small = dict(zip(tasks, (cost <= SMALL_FLOPS).tolist()))
-            # A small task is a compiled loop's even where it is "wide" (longer than its share
-            # of a launch of few tasks: with 16 threads, a launch of 9 copies made every copy
-            # wide, and the BLAS path ran them all).
-            tiny = [t for t in w.wide if small[t]]
-            chunks = w.chunks + ([(False, tiny)] if tiny else [])
-            w = Work([t for t in w.wide if not small[t]],
-                     [(wh, _tabled(ts, small)) for wh, ts in chunks])
+        # A small task is a compiled loop's even where it would be "wide" (longer than its
+        # share of a launch of few tasks: with 16 threads, a launch of 9 copies made every
+        # copy wide, and the BLAS path ran them all).
+        small = cost <= SMALL_FLOPS if jit.AVAILABLE else None
+        w = split(tasks, cost, np.zeros(len(tasks), dtype=bool), backend.threads.size, small)
+        if small is not None and small.any():
+            of = dict(zip(tasks, small.tolist()))
+            w = Work(w.wide, [(wh, _tabled(ts, of)) for wh, ts in w.chunks])
         work[lc.index] = w
     return State(work)
 

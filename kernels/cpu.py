@@ -159,11 +159,29 @@ def _host_memory() -> tuple[int, int]:
     return total, total
 
 
-def split(tasks: list, cost: np.ndarray, whole: np.ndarray, size: int) -> Work:
+def split(tasks: list, cost: np.ndarray, whole: np.ndarray, size: int,
+          small: np.ndarray | None = None) -> Work:
     """Wide tasks (each longer than its share of the launch: on the critical path, so it gets
     the BLAS's threads and runs alone, before the rest), and the rest in chunks, largest
-    first."""
+    first. ``small`` marks the tasks a compiled loop runs, a chunk in one call: never wide,
+    they come after the others, in chunks of a quarter of a thread's share of them (at least
+    ``CHUNK_FLOPS``). A chunk's call costs ~5-10 us of Python and dispatch: 2,000 GEMMs of
+    U[1, 32] in chunks of ``CHUNK_FLOPS`` paid it 186 times a call."""
+    if small is not None and small.any():
+        big, mine = np.flatnonzero(~small).tolist(), np.flatnonzero(small)
+        out = split([tasks[i] for i in big], cost[big], whole[big], size)
+        share = max(CHUNK_FLOPS, float(cost[mine].sum()) / (4 * size))
+        rest = _chunked([tasks[i] for i in mine.tolist()], cost[mine], whole[mine],
+                        np.zeros(len(mine), dtype=bool), share)
+        return Work(out.wide, out.chunks + rest.chunks)
     wide = (cost * size > cost.sum()) if size > 1 else np.zeros(len(tasks), dtype=bool)
+    return _chunked(tasks, cost, whole, wide, CHUNK_FLOPS)
+
+
+def _chunked(tasks: list, cost: np.ndarray, whole: np.ndarray, wide: np.ndarray,
+             chunk: float) -> Work:
+    """The ``wide`` tasks, and the others in chunks of at least ``chunk`` flops (or up to a
+    change of ``whole``), largest first."""
     by_cost = np.argsort(-cost, kind="stable")
     wide_tasks, chunks = [], []
     cur, cur_whole, acc = [], None, 0.0
@@ -173,7 +191,7 @@ def split(tasks: list, cost: np.ndarray, whole: np.ndarray, size: int) -> Work:
         if wd:
             wide_tasks.append(t)
             continue
-        if cur and (wh != cur_whole or acc >= CHUNK_FLOPS):
+        if cur and (wh != cur_whole or acc >= chunk):
             chunks.append((cur_whole, cur))
             cur, acc = [], 0.0
         cur.append(t)

@@ -125,16 +125,14 @@ def prepare(backend, plan, launches) -> State:
                 cost = cost + np.where(whole, tr * tr * a1, 0.0)
                 folded[q[whole & (tr > 0)]] = True
         tasks = list(zip(q.tolist(), a0.tolist(), a1.tolist(), a2.tolist()))
-        w = split(tasks, cost, whole, backend.threads.size)
-        small = whole & (cost <= SMALL_FLOPS)
-        if jit.AVAILABLE and small.any():
-            small_of = dict(zip(tasks, small.tolist()))
-            # a small problem is the compiled loop's even where it is "wide" (few problems,
-            # many threads: on 16 cores every problem of a 20-problem batch was wide)
-            tiny = [t for t in w.wide if small_of[t]]
-            chunks = w.chunks + ([(True, tiny)] if tiny else [])
-            w = Work([t for t in w.wide if not small_of[t]],
-                     [(wh, _tabled(ts, small_of, n)) if wh else (wh, ts) for wh, ts in chunks])
+        # a small problem is the compiled loop's even where it would be "wide" (few problems,
+        # many threads: on 16 cores every problem of a 20-problem batch was wide)
+        small = whole & (cost <= SMALL_FLOPS) if jit.AVAILABLE else None
+        w = split(tasks, cost, whole, backend.threads.size, small)
+        if small is not None and small.any():
+            of = dict(zip(tasks, small.tolist()))
+            w = Work(w.wide, [(wh, _tabled(ts, of, n)) if wh else (wh, ts)
+                              for wh, ts in w.chunks])
         work[lc.index] = w
     return State(work, n.tolist(), p.tolist(), p)
 
