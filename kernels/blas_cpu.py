@@ -385,7 +385,7 @@ def _small_calls(lk, p, rows: np.ndarray, lay, scalar) -> list | None:
     return calls
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, error_model="numpy")
 def _gemm_small(rows, info, skip, A, ao, al, ac, ta, B, bo, bl, bc, tb, C, co, cl, cc, D, oo,
                 ol, oc, tc, has_c, alpha, beta, uplo):
     """``D := alpha op(A) op(B) + beta C`` on every task row ``(q, r0, mm, k0, kk, nn, c0)``:
@@ -455,18 +455,20 @@ def _gemm_block(A, a0, ar, ak, B, b0, bk, bj, C, c0, cr, cj, D, o0, orr, oj, mm,
             D[uo0 + i * uor + j * uoj] = v
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, error_model="numpy")
 def _diag_small(rows, info, skip, T, to, tl, tcol, tt, X, xo, xl, xcol, tx, lower, unit, solve):
     """Every task row ``(q, o, w, -, -, nn)``: ``X[o:o+w, :nn] := T_s^{-1} X`` (``solve``) or
     ``T_s X``, ``T_s`` the lower (``lower``) or upper triangle of the view's ``T[o:o+w,
     o:o+w]``, with ones on its diagonal when ``unit``.
 
-    Right-looking, a pivot row ``p`` at a time: a solve divides row p by its diagonal entry,
-    then takes T[i, p] times it from the rows below (lower) or above it; a product adds T[i, p]
-    times row p to those rows, then scales row p, pivots taken in the order that leaves each
-    row p as it was until its own step. The update runs along X's rows where they are
-    contiguous, else down X's columns (and T's): inner loops over contiguous memory, unsigned
-    indices (see :func:`_gemm_block`)."""
+    A zero on T's diagonal gives infinities and NaNs in its problem's X, as the BLAS's
+    ``trsm`` does (numpy's error model: no exception for a division by zero, which would fail
+    the whole batch). Right-looking, a pivot row ``p`` at a time: a solve divides row p by its
+    diagonal entry, then takes T[i, p] times it from the rows below (lower) or above it; a
+    product adds T[i, p] times row p to those rows, then scales row p, pivots taken in the
+    order that leaves each row p as it was until its own step. The update runs along X's rows
+    where they are contiguous, else down X's columns (and T's): inner loops over contiguous
+    memory, unsigned indices (see :func:`_gemm_block`)."""
     for t in range(rows.shape[0]):
         q, o, w, nn = rows[t, 0], rows[t, 1], rows[t, 2], rows[t, 5]
         if skip and info[q] != 0:
@@ -519,7 +521,7 @@ def _diag_small(rows, info, skip, T, to, tl, tcol, tt, X, xo, xl, xcol, tx, lowe
                     X[xj + p * uxr] = d * v
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, error_model="numpy")
 def _copy_small(rows, S, so, sl, scol, D, do, dl, dcol, t, alpha, sym):
     """``dst[r0:r0+mm, c0:c0+nn] := alpha src[...]`` for every task row ``(q, r0, mm, -, -, nn,
     c0)`` (a copy's: ``(q, 0, m, -, -, n, 0)``); src is not read when alpha is 0. ``sym`` 1/2:

@@ -204,7 +204,7 @@ def _small(ex, a, out, table: np.ndarray) -> None:
     _potrf_small(table, ex.info, *jit.packed(a.batch), *jit.packed(out.batch), a is out)
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, error_model="numpy")
 def _potrf_small(rows, info, A, ao, al, acol, L, lo, ll, lcol, inplace):
     """Whole problems ``(q, n, p)``: the Cholesky factor of the leading ``p`` columns and, for
     ``p < n``, the Schur complement in the trailing block, as the fused task does with LAPACK.

@@ -251,9 +251,8 @@ class Prepared:
 
         outs = []
         for name, operand, _, buf in self.op._outs:
-            if getattr(req, operand) is not None:  # (it replaces its operand's input: a
-                # list's gathered copy is the call's own)
-                outs.append((name, 2 if ow or operand in lists else 1, operand, operand))
+            if getattr(req, operand) is not None:  # (it replaces its operand's input)
+                outs.append((name, 2 if ow else 1, operand, operand))
                 continue
             outs.append((name, 0, maker(buf), buf.form))
         outs += [(buf.name, 0, maker(buf), None) for buf in self.op._scratch]  # (not given back)
@@ -319,7 +318,9 @@ def _replayer(p: Prepared, ins: tuple, outs: tuple, kind: Any, lists: set) -> An
     a packed batch of the prepared layout, or the views of one; for an operand in ``lists``, a
     list of the prepared signature, bound or not), None where it cannot take it (an operand
     elsewhere, or read-only and to be overwritten). A list is gathered into a buffer of its
-    staged layout, as staging does, and its outputs come back as lists.
+    staged layout, as staging does, and its outputs come back as lists (a new buffer for the
+    output that replaces it, as staging gives: what a failed problem leaves is the same on
+    both roads).
 
     Written as straight-line source from the recipe (``ins``, ``outs``: Prepared._learn), as
     the runtime's methods are (vbatch.ops.op.caller): the same steps for every op, without a

@@ -772,7 +772,8 @@ def test_a_known_list_call_replays(device, monkeypatch):
     its staged layout, no request, no staging): every call reads its own arrays, gives a list
     of new arrays back (earlier results stay as they were), leaves the caller's arrays alone,
     and keeps each problem's info (a failing matrix, its LAPACK leading block, never its
-    neighbours). A list written in place, and one of other sizes, are staged as before."""
+    neighbours; nothing above the diagonal, as on the staged road). A list written in place,
+    and one of other sizes, are staged as before."""
     xp = _xp(device)
     rng = np.random.default_rng(23)
     ns = [0, 1, 7, 8, 9, 16, 3]
@@ -795,19 +796,21 @@ def test_a_known_list_call_replays(device, monkeypatch):
             want = -0.5 * A[i] @ B[i]
             err = np.abs(_to_host(got[i]) - want).max(initial=0.0)
             assert err <= 10 * ns[i] * eps * (1 + np.abs(want).max(initial=0.0)), (i, err)
-    # Cholesky: problem 3 not positive definite in one call of three, the others unaffected.
+    # Cholesky: problem 3 not positive definite in the second call (staged) and the fourth
+    # (replayed), the others unaffected.
     spd = [x @ x.T + n * np.eye(n) for x, n in zip(As[0], ns)]
-    for step in range(3):
+    for step in range(4):
         A = [x.copy() for x in spd]
-        if step == 1:
+        if step % 2:
             A[3][5, 5] = -100.0
         a = [xp.asarray(x) for x in A]
         res = rt.cholesky(a).result()
-        want_info = [0, 0, 0, 6, 0, 0, 0] if step == 1 else [0] * len(ns)
+        want_info = [0, 0, 0, 6, 0, 0, 0] if step % 2 else [0] * len(ns)
         assert list(res.info) == want_info
         for i, n in enumerate(ns):
             assert _to_host(a[i]).tobytes() == A[i].tobytes()
             lo = _to_host(res.factors[i])
+            assert not np.triu(lo, 1).any()  # (as staged: a new output, not the input's copy)
             k = n if not want_info[i] else want_info[i] - 1
             want = np.linalg.cholesky(A[i][:k, :k]) if k else np.zeros((0, 0))
             assert np.all(np.isfinite(lo[:k, :k]))
@@ -824,6 +827,27 @@ def test_a_known_list_call_replays(device, monkeypatch):
     assert runs["n"] == 6
     rt.gemm([xp.asarray(x) for x in As[0][:3]], [xp.asarray(x) for x in Bs[0][:3]]).result()
     assert runs["n"] == 7  # (another signature: a call of its own)
+
+
+@pytest.mark.parametrize("n", [2, 9, 60])
+@pytest.mark.parametrize("form", ["list", "packedF", "packedC"])
+def test_cpu_trsm_exactly_singular_triangle_stays_in_its_problem(form, n):
+    """A zero on T's diagonal gives infinities or NaNs in that problem's X, as the BLAS's
+    trsm does, whether the compiled loop or the BLAS runs it (n = 60 with 60 right-hand sides
+    is a loop's task): never an exception that fails the batch, never another problem's X.
+    The third call of one runtime is the replay."""
+    rng = np.random.default_rng(41)
+    T = np.tril(rng.standard_normal((n, n))) + 3 * np.eye(n)
+    T[0, 0] = 0.0
+    good = np.tril(rng.standard_normal((5, 5))) + 3 * np.eye(5)
+    B = [rng.standard_normal((n, n)), rng.standard_normal((5, 3))]
+    rt = vbatch.Runtime("cpu")
+    for _ in range(3):
+        x = _mats(rt.trsm(_form([T, good], form, "cpu", np.float64),
+                          _form(B, form, "cpu", np.float64)).result())
+        assert not np.isfinite(x[0]).all()
+        want = np.linalg.solve(good, B[1])
+        assert np.abs(x[1] - want).max() <= 100 * np.finfo(np.float64).eps * np.abs(want).max()
 
 
 @pytest.mark.gpu
