@@ -810,7 +810,9 @@ def test_a_known_list_call_replays(device, monkeypatch):
         for i, n in enumerate(ns):
             assert _to_host(a[i]).tobytes() == A[i].tobytes()
             lo = _to_host(res.factors[i])
-            assert not np.triu(lo, 1).any()  # (as staged: a new output, not the input's copy)
+            if device == "cpu" or not want_info[i]:  # (a failed problem's rest: unspecified;
+                # on the CPU both roads leave zeros above the diagonal, a new output's)
+                assert not np.triu(lo, 1).any(), (step, i)
             k = n if not want_info[i] else want_info[i] - 1
             want = np.linalg.cholesky(A[i][:k, :k]) if k else np.zeros((0, 0))
             assert np.all(np.isfinite(lo[:k, :k]))
