@@ -40,6 +40,27 @@ class _Layout:
     __slots__ = ("__weakref__",)
 
 
+def staged_bytes(batch: PackedBatch | MatrixList) -> int:
+    """The bytes a copy of ``batch`` takes on a backend (a packed one's whole buffer, a list's
+    matrices back to back, an empty one of n columns counted as one row)."""
+    if type(batch) is PackedBatch:
+        return batch.data.size * batch.dtype.itemsize
+    return int((np.maximum(batch.m, 1) * batch.n).sum()) * batch.dtype.itemsize
+
+
+def unasked(staged: int, total: int) -> bool:
+    """Whether a copy of ``staged`` bytes is one the memory check passes without asking the
+    backend what is free (a quarter of its ``total`` memory at most; any, where it reports
+    none)."""
+    return not total or staged * 4 <= total
+
+
+def output_order(form: PackedBatch | MatrixList) -> str:
+    """The order of a new output laid out for ``form``: a packed batch's own, row-major for a
+    list."""
+    return form.order if type(form) is PackedBatch else "C"
+
+
 def layout_token(batch: PackedBatch) -> _Layout:
     """The token of ``batch``'s layout (made on first use)."""
     c = batch.cache()
@@ -230,9 +251,8 @@ class Prepared:
                 # layout as staging does (lists written in place are staged: a device list is
                 # then written where it lies); only where its copy is one the memory check
                 # passes without asking what is free.
-                staged = int((np.maximum(given.m, 1) * given.n).sum()) * given.dtype.itemsize
                 if (type(self._layout.get(operand)) is not _ListLayout or given.kind != b.kind
-                        or written and ow or total and staged * 4 > total):
+                        or written and ow or not unasked(staged_bytes(given), total)):
                     return None
                 lists.add(operand)
             elif type(given) is not PackedBatch or given.kind != b.kind:
@@ -246,8 +266,8 @@ class Prepared:
             form = getattr(req, buf.form)
             if type(form) not in (PackedBatch, MatrixList) or form.kind != b.kind:
                 return None
-            order = form.order if type(form) is PackedBatch else "C"
-            return b.buffer_maker(*buf.shape(req), form.dtype, order, not buf.complete)
+            return b.buffer_maker(*buf.shape(req), form.dtype, output_order(form),
+                                  not buf.complete)
 
         outs = []
         for name, operand, _, buf in self.op._outs:

@@ -38,7 +38,8 @@ from vbatch.core.errors import InputError, validated
 from vbatch.ops.op import OPS, Op, caller, public
 from vbatch.runtime.config import Config
 from vbatch.runtime.future import DependencyError, Future, _deps  # noqa: F401 - re-exported
-from vbatch.runtime.prepared import _NONE, Prepared, _give, _list_form, layout_token
+from vbatch.runtime.prepared import (_NONE, Prepared, _give, _list_form, layout_token,
+                                     output_order, staged_bytes, unasked)
 from vbatch.runtime.device import resolve_device
 from vbatch.runtime.tune import tuned_options
 from vbatch.scheduler.plan import Plan, make_plan
@@ -315,16 +316,13 @@ class Runtime:
             return  # known small against the whole memory (neither changes)
         if packed and (overwrite or not written) and batch.kind == b.kind:
             return  # an input on this backend's memory is read (or overwritten) where it is
-        if packed:
-            # One that is written (an output takes its layout) needs a copy.
-            staged = batch.data.size * isz
-        else:
-            staged = int((np.maximum(batch.m, 1) * batch.n).sum()) * isz
+        # One that is written (an output takes its layout) needs a copy.
+        staged = staged_bytes(batch)
         total = b.memory_total()
         # Cheap on the hot path: the free memory is asked only for a batch that is a large
         # part of the whole.
-        if not total or staged * 4 <= total:
-            if packed and staged == batch.data.size * isz:  # the largest it can stage
+        if unasked(staged, total):
+            if packed:  # (its whole buffer: the largest it can stage)
                 batch.cache()[("fits", b.name, isz)] = True
             return
         where = f"{b.memory_name} memory"
@@ -547,8 +545,7 @@ def _new_buffer(b, req, buf):
     """A new output or scratch buffer of ``buf``'s sizes, laid out as its ``form`` field."""
     m, n = buf.shape(req)
     form = getattr(req, buf.form)
-    return b.new_buffer(m, n, form.dtype, form.order if type(form) is PackedBatch else "C",
-                        not buf.complete)
+    return b.new_buffer(m, n, form.dtype, output_order(form), not buf.complete)
 
 
 _NOKEY = object()  # (in a key: an argument that cannot be keyed, as a list of mixed types)
