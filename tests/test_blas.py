@@ -831,22 +831,24 @@ def test_a_known_list_call_replays(device, monkeypatch):
     assert runs["n"] == 7  # (another signature: a call of its own)
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("n", [2, 9, 60])
 @pytest.mark.parametrize("form", ["list", "packedF", "packedC"])
-def test_cpu_trsm_exactly_singular_triangle_stays_in_its_problem(form, n):
+def test_trsm_exactly_singular_triangle_stays_in_its_problem(form, n, device):
     """A zero on T's diagonal gives infinities or NaNs in that problem's X, as the BLAS's
-    trsm does, whether the compiled loop or the BLAS runs it (n = 60 with 60 right-hand sides
-    is a loop's task): never an exception that fails the batch, never another problem's X.
-    The third call of one runtime is the replay."""
+    trsm does, whether the compiled loop or the BLAS runs it on the CPU (n = 60 with 60
+    right-hand sides is a loop's task) or a triangular kernel on the GPU: never an exception
+    that fails the batch, never another problem's X. The third call of one runtime is the
+    replay."""
     rng = np.random.default_rng(41)
     T = np.tril(rng.standard_normal((n, n))) + 3 * np.eye(n)
     T[0, 0] = 0.0
     good = np.tril(rng.standard_normal((5, 5))) + 3 * np.eye(5)
     B = [rng.standard_normal((n, n)), rng.standard_normal((5, 3))]
-    rt = vbatch.Runtime("cpu")
+    rt = vbatch.Runtime(device)
     for _ in range(3):
-        x = _mats(rt.trsm(_form([T, good], form, "cpu", np.float64),
-                          _form(B, form, "cpu", np.float64)).result())
+        x = _mats(rt.trsm(_form([T, good], form, device, np.float64),
+                          _form(B, form, device, np.float64)).result())
         assert not np.isfinite(x[0]).all()
         want = np.linalg.solve(good, B[1])
         assert np.abs(x[1] - want).max() <= 100 * np.finfo(np.float64).eps * np.abs(want).max()
