@@ -19,7 +19,8 @@ median of 200 calls after 20, against a scipy loop doing the same (``scipy.linal
 
 Lists: what the list form costs over the packed call, us a matrix, for k = 20,000 numpy matrices
 of sizes U[1, 8] (POTRF; TRSM and GEMM, two lists), a repeated call of each form (median of
---reps after two): reading, packing and giving back the arrays.
+--reps after two): reading, packing and giving back the arrays. ``--device cuda`` does the same
+with cupy arrays on the GPU (each call synchronized).
 """
 
 from __future__ import annotations
@@ -165,28 +166,37 @@ def tiny(reps: int = 200) -> list[dict]:
     return rows
 
 
-def lists(reps: int, k: int = 20_000) -> list[dict]:
+def lists(reps: int, k: int = 20_000, device: str = "cpu") -> list[dict]:
     rng = np.random.default_rng(2)
     n = rng.integers(1, 9, k)
     a = spd_list(n, np.float64, rng)
     lo = [np.linalg.cholesky(x) for x in a]
     b = [rng.standard_normal((x, 4)) for x in n]
     sq = [rng.standard_normal((x, x)) for x in n]
-    rt = vbatch.Runtime("cpu")
+    done = lambda: None  # noqa: E731
+    if device == "cuda":
+        import cupy
+
+        a, lo, b, sq = ([cupy.asarray(x) for x in v] for v in (a, lo, b, sq))
+        done = cupy.cuda.get_current_stream().synchronize
+    rt = vbatch.Runtime(device)
     pa, plo, pb, psq = (vbatch.pack(x) for x in (a, lo, b, sq))
     cases = {"potrf": (lambda: rt.cholesky(a).result(), lambda: rt.cholesky(pa).result()),
              "trsm": (lambda: rt.trsm(lo, b).result(), lambda: rt.trsm(plo, pb).result()),
              "gemm": (lambda: rt.gemm(sq, b).result(), lambda: rt.gemm(psq, pb).result())}
     rows = []
     for op, (lst, packed) in cases.items():
-        for fn in (lst, packed, lst, packed):
+        lst_done = lambda f=lst: (f(), done())  # noqa: E731
+        packed_done = lambda f=packed: (f(), done())  # noqa: E731
+        for fn in (lst_done, packed_done, lst_done, packed_done):
             fn()
         tl, tp = [], []
         for _ in range(reps):
-            tl.append(median_ms(lst, 1))
-            tp.append(median_ms(packed, 1))
+            tl.append(median_ms(lst_done, 1))
+            tp.append(median_ms(packed_done, 1))
         li, p = float(np.median(tl)), float(np.median(tp))
-        rows.append(dict(op=op, k=k, list_ms=li, packed_ms=p, over_us=(li - p) * 1e3 / k))
+        rows.append(dict(op=op, k=k, device=device, list_ms=li, packed_ms=p,
+                         over_us=(li - p) * 1e3 / k))
     return rows
 
 
@@ -195,6 +205,8 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=9)
     ap.add_argument("--json", help="also write the numbers here")
     ap.add_argument("--only", choices=("cpu", "planning", "tiny", "lists"))
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                    help="where --only lists runs (cuda: lists of cupy arrays)")
     ap.add_argument("--nb", type=int, nargs="+", help="CPU panel widths to compare "
                                                      "(default: the backend's)")
     args = ap.parse_args()
@@ -208,8 +220,9 @@ def main() -> None:
             print(f"  {r['op']:6} loop {r['loop_us']:7.1f}  list {r['list_us']:7.1f}  "
                   f"packed {r['packed_us']:7.1f}")
     if args.only in (None, "lists"):
-        out["lists"] = lists(args.reps)
-        print("lists of 20,000 numpy matrices of U[1, 8] over the packed call (median ms)")
+        out["lists"] = lists(args.reps, device=args.device)
+        kind = "cupy" if args.device == "cuda" else "numpy"
+        print(f"lists of 20,000 {kind} matrices of U[1, 8] over the packed call (median ms)")
         for r in out["lists"]:
             print(f"  {r['op']:6} list {r['list_ms']:8.2f}  packed {r['packed_ms']:8.2f}  "
                   f"over {r['over_us']:5.2f} us a matrix")

@@ -755,7 +755,7 @@ class CudaBackend(Backend):
               addr: np.ndarray | None = None) -> None:
         k = len(mats)
         tab = np.empty((7, k), dtype=np.int64)
-        tab[:3] = addresses(mats, np.dtype(data.dtype).itemsize) if addr is None else addr
+        tab[:3] = addresses(mats, np.dtype(data.dtype).itemsize, m, n) if addr is None else addr
         tab[3], tab[4], tab[5], tab[6] = offset, ld, m, n
         d_tab = cupy.asarray(tab)  # (one upload: each costs a round trip of its own)
         name = copy_name(data.dtype)

@@ -199,3 +199,37 @@ def test_operands_that_share_memory_are_found():
     back = extents(_device_list([1], [3], [1100], [1], [-3]))
     assert [r.tolist() for r in back] == [[1052], [1108]]
     assert extents([np.zeros(3)]) is None  # (not a device operand)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_device_list_sizes_and_strides_from_cheap_reads(dtype):
+    """A cupy list's sizes come from ``len`` and ``size``, and a contiguous array's strides from
+    its flags (core.batch._shapes and addresses): they must be its shapes, and a nonempty
+    array's strides along every axis of more than one element, for every kind of 2-D array:
+    both orders, empty ones of either dimension, one row or column (both flags), padded,
+    stepped, transposed and reversed views. A list of C-ordered arrays alone reads one flag,
+    a mixed one both."""
+    import cupy
+
+    from vbatch.core.batch import _shapes, addresses, list_signature
+
+    base = cupy.arange(400, dtype=dtype).reshape(20, 20)
+    mixed = [cupy.zeros((3, 4), dtype), cupy.zeros((3, 4), dtype, order="F"),
+             cupy.zeros((0, 5), dtype), cupy.zeros((5, 0), dtype, order="F"),
+             cupy.zeros((0, 0), dtype), cupy.zeros((1, 1), dtype), cupy.zeros((1, 6), dtype),
+             cupy.zeros((6, 1), dtype, order="F"), base[2:7, 3:9], base[::2, ::3],
+             base.T[1:5, :], base[::-1, :][:4, :4], base[:, 2:3], base[3:4, ::2],
+             cupy.asfortranarray(base)[1:6, 2:5]]
+    plain = [cupy.zeros((n, n + 1), dtype) for n in (0, 1, 2, 7)]
+    isz = np.dtype(dtype).itemsize
+    for mats in (mixed, plain, mixed[1:2]):
+        mn = _shapes(mats, True)
+        assert mn.tolist() == [list(a.shape) for a in mats]
+        assert list_signature(mats)[2] == np.array([a.shape for a in mats], np.int64).tobytes()
+        addr = addresses(mats, isz, mn[:, 0], mn[:, 1])
+        for i, a in enumerate(mats):
+            assert addr[0, i] == a.data.ptr
+            for axis in (0, 1):
+                if a.size and a.shape[axis] > 1:
+                    assert addr[1 + axis, i] == a.strides[axis] // isz, (i, axis)

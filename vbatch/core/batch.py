@@ -581,9 +581,8 @@ def _describe_uniform(mats: list, square: bool) -> dict | None:
     not hold: the general pass then finds and names each problem. Measured on the H100 host
     (2026-11-25, 2,000 cupy arrays, docs/decisions.md#host-list-form): the per-array loop
     took 0.79 ms and the gather's own loop over the addresses about as much again; this pass
-    reads both, addresses included, in ~1.5 ms (cupy's shape and strides cost ~0.2 us an
-    array each to read: the floor of any pass that reads them)."""
-    k = len(mats)
+    reads both, addresses included, in ~1.5 ms; cupy's shapes and strides, ~0.2 us an array
+    each, are now mostly derived from cheaper reads (:func:`_shapes`, :func:`addresses`)."""
     types = set(map(type, mats))
     if len(types) != 1:
         return None
@@ -596,16 +595,15 @@ def _describe_uniform(mats: list, square: bool) -> dict | None:
     dtype = np.dtype(dtypes.pop())
     if dtype not in SUPPORTED_DTYPES:
         return None
-    shapes = list(map(_SHAPE, mats))
-    if set(map(len, shapes)) != {2}:
+    if set(map(_NDIM, mats)) != {2}:
         return None
-    mn = np.fromiter(chain.from_iterable(shapes), dtype=np.int64, count=2 * k).reshape(k, 2)
+    mn = _shapes(mats, kind == "cupy")
     m, n = mn[:, 0].copy(), mn[:, 1].copy()
     if square and not np.array_equal(m, n):
         return None
     addr = None
     if kind == "cupy":
-        addr = addresses(mats, dtype.itemsize)
+        addr = addresses(mats, dtype.itemsize, m, n)
         addr.flags.writeable = False
     n.flags.writeable = False
     if square or np.array_equal(m, n):
@@ -619,18 +617,55 @@ def _describe_uniform(mats: list, square: bool) -> dict | None:
 _DTYPE = attrgetter("dtype")
 _SHAPE = attrgetter("shape")
 _NDIM = attrgetter("ndim")
+_SIZE = attrgetter("size")
 _STRIDES = attrgetter("strides")
 _PTR = attrgetter("data.ptr")
+# cupy's contiguity flags as its arrays hold them (the public ``flags`` builds an object a read)
+_C_CONTIGUOUS = attrgetter("_c_contiguous")
+_F_CONTIGUOUS = attrgetter("_f_contiguous")
 
 
-def addresses(mats: list, itemsize: int) -> np.ndarray:
+def _shapes(mats: list, device: bool) -> np.ndarray:
+    """Each 2-D array's rows and columns (k x 2, int64). A cupy array builds its shape tuple
+    at every read, ~0.2 us; its ``len`` and ``size`` are plain reads, ~0.05 each, so its
+    columns come from those, and only an array without rows (whose size says nothing of its
+    columns) is asked its shape (docs/decisions.md#host-list-reads)."""
+    k = len(mats)
+    if not device:
+        return np.fromiter(chain.from_iterable(map(_SHAPE, mats)), dtype=np.int64,
+                           count=2 * k).reshape(k, 2)
+    mn = np.empty((k, 2), dtype=np.int64)
+    m = mn[:, 0] = np.fromiter(map(len, mats), dtype=np.int64, count=k)
+    mn[:, 1] = np.fromiter(map(_SIZE, mats), dtype=np.int64, count=k) // np.maximum(m, 1)
+    for i in np.flatnonzero(m == 0).tolist():
+        mn[i, 1] = mats[i].shape[1]
+    return mn
+
+
+def addresses(mats: list, itemsize: int, m: np.ndarray, n: np.ndarray) -> np.ndarray:
     """Each device array's address and strides in elements (3 x k, int64): what the gather and
-    scatter kernels read (:attr:`MatrixList.addr`, computed the same way)."""
+    scatter kernels read (:attr:`MatrixList.addr`, computed the same way). ``m`` and ``n`` are
+    the arrays' rows and columns. A contiguous array's strides follow from its shape and
+    flags, which cost a third of reading them (cupy); only the others are read. A stride along
+    an axis of one element, or of an empty array, reaches no element: it is then derived, not
+    read, and may differ from the array's own."""
     k = len(mats)
     addr = np.empty((3, k), dtype=np.int64)
     addr[0] = np.fromiter(map(_PTR, mats), dtype=np.int64, count=k)
-    st = np.fromiter(chain.from_iterable(map(_STRIDES, mats)), dtype=np.int64, count=2 * k)
-    addr[1:] = st.reshape(k, 2).T // itemsize
+    if not k or not hasattr(type(mats[0]), "_c_contiguous"):  # (another cupy, in case)
+        st = np.fromiter(chain.from_iterable(map(_STRIDES, mats)), dtype=np.int64, count=2 * k)
+        addr[1:] = st.reshape(k, 2).T // itemsize
+        return addr
+    c = np.fromiter(map(_C_CONTIGUOUS, mats), dtype=bool, count=k)
+    # (all C: an array flagged F as well has one axis of more than one element, whose stride
+    # the C rule gives right, so F need not be read)
+    f = np.zeros(k, bool) if c.all() else np.fromiter(map(_F_CONTIGUOUS, mats), bool, count=k)
+    # (c and f both: an empty array, or one axis of more than one element, of stride 1)
+    addr[1] = np.where(c & ~f, n, 1)
+    addr[2] = np.where(f & ~c, m, 1)
+    for i in np.flatnonzero(~(c | f)).tolist():
+        s = mats[i].strides
+        addr[1, i], addr[2, i] = s[0] // itemsize, s[1] // itemsize
     return addr
 
 
@@ -726,9 +761,7 @@ def list_signature(mats: Any) -> tuple | None:
     dtype = dtypes.pop()
     if dtype not in SUPPORTED_DTYPES or set(map(_NDIM, mats)) != {2}:
         return None
-    k = len(mats)
-    shapes = np.fromiter(chain.from_iterable(map(_SHAPE, mats)), dtype=np.int64, count=2 * k)
-    return t, dtype, shapes.tobytes()
+    return t, dtype, _shapes(mats, t is not np.ndarray).tobytes()
 
 
 class MatrixList(BaseModel):
@@ -841,7 +874,7 @@ class MatrixList(BaseModel):
         mats = list(mats)
         d = {**self.__dict__, "mats": mats, "source": mats}
         if self.kind != "numpy":
-            addr = addresses(mats, self.dtype.itemsize)
+            addr = addresses(mats, self.dtype.itemsize, self.m, self.n)
             addr.flags.writeable = False
             d["addr"] = addr
         return constructed(MatrixList, d, self.__pydantic_fields_set__)
