@@ -5,6 +5,8 @@
 For k matrices of sizes U[1, 16] (float64) packed in host memory: CuPy's pageable copies up
 (``cupy.asarray``) and down (``.get()``), pinned copies either way (the link), one thread's copy
 into pinned memory, the backend's ``upload`` and ``download`` (pinned staging where present),
+the caller's own array page-locked for one direct copy (``cudaHostRegister``, the copy,
+``cudaHostUnregister``: the alternative to staging, docs/decisions.md#host-pinned-staging),
 then ``cholesky`` on the device batch, on the host batch, and on the host batch in place. Median
 ms of --reps after one warm-up, synchronized; GB/s of the batch's bytes.
 """
@@ -54,6 +56,33 @@ def _one(rt, k: int, reps: int, rng) -> None:
             "down, backend.download (new array)": lambda: b.download(dev.data),
             "down, backend.download (into an array)": lambda: b.download(dev.data, out),
         })
+    rtm = cupy.cuda.runtime
+    stream = cupy.cuda.Stream(non_blocking=True)
+
+    def registered(dst: int, src: int, a: np.ndarray, kind: int) -> None:
+        # the alternative to staging: page-lock the caller's own array for one direct copy
+        rtm.hostRegister(a.ctypes.data, a.nbytes, 0)
+        try:
+            rtm.memcpyAsync(dst, src, a.nbytes, kind, stream.ptr)
+            stream.synchronize()
+        finally:
+            rtm.hostUnregister(a.ctypes.data)
+
+    def down_new() -> np.ndarray:
+        o = np.empty_like(host.data)
+        registered(o.ctypes.data, dev.data.data.ptr, o, rtm.memcpyDeviceToHost)
+        return o
+
+    cases.update({
+        "register + unregister alone": lambda: (rtm.hostRegister(host.data.ctypes.data,
+                                                                 host.data.nbytes, 0),
+                                                rtm.hostUnregister(host.data.ctypes.data)),
+        "up, registered for the copy": lambda: registered(
+            d.data.ptr, host.data.ctypes.data, host.data, rtm.memcpyHostToDevice),
+        "down, registered (into an array)": lambda: registered(
+            out.ctypes.data, dev.data.data.ptr, out, rtm.memcpyDeviceToHost),
+        "down, registered (new array)": down_new,
+    })
     cases.update({
         "cholesky, device batch": lambda: rt.cholesky(dev).result(),
         "cholesky, host batch": lambda: rt.cholesky(host).result(),
