@@ -251,7 +251,11 @@ def _same_sharding(a, b) -> bool:
 def _take(validated_value: Any, raw: Any, index: np.ndarray, k: int) -> Any:
     """The shard's part of one field: the listed or packed matrices it holds (host ones
     packed into one buffer, device ones as the caller's arrays or views of its buffer), its
-    entries of a per-problem array, or the field as is."""
+    entries of a per-problem array, or the field as is. A field the caller left out stays out:
+    its worker derives the same default from the shard (a per-problem default is per problem),
+    and a call without it is one its runtime keeps prepared (runtime.py ``_key``)."""
+    if raw is None:
+        return None
     v = validated_value
     if type(v) is MatrixList:
         mats = [v.mats[i] for i in index.tolist()]

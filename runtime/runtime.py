@@ -529,8 +529,8 @@ def _key(op: Op, fields: dict) -> tuple | None:
             put(t)
             put(v)
         else:
-            sig = list_signature(v) if name in op.operands else None
-            if sig is None:
+            sig = list_signature(v) if name in op.operands else _val(v)
+            if sig is None or sig is _NOKEY:
                 return None
             put(sig)
     return tuple(key)
@@ -564,12 +564,23 @@ def _lay(v: Any) -> Any:
     return list_signature(v) or _NOKEY
 
 
+# The largest 1-D numpy array (a per-problem argument, as a partial factor's npiv) a call's key
+# holds by value: hashing its bytes costs ~10 us at this size, where a call without a key is
+# validated, planned and prepared again (~200 us on a 2-core VM).
+KEY_ARRAY_BYTES = 1 << 16
+
+
 def _val(v: Any) -> Any:
-    """Another argument in a generated method's key (with its type: True == 1 as keys)."""
+    """Another argument in a generated method's key (with its type: True == 1 as keys); a
+    small 1-D numpy array by its dtype and bytes."""
     if v is None:
         return None
     t = type(v)
-    return (t, v) if t in _PLAIN else _NOKEY
+    if t in _PLAIN:
+        return (t, v)
+    if t is np.ndarray and v.ndim == 1 and v.nbytes <= KEY_ARRAY_BYTES:
+        return (t, v.dtype.str, v.tobytes())
+    return _NOKEY
 
 
 def _bytes(n: float) -> str:

@@ -119,6 +119,36 @@ def test_results_equal_a_single_runtime_in_order_and_form(client):
             check_factor(mats[i], res.factors.matrix(i), np.float64, where=f"packed {i}")
 
 
+def _kept_calls(op: str) -> int:
+    """On a worker: the prepared calls of ``op`` its runtimes keep."""
+    from vbatch.distributed import worker as w
+
+    return sum(1 for rt in w._RUNTIMES.values() for p in rt._calls.values() if p.op.name == op)
+
+
+def test_a_repeated_call_runs_a_kept_call_on_its_workers(client):
+    """A repeated call on host matrices of one layout finds its prepared call on each worker:
+    an argument the caller left out (a full factor's npiv) is not sent as the client's
+    validated default, which would key nothing; one the caller gave per problem keys the call
+    by its values. Each call still gives its own answer."""
+    drt = vd.Runtime(client, device="cpu", nb=NB)
+    rng = np.random.default_rng(12)
+    ns = [int(n) for n in rng.integers(1, 17, 30)]
+    before = sum(client.run(_kept_calls, "potrf").values())
+    for npiv in (None, np.array([n // 2 for n in ns])):
+        for i in range(4):
+            mats = [spd(n, np.float64, rng) * (1 + i) for n in ns]
+            got = drt.cholesky(mats, npiv=npiv).result()
+            want = vbatch.Runtime("cpu", nb=NB).cholesky(mats, npiv=npiv).result()
+            assert np.array_equal(got.info, want.info)
+            for f, w in zip(got.factors, want.factors):
+                _same(np.tril(f), np.tril(w))
+        kept = sum(client.run(_kept_calls, "potrf").values())
+        # (one per worker holding a shard; a new call of its own for each npiv)
+        assert 1 <= kept - before <= 2, (npiv, kept, before)
+        before = kept
+
+
 def _tasks(dask_scheduler=None):
     return set(dask_scheduler.tasks)
 

@@ -504,3 +504,33 @@ def test_import_vbatch_loads_its_api_when_a_name_is_first_touched():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=120)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+
+
+def test_a_per_problem_argument_is_part_of_a_kept_calls_key():
+    """A partial factor's npiv given as one int per problem keys the call by its values: the
+    same values again (a new array, or the same one refilled) run the kept call, other values
+    are another call, and each gives its own factor; an array past KEY_ARRAY_BYTES is not
+    kept. ``submit`` keys it the same way as the method."""
+    from vbatch.ops.cholesky import reference
+    from vbatch.runtime import runtime as runtime_mod
+
+    rt = Runtime("cpu")
+    mats = spd_list([4, 7, 9], np.float64, np.random.default_rng(8))
+    packed = vbatch.pack(mats)
+    first, other = np.array([2, 7, 3]), np.array([4, 0, 9])
+    for i, (npiv, call) in enumerate([
+            (first, rt.cholesky), (first.copy(), rt.cholesky),
+            (other, lambda b, npiv: rt.submit("potrf", batch=b, npiv=npiv)),
+            (other.copy(), lambda b, npiv: rt.submit("potrf", batch=b, npiv=npiv))]):
+        res = call(packed, npiv=npiv).result()
+        for j, a in enumerate(mats):
+            want, info = reference(a, int(npiv[j]))
+            assert info == 0
+            got = np.tril(np.asarray(res.factors.matrix(j)))
+            err = np.abs(got - want).max(initial=0.0) / max(np.abs(a).max(), 1.0)
+            assert err <= 10 * a.shape[0] * np.finfo(np.float64).eps, (i, j, err)
+        kept = [p for p in rt._calls.values() if p.op.name == "potrf"]
+        assert len(kept) == (1 if i < 2 else 2), i
+    big = np.zeros(runtime_mod.KEY_ARRAY_BYTES // 8 + 1, np.int64)
+    assert runtime_mod._val(big) is runtime_mod._NOKEY
+    assert runtime_mod._val(first)[2] == first.tobytes()
