@@ -506,7 +506,8 @@ def test_import_vbatch_loads_its_api_when_a_name_is_first_touched():
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
 
 
-def test_a_per_problem_argument_is_part_of_a_kept_calls_key():
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_per_problem_argument_is_part_of_a_kept_calls_key(device):
     """A partial factor's npiv given as one int per problem keys the call by its values: the
     same values again (a new array, or the same one refilled) run the kept call, other values
     are another call, and each gives its own factor; an array past KEY_ARRAY_BYTES is not
@@ -514,9 +515,13 @@ def test_a_per_problem_argument_is_part_of_a_kept_calls_key():
     from vbatch.ops.cholesky import reference
     from vbatch.runtime import runtime as runtime_mod
 
-    rt = Runtime("cpu")
+    rt = Runtime(device)
     mats = spd_list([4, 7, 9], np.float64, np.random.default_rng(8))
     packed = vbatch.pack(mats)
+    if device == "cuda":
+        import cupy
+
+        packed = packed.with_data(cupy.asarray(packed.data))
     first, other = np.array([2, 7, 3]), np.array([4, 0, 9])
     for i, (npiv, call) in enumerate([
             (first, rt.cholesky), (first.copy(), rt.cholesky),
@@ -526,11 +531,15 @@ def test_a_per_problem_argument_is_part_of_a_kept_calls_key():
         for j, a in enumerate(mats):
             want, info = reference(a, int(npiv[j]))
             assert info == 0
-            got = np.tril(np.asarray(res.factors.matrix(j)))
+            got = np.tril(_host(res.factors.matrix(j)))
             err = np.abs(got - want).max(initial=0.0) / max(np.abs(a).max(), 1.0)
             assert err <= 10 * a.shape[0] * np.finfo(np.float64).eps, (i, j, err)
         kept = [p for p in rt._calls.values() if p.op.name == "potrf"]
         assert len(kept) == (1 if i < 2 else 2), i
-    big = np.zeros(runtime_mod.KEY_ARRAY_BYTES // 8 + 1, np.int64)
+    big = np.zeros(runtime_mod.KEY_ARRAY_BYTES // 8 + 1, np.int64)  # (as an argument: too big)
     assert runtime_mod._val(big) is runtime_mod._NOKEY
     assert runtime_mod._val(first)[2] == first.tobytes()
+
+
+def _host(x):
+    return x.get() if hasattr(x, "get") else np.asarray(x)
