@@ -284,7 +284,7 @@ def main(argv=None):
     cluster = vd.local_cluster(max(a.gpus), device=a.device)
     client = Client(cluster)
     vd.wait_for_workers(client, max(a.gpus))
-    workers = sorted(client.scheduler_info()["workers"])
+    workers = sorted(client.sync(client.scheduler.identity)["workers"])  # (asked now)
     rows = []
     events: list = []  # (--trace: every traced call's, process ids 100 apart)
     traced = 0

@@ -43,11 +43,19 @@ def local_cluster(n_workers: int | None = None, device: str = "auto", **kw: Any)
                         dashboard_address=None, **kw)
 
 
+def workers_of(client) -> list:
+    """The addresses of the workers connected to ``client``'s scheduler, asked of it now, in
+    order. (``Client.scheduler_info()`` fetches them, then reads a record that the client's
+    own periodic refresh may have replaced meanwhile by one without workers: a runtime made
+    then found none, as one CI run of the tests did.)"""
+    return sorted(client.sync(client.scheduler.identity)["workers"])
+
+
 def wait_for_workers(client, n: int, timeout: float = 60.0) -> None:
     """Block until ``n`` workers are connected (a cluster starts its processes in the
     background)."""
     t0 = time.monotonic()
-    while len(client.scheduler_info()["workers"]) < n:
+    while len(workers_of(client)) < n:
         if time.monotonic() - t0 > timeout:
             raise TimeoutError(f"{n} workers did not connect within {timeout} s")
         time.sleep(0.05)

@@ -15,6 +15,7 @@ from vbatch.core.batch import MatrixList, PackedBatch, Views, pack
 from vbatch.core.errors import InputError, validated
 from vbatch.ops.op import caller, public
 from vbatch.distributed.future import DistributedBatch, Future, _Hub, _Keep, _Shard
+from vbatch.distributed.local import workers_of
 from vbatch.distributed.sharding import problem_cost, shard_by_cost
 from vbatch.distributed.worker import _OUT, _make_random, _make_spd, _run_shard
 
@@ -45,7 +46,7 @@ class Runtime:
         self._chunk = chunk_bytes
         self._retries = retries
         if workers is None:
-            workers = sorted(client.scheduler_info()["workers"])
+            workers = workers_of(client)
         if not workers:
             raise InputError([(None, "the Dask client has no workers")], what="runtime options")
         self.workers = list(workers)

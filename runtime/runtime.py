@@ -578,7 +578,8 @@ def _val(v: Any) -> Any:
     t = type(v)
     if t in _PLAIN:
         return (t, v)
-    if t is np.ndarray and v.ndim == 1 and v.nbytes <= KEY_ARRAY_BYTES:
+    # (numbers only: an object array's bytes are its elements' addresses, which can recur)
+    if t is np.ndarray and v.ndim == 1 and v.dtype.kind in "biuf" and v.nbytes <= KEY_ARRAY_BYTES:
         return (t, v.dtype.str, v.tobytes())
     return _NOKEY
 

@@ -539,6 +539,7 @@ def test_a_per_problem_argument_is_part_of_a_kept_calls_key(device):
     big = np.zeros(runtime_mod.KEY_ARRAY_BYTES // 8 + 1, np.int64)  # (as an argument: too big)
     assert runtime_mod._val(big) is runtime_mod._NOKEY
     assert runtime_mod._val(first)[2] == first.tobytes()
+    assert runtime_mod._val(first.astype(object)) is runtime_mod._NOKEY
 
 
 def _host(x):
