@@ -222,8 +222,10 @@ class FrontalRequest(_Request):
             bad = np.flatnonzero(a.m != a.n)
             raise InputError([(int(i), f"a: not square: {a.m[i]} x {a.n[i]}") for i in bad])
         k = a.k
-        p = np.asarray(v.get("npiv"), dtype=np.int64).reshape(-1)
-        par = np.asarray(v.get("parent"), dtype=np.int64).reshape(-1)
+        # (copies, read-only: a kept call's request must not see the caller reuse its arrays)
+        p = np.array(v.get("npiv"), dtype=np.int64).reshape(-1)
+        par = np.array(v.get("parent"), dtype=np.int64).reshape(-1)
+        p.flags.writeable = par.flags.writeable = False
         if p.shape != (k,) or par.shape != (k,):
             raise InputError([(None, f"npiv and parent need one entry per front ({k}), got "
                                      f"{p.shape} and {par.shape}")])

@@ -226,6 +226,9 @@ class Runtime:
             if part is not None:
                 return part
         p = Prepared(self, o, req, self._plan(o, req), keep=False)
+        if key is not None and any(type(v) is np.ndarray and _val(v) not in key
+                                   for n, v in fields.items() if n not in o.operands):
+            key = None  # (an array written while the call was made: not what its key read)
         if key is not None:
             lists = any(type(fields.get(n)) in (list, tuple) for n in o.operands)
             with self._lock:  # (iterating to evict while another thread inserts would raise)
@@ -512,7 +515,8 @@ def _key(op: Op, fields: dict) -> tuple | None:
     """A call's key in the runtime's prepared calls: the op, the fields' names, each packed
     batch's layout token (its with_data twins share it), each list's signature (its arrays'
     type, dtype and shapes: a list of the same signature is bound without validation) and the
-    other fields' values (with their types: True == 1 == 1.0 as dict keys); None where an
+    other fields' values (with their types: True == 1 == 1.0 as dict keys; a small numeric 1-D
+    array by its bytes, :func:`_val`); None where an
     operand is neither (a list of mixed types, 1-D arrays, a foreign framework's: validated on
     every call). The key holds the tokens, so a key found is a call on those very layouts."""
     key = [op.name, *fields]

@@ -233,3 +233,30 @@ def test_device_list_sizes_and_strides_from_cheap_reads(dtype):
             for axis in (0, 1):
                 if a.size and a.shape[axis] > 1:
                     assert addr[1 + axis, i] == a.strides[axis] // isz, (i, axis)
+
+
+def test_an_empty_matrix_does_not_choose_a_device_lists_order():
+    """packed_order reads each array's unit strides; an empty array's strides (derived, not
+    read, for a cupy list: core.batch.addresses) must not change the order the others ask for:
+    a list orders as it would without its empty arrays. Described here with addresses given,
+    as a device list's are."""
+    import itertools
+
+    from vbatch.core.batch import MatrixList
+
+    def order(shapes, strides):
+        m, n = (np.array([s[i] for s in shapes]) for i in (0, 1))
+        addr = np.array([[800 * i for i in range(len(shapes))],
+                         [s[0] for s in strides], [s[1] for s in strides]], np.int64)
+        return MatrixList.model_construct(mats=[None] * len(shapes), kind="cupy",
+                                          dtype=np.dtype(np.float64), m=m, n=n,
+                                          addr=addr).packed_order
+
+    lives = {"F": ([(3, 4), (4, 2)], [(1, 3), (1, 4)]), "C": ([(3, 4), (4, 2)], [(4, 1), (2, 1)]),
+             "column": ([(3, 1)], [(1, 1)]), "row": ([(1, 5)], [(5, 1)])}
+    empties = [(0, 4), (5, 0), (0, 0)]
+    choices = [(1, 1), (0, 0), (4, 1), (1, 5)]
+    for name, (shapes, strides) in lives.items():
+        want = order(shapes, strides)
+        for e, st in itertools.product(empties, choices):
+            assert order(shapes + [e], strides + [st]) == want, (name, e, st)

@@ -544,3 +544,41 @@ def test_a_per_problem_argument_is_part_of_a_kept_calls_key(device):
 
 def _host(x):
     return x.get() if hasattr(x, "get") else np.asarray(x)
+
+
+def test_a_call_whose_array_changed_while_it_was_made_is_not_kept():
+    """A key reads a per-problem array's bytes before validation copies it: where the array
+    the call was made with is no longer what its key read (another thread wrote it between),
+    the call is not kept, so no later call finds a plan made for other values."""
+    from vbatch.ops.op import OPS
+    from vbatch.runtime import runtime as runtime_mod
+
+    rt = Runtime("cpu")
+    packed = vbatch.pack(spd_list([4, 7], np.float64, np.random.default_rng(9)))
+    read, made = np.array([4, 7]), np.array([2, 3])
+    key = ("potrf", "batch", "npiv", "overwrite", runtime_mod.layout_token(packed),
+           runtime_mod._val(read), (bool, False))
+    fields = {"batch": packed, "npiv": made, "overwrite": False}
+    res = rt._run(key, OPS["potrf"], fields, ()).result()
+    assert not res.info.any()
+    assert key not in rt._calls
+    fields["npiv"] = read
+    rt._run(key, OPS["potrf"], fields, ()).result()
+    assert key in rt._calls
+
+
+def test_a_frontal_request_keeps_its_own_read_only_arrays():
+    """A kept call holds its request: the fronts' npiv and parent must be its copies, not the
+    caller's arrays, which the caller may reuse for other values."""
+    from vbatch.core.batch import tight_layout
+    from vbatch.core.errors import validated
+    from vbatch.ops.frontal import FrontalRequest
+
+    a = vbatch.pack([np.array([[4.0, 1.0], [1.0, 3.0]])], order="F")
+    m, n = np.array([0]), np.array([1])
+    off, ld, total = tight_layout(m, n, "F")
+    rel = vbatch.PackedBatch(data=np.zeros(total), m=m, n=n, offset=off, ld=ld, order="F")
+    npiv, parent = np.array([2]), np.array([-1])
+    req = validated(FrontalRequest, a=a, rel=rel, parent=parent, npiv=npiv)
+    for mine, theirs in ((req.npiv, npiv), (req.parent, parent)):
+        assert not np.shares_memory(mine, theirs) and not mine.flags.writeable

@@ -746,7 +746,7 @@ def list_signature(mats: Any) -> tuple | None:
     one plain numpy or cupy array type and one supported dtype, all 2-D: it is then validated
     on every call (adopted frameworks, 1-D right-hand sides, anything the general pass
     names). Reading the shapes is the floor of any list call: ~0.05 us an array for numpy,
-    ~0.2 for cupy (docs/decisions.md#host-list-form)."""
+    ~0.1 for cupy by ``len`` and ``size`` (docs/decisions.md#host-list-reads)."""
     if type(mats) not in (list, tuple) or not mats:
         return None
     types = set(map(type, mats))
@@ -894,8 +894,11 @@ class MatrixList(BaseModel):
         if a is None:
             return "C"
         rs, cs = a[1], a[2]
-        col = bool(np.all((rs == 1) | (self.m <= 1)))
-        row = bool(np.all((cs == 1) | (self.n <= 1)))
+        # (an empty array has nothing to read: its strides, which a device list may derive
+        # rather than read, do not choose the order)
+        empty = self.m * self.n == 0
+        col = bool(np.all((rs == 1) | (self.m <= 1) | empty))
+        row = bool(np.all((cs == 1) | (self.n <= 1) | empty))
         return "F" if col and not row else "C"
 
 
