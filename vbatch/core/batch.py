@@ -581,8 +581,9 @@ def _describe_uniform(mats: list, square: bool) -> dict | None:
     not hold: the general pass then finds and names each problem. Measured on the H100 host
     (2026-11-25, 2,000 cupy arrays, docs/decisions.md#host-list-form): the per-array loop
     took 0.79 ms and the gather's own loop over the addresses about as much again; this pass
-    reads both, addresses included, in ~1.5 ms; cupy's shapes and strides, ~0.2 us an array
-    each, are now mostly derived from cheaper reads (:func:`_shapes`, :func:`addresses`)."""
+    reads both, addresses included, in ~1.5 ms. cupy's shapes and strides, ~0.2 us an array
+    each to read, are derived from cheaper reads where they can be (:func:`_shapes`,
+    :func:`addresses`)."""
     types = set(map(type, mats))
     if len(types) != 1:
         return None
