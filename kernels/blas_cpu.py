@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from vbatch.core import jit
-from vbatch.kernels.cpu import INFO, Data, Work, split
+from vbatch.kernels.cpu import INFO, Data, split
 from vbatch.core.jit import njit, strides
 from vbatch.kernels.lapack import _SCALAR, routines
 from vbatch.ops.blas import COPY, GEMM, TRMM, TRSM
@@ -68,21 +68,15 @@ def prepare(backend, plan, launches) -> State:
         # share of a launch of few tasks: with 16 threads, a launch of 9 copies made every
         # copy wide, and the BLAS path ran them all).
         small = cost <= SMALL_FLOPS if jit.AVAILABLE else None
-        w = split(tasks, cost, np.zeros(len(tasks), dtype=bool), backend.threads.size, small)
-        if small is not None and small.any():
-            of = dict(zip(tasks, small.tolist()))
-            w = Work(w.wide, [(wh, _tabled(ts, of)) for wh, ts in w.chunks])
-        work[lc.index] = w
+        work[lc.index] = split(tasks, cost, np.zeros(len(tasks), dtype=bool),
+                               backend.threads.size, small, _tabled)
     return State(work)
 
 
-def _tabled(tasks: list, small: dict) -> list:
-    """A chunk's tasks with the small ones gathered into one table (an int64 array of task
-    rows, run by the compiled loops), the others left as they are."""
-    table = [t for t in tasks if small[t]]
-    if not table:
-        return tasks
-    return [np.array(table, dtype=np.int64)] + [t for t in tasks if not small[t]]
+def _tabled(tasks: list) -> list:
+    """A chunk of small tasks as one table (an int64 array of task rows, run by the compiled
+    loops)."""
+    return [np.array(tasks, dtype=np.int64)]
 
 
 def finish(backend, ex) -> np.ndarray:

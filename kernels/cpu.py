@@ -30,6 +30,7 @@ An op's kernel module provides:
 from __future__ import annotations
 
 import concurrent.futures as cf
+from collections.abc import Callable
 import functools
 import os
 import threading
@@ -160,20 +161,21 @@ def _host_memory() -> tuple[int, int]:
 
 
 def split(tasks: list, cost: np.ndarray, whole: np.ndarray, size: int,
-          small: np.ndarray | None = None) -> Work:
+          small: np.ndarray | None = None, table: Callable[[list], list] | None = None) -> Work:
     """Wide tasks (each longer than its share of the launch: on the critical path, so it gets
     the BLAS's threads and runs alone, before the rest), and the rest in chunks, largest
     first. ``small`` marks the tasks a compiled loop runs, a chunk in one call: never wide,
     they come after the others, in chunks of a quarter of a thread's share of them (at least
-    ``CHUNK_FLOPS``). A chunk's call costs ~5-10 us of Python and dispatch: 2,000 GEMMs of
-    U[1, 32] in chunks of ``CHUNK_FLOPS`` paid it 186 times a call."""
+    ``CHUNK_FLOPS``), each chunk's tasks made by ``table`` into what the op's loop takes. A
+    chunk's call costs ~5-10 us of Python and dispatch: 2,000 GEMMs of U[1, 32] in chunks of
+    ``CHUNK_FLOPS`` paid it 186 times a call."""
     if small is not None and small.any():
         big, mine = np.flatnonzero(~small).tolist(), np.flatnonzero(small)
         out = split([tasks[i] for i in big], cost[big], whole[big], size)
         share = max(CHUNK_FLOPS, float(cost[mine].sum()) / (4 * size))
         rest = _chunked([tasks[i] for i in mine.tolist()], cost[mine], whole[mine],
                         np.zeros(len(mine), dtype=bool), share)
-        return Work(out.wide, out.chunks + rest.chunks)
+        return Work(out.wide, out.chunks + [(wh, table(ts)) for wh, ts in rest.chunks])
     wide = (cost * size > cost.sum()) if size > 1 else np.zeros(len(tasks), dtype=bool)
     return _chunked(tasks, cost, whole, wide, CHUNK_FLOPS)
 

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from vbatch.core import jit
-from vbatch.kernels.cpu import INFO, Data, Work, split
+from vbatch.kernels.cpu import INFO, Data, split
 from vbatch.core.jit import njit, strides
 from vbatch.kernels.lapack import Calls
 from vbatch.ops.cholesky import FUSED, SCHUR, TRSM, UPDATE
@@ -128,12 +128,8 @@ def prepare(backend, plan, launches) -> State:
         # a small problem is the compiled loop's even where it would be "wide" (few problems,
         # many threads: on 16 cores every problem of a 20-problem batch was wide)
         small = whole & (cost <= SMALL_FLOPS) if jit.AVAILABLE else None
-        w = split(tasks, cost, whole, backend.threads.size, small)
-        if small is not None and small.any():
-            of = dict(zip(tasks, small.tolist()))
-            w = Work(w.wide, [(wh, _tabled(ts, of, n)) if wh else (wh, ts)
-                              for wh, ts in w.chunks])
-        work[lc.index] = w
+        work[lc.index] = split(tasks, cost, whole, backend.threads.size, small,
+                               lambda ts: [_tabled(ts, n)])
     return State(work, n.tolist(), p.tolist(), p)
 
 
@@ -149,18 +145,14 @@ class Small:
     rest: list
 
 
-def _tabled(tasks: list, small: dict, n: np.ndarray) -> list:
-    """A chunk of whole problems with the small ones gathered into one :class:`Small`, the
-    others left as they are."""
-    mine = [t for t in tasks if small[t]]
-    if not mine:
-        return tasks
-    table = np.array([(q, int(n[q]), p) for q, _, p, _ in mine], dtype=np.int64).reshape(-1, 3)
+def _tabled(tasks: list, n: np.ndarray) -> Small:
+    """A chunk of small whole problems as one :class:`Small`."""
+    table = np.array([(q, int(n[q]), p) for q, _, p, _ in tasks], dtype=np.int64).reshape(-1, 3)
     nn, pp = table[:, 1].astype(np.float64), table[:, 2].astype(np.float64)
     uu = nn - pp
     copy = pp**3 / 3 + pp * pp * uu + pp * uu * uu <= SMALL_FLOPS_COPY
-    rest = [t for t, c in zip(mine, copy.tolist()) if not c]
-    return [Small(table, table[copy], rest)] + [t for t in tasks if not small[t]]
+    rest = [t for t, c in zip(tasks, copy.tolist()) if not c]
+    return Small(table, table[copy], rest)
 
 
 # ------------------------------------------------------------------ running tasks
