@@ -4,6 +4,7 @@ kept one file per run, and a report that reads them.
     python benchmarks/sweep.py run --out FILE [--ops potrf gemm syrk trsm] [--nmax 8:512:8 ...]
         [--dist uniform lognormal skewed equal] [--dtype float64 float32]
         [--forms packedF packedC list prepared] [--k 2000] [--reps 11] [--magma LIB] [--cublas]
+        [--cusolverdx SITE]
     python benchmarks/sweep.py report FILE [FILE ...]
 
 ``run`` times, for each op, dtype, distribution and Nmax (``A:B:S`` is a range, B included):
@@ -12,10 +13,12 @@ prepared call on the column-major pack (prepared), and MAGMA's vbatched routine 
 column-major buffers (``--magma``: libmagma_vb.so, ../shared/anchors/magma/README.md; POTRF,
 GEMM and TRSM: MAGMA's SYRK binding is untested, so SYRK has no anchor) and cuBLAS's grouped
 GEMM (``--cublas``: cublasGemmGroupedBatchedEx, cuBLAS >= 12.5, a group per problem, as
-cuda_blas.py calls it; GEMM cells: C = A B into a zeroed C). k problems per cell
-(500 from Nmax 768), sizes U[1, Nmax] (uniform), lognormal around Nmax / 4, 1% at Nmax and the
-rest U[1, Nmax / 10] (skewed), or all Nmax (equal). GEMM: C = A B, m, n and k each drawn; SYRK:
-C = A A^T, A n x k, k drawn; TRSM: L X = B, 16 right-hand sides. Times: the call and its
+cuda_blas.py calls it; GEMM cells: C = A B into a zeroed C) and cuSOLVERDx's Cholesky
+(``--cusolverdx SITE``: POTRF cells whose largest order fits its shared memory, an 8-wide bucket
+a launch, cusolverdx.py; its time is GPU time, the launches' host cost left out). k problems per
+cell (500 from Nmax 768), sizes U[1, Nmax] (uniform), lognormal around Nmax / 4, 1% at Nmax and
+the rest U[1, Nmax / 10] (skewed), or all Nmax (equal). GEMM: C = A B, m, n and k each drawn;
+SYRK: C = A A^T, A n x k, k drawn; TRSM: L X = B, 16 right-hand sides. Times: the call and its
 result, synchronized, ms, median of --reps after 3 warm-ups; MAGMA's POTRF and TRSM on their
 input restored (untimed) before each call. Each cell's rows are written as soon as it is
 measured, so a run cut short keeps what it measured.
@@ -135,7 +138,8 @@ def operands(op, dtype, n, rng, rt) -> tuple[dict, object, object]:
     return ops, call, ops["packedF"]
 
 
-def _cell(op, dtype, dist, nmax, k, forms, reps, rt, magma, rng, blas=None) -> dict:
+def _cell(op, dtype, dist, nmax, k, forms, reps, rt, magma, rng, blas=None,
+          dx=None) -> dict:
     import cupy
 
     import vbatch
@@ -170,7 +174,27 @@ def _cell(op, dtype, dist, nmax, k, forms, reps, rt, magma, rng, blas=None) -> d
                                before=lambda: work.data.__setitem__(Ellipsis, pb.data))
     if blas is not None and op == "gemm":
         out["cublas"] = _ms(_grouped(blas, ops["packedF"], dtype), reps)
+    if dx is not None and op == "potrf" and nmax <= dx.max_order(dtype):
+        out["cusolverdx"] = _dx_potrf(dx, ops["packedF"], reps)
     return out
+
+
+def _dx_potrf(dx, batch, reps: int) -> float:
+    """cuSOLVERDx's GPU time on a copy of the column-major pack, restored before each call;
+    its factors checked against numpy's on a few matrices (the anchor's own kernel)."""
+    work = batch.with_data(batch.data.copy())
+    call = dx.prepare_potrf(work)
+    ms = dx.time_potrf(call, reps, lambda: work.data.__setitem__(Ellipsis, batch.data))
+    bad = dx.info(call)
+    for i in sorted({0, batch.k - 1, batch.k // 2}):
+        a = batch.matrix(i).get().astype(np.float64)
+        f = np.tril(work.matrix(i).get().astype(np.float64))
+        ref = np.linalg.cholesky(a) if a.size else a
+        err = np.linalg.norm(f - ref) / max(np.linalg.norm(ref), 1e-300)
+        if bad or not err < (1e-10 if batch.dtype == np.float64 else 1e-3):
+            raise SystemExit(f"cuSOLVERDx's factor of matrix {i} is off: error {err:.2e}, "
+                             f"{bad} matrices with info != 0")
+    return ms
 
 
 def _grouped(blas, x: dict, dtype):
@@ -218,9 +242,16 @@ def run(args) -> int:
         why = blas.grouped_status()
         if why:
             raise SystemExit(f"--cublas: {why}")
+    dx = None
+    if args.cusolverdx:
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        from cusolverdx import CuSolverDx
+
+        dx = CuSolverDx(args.cusolverdx)
     rt = vbatch.Runtime("cuda")
     meta = {"device": cupy.cuda.runtime.getDeviceProperties(0)["name"].decode(),
-            "args": vars(args), "magma": bool(magma), "cublas": blas is not None}
+            "args": vars(args), "magma": bool(magma), "cublas": blas is not None,
+            "cusolverdx": dx and dx.version}
     rows = []
     for op in args.ops:
         for dtype in args.dtype:
@@ -230,7 +261,7 @@ def run(args) -> int:
                     # (one seed per cell, whatever else the run covers)
                     rng = np.random.default_rng(zlib.crc32(f"{op} {dtype} {dist} {nmax}".encode()))
                     ms = _cell(op, np.dtype(dtype), dist, nmax, k, args.forms, args.reps, rt,
-                               magma, rng, blas)
+                               magma, rng, blas, dx)
                     rows.append(dict(op=op, dtype=dtype, dist=dist, nmax=nmax, k=k, ms=ms))
                     print(f"{op:5} {dtype:7} {dist:9} {nmax:5} " + " ".join(
                         f"{f} {v:7.3f}" for f, v in ms.items()), flush=True)
@@ -293,6 +324,9 @@ def main(argv=None) -> int:
     r.add_argument("--magma", default=os.environ.get("VBATCH_MAGMA"))
     r.add_argument("--cublas", action="store_true",
                    help="time cuBLAS's grouped GEMM on the GEMM cells (an anchor)")
+    r.add_argument("--cusolverdx", metavar="SITE",
+                   help="time cuSOLVERDx's Cholesky on the POTRF cells its buckets fit (an "
+                        "anchor; SITE: its wheels installed with --target, cusolverdx.py)")
     p = sub.add_parser("report")
     p.add_argument("files", nargs="+")
     args = ap.parse_args(argv)
