@@ -412,7 +412,8 @@ class Future:
     def output(self, name: str | None = None) -> DistributedBatch:
         """One output of this submission, left on the workers (``None``: the op's main
         output: the factors of ``cholesky``, the solutions of ``posv``, the one of a BLAS op)."""
-        name = name or _MAIN.get(self._op.name if self._op else None)
+        if name is None and self._op is not None and self._op.returns:
+            name = self._op.returns[0][0]
         if name not in self._outputs:  # (one object a name: its placeholder is made once)
             m, n = self._shapes(name)
             self._outputs[name] = DistributedBatch(self._rt, self.shards, name, m, n,
@@ -444,9 +445,6 @@ class Future:
                 out[s.index] = np.fromiter(v, dtype=object, count=len(v))
             return _in_form(out.tolist(), self._form)
         return first
-
-
-_MAIN = {"potrf": "factors", "posv": "solutions"}
 
 
 def _in_form(mats: Any, form) -> Any:

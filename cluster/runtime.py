@@ -289,9 +289,9 @@ def _form_of(req, op, dist: dict) -> tuple | None:
 
 
 def _shapes_of(req, op):
-    """``name -> (m, n)`` of an output field (``factors`` / ``solutions`` / the only one),
+    """``name -> (m, n)`` of an output field (one of ``op.returns``, or the only output),
     for :meth:`Future.output`."""
-    want = {"factors": "l", "solutions": "x"}
+    want = dict(op.returns)
 
     def pick(name):
         for bname, operand, _, buf in op._outs:

@@ -432,6 +432,7 @@ POTRF = register_op(Op(
     graph=lambda req, opts: potrf_graph(req.batch.n, req.npiv, *graph_options(opts)),
     signature=lambda req: (req.batch.n.tobytes(), req.npiv.tobytes()),
     result=lambda outs, info, plan: CholeskyResult(outs["l"], info, plan),
+    returns=(("factors", "l"),),
     # A blocked plan's block updates are the blas family's GEMMs (their alpha and beta are
     # fixed by the kind; the table's slots are filled all the same).
     scalars=lambda req: {"alpha": 1.0, "beta": 0.0}, families=("potrf", "blas"),

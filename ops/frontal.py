@@ -351,6 +351,7 @@ FRONTAL_OP = register_op(Op(
                     complete=True)),
     graph=frontal_graph, signature=_sig,
     result=lambda outs, info, plan: FrontalResult(outs["l"], info, plan),
+    returns=(("fronts", "l"),),
     # Large fronts factor in blocks, whose updates are the blas family's GEMMs.
     scalars=lambda req: {"alpha": 1.0, "beta": 0.0}, families=("potrf", "blas", "frontal"),
     doc="the numeric multifrontal Cholesky: partial factorizations and extend-adds, one graph",
@@ -592,6 +593,7 @@ FRONTAL_SOLVE_OP = register_op(Op(
              Buffer("sync", "sync", output=True, shape=_sync_shape, form="x")),
     graph=frontal_solve_graph, signature=_solve_sig,
     result=lambda outs, info, plan: FrontalResult(outs["x"], info, plan),
+    returns=(("fronts", "x"),),
     families=("frontal",),
     doc="the multifrontal solve: a forward and a backward sweep over the fronts, one graph",
 ))

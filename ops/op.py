@@ -79,6 +79,10 @@ class Op:
     fields: tuple[tuple[str, str], ...] = ()
     # ``example(rng, sizes) -> Example``: problems of these sizes for the conformance suite.
     example: Callable | None = None
+    # The fields of ``result``'s object that are outputs, as (field, buffer) pairs, the main one
+    # first (what ``vbatch.distributed``'s ``Future.output()`` gives); empty where the result
+    # is the one output itself (the BLAS ops).
+    returns: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self):
         # What staging a submission needs, computed once (it runs on every call's hot path):

@@ -115,6 +115,7 @@ POSV_OP = register_op(Op(
              Buffer("x", "b", output=True)),
     graph=posv_graph, signature=_sig("a", "b"),
     result=lambda outs, info, plan: PosvResult(outs["l"], outs["x"], info, plan),
+    returns=(("solutions", "x"), ("factors", "l")),
     scalars=lambda req: {"alpha": 1.0, "beta": 0.0}, families=("potrf", FAMILY),
     doc="A X = B for SPD A: Cholesky and the solve, one graph",
 ))

@@ -23,6 +23,7 @@ registering. Checked:
 from __future__ import annotations
 
 import concurrent.futures as cf
+import dataclasses
 import importlib.util
 import threading
 from dataclasses import dataclass
@@ -153,6 +154,11 @@ def test_every_op_in_every_dtype_form_and_array_kind(device, kind, form, dtype, 
                                             ld=v.ld, order=v.order)
                     for k, v in operands.items()}
     res = case.call(Runtime(device), operands, case.params[0]).result()
+    # (the op's ``returns`` names its result's output fields: vbatch.distributed reads them)
+    returns = REGISTERED[op].returns
+    assert dataclasses.is_dataclass(res) == bool(returns), (op, type(res))
+    for field, _ in returns:
+        assert getattr(res, field) is not None, (op, field)
     if kind == "torch":  # (the outputs are torch's too)
         given = case.outputs(res)[-1]
         first = given[0] if form == "list" else given.buffer
