@@ -16,7 +16,9 @@ An operation module (``ops/<name>.py``) defines one :class:`Op`:
   methods, module functions and ``vbatch.distributed.Runtime`` methods are generated from it
   (:func:`caller`), so ``help(rt.gemm)`` and ``inspect.signature(rt.gemm)`` show it;
 * ``example``: a batch of problems of given sizes for the conformance suite
-  (``tests/test_conformance.py``), with the reference each output is checked against.
+  (``tests/test_conformance.py``), with the reference each output is checked against;
+* ``returns``: which fields of its result are outputs, and of which buffer (``factors`` is
+  ``l``), the main one first: ``vbatch.distributed`` leaves them on the workers by that name.
 
 The kinds its graph uses live in the same module (:mod:`vbatch.core.kinds`); the kernels that run
 them live in ``kernels/<family>_cpu.py`` and ``kernels/<family>_cuda.py``. Every module of this
