@@ -259,13 +259,14 @@ def _take(validated_value: Any, raw: Any, index: np.ndarray, k: int) -> Any:
         return None
     v = validated_value
     if type(v) is MatrixList:
-        mats = [v.mats[i] for i in index.tolist()]
         if v.kind != "numpy":
-            return mats
+            return [v.mats[i] for i in index.tolist()]
         # One buffer a shard (as views, which keep the list form and its 1-D problems): an
         # array a matrix travelled at 0.4-0.6 GB/s (docs/decisions.md#dist-host-operands).
-        vector = None if v.vector is None else np.asarray(v.vector)[index]
-        return Views(pack(validated(MatrixList, mats=mats), v.packed_order), vector)
+        # (its part of the validated list, not the shard's arrays validated again: a warm call
+        # of 40 matrices on two CPU workers submitted in 0.80-0.82 ms against 0.87-0.95)
+        part = v.part(index)
+        return Views(pack(part, v.packed_order), part.vector)
     if type(v) is PackedBatch:
         views = v._views()
         mats = [views[i] for i in index.tolist()]

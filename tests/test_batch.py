@@ -50,6 +50,27 @@ def test_pack_takes_matrix_subclasses_and_large_mixed_shapes():
                 assert np.array_equal(b.matrix(i), np.asarray(m)), (order, i)
 
 
+def test_a_part_of_a_validated_list_is_that_subset_validated():
+    """MatrixList.part (a distributed call's shard) describes its arrays as validating them
+    would, without reading them again; its sizes are read-only, as a validated list's."""
+    from vbatch.core.batch import MatrixList
+
+    rng = np.random.default_rng(2)
+    mats = [rng.standard_normal((int(m), int(n))) for m, n in rng.integers(0, 9, (12, 2))]
+    whole = MatrixList(mats=mats)
+    for index in (np.array([3, 0, 7]), np.arange(12), np.array([], np.int64)):
+        part, want = whole.part(index), MatrixList(mats=[mats[i] for i in index.tolist()])
+        assert all(a is b for a, b in zip(part.mats, want.mats)) and part.k == want.k
+        for f in ("m", "n"):
+            assert np.array_equal(getattr(part, f), getattr(want, f))
+            assert not getattr(part, f).flags.writeable
+        assert (part.kind, part.dtype, part.addr, part.vector) == (want.kind, want.dtype,
+                                                                   want.addr, want.vector)
+        packed = vbatch.pack(part, order="F")
+        for i, j in enumerate(index.tolist()):
+            assert np.array_equal(packed.matrix(i), mats[j])
+
+
 def test_packed_views_write_through_and_respect_ld():
     data = np.arange(30, dtype=np.float64)
     b = PackedBatch.from_buffer(data, n=[2, 3], offset=[0, 10], ld=[4, 5], order="F")

@@ -880,6 +880,19 @@ class MatrixList(BaseModel):
             d["addr"] = addr
         return constructed(MatrixList, d, self.__pydantic_fields_set__)
 
+    def part(self, index: np.ndarray) -> "MatrixList":
+        """The problems ``index`` of this list (a distributed call's shard), described from
+        this list's validation: no array is read again."""
+        idx = index.tolist()
+        mats = [self.mats[i] for i in idx]
+        m, n = self.m[index], self.n[index]
+        m.flags.writeable = n.flags.writeable = False
+        d = {**self.__dict__, "mats": mats, "m": m, "n": n,
+             "source": mats if self.source is self.mats else [self.source[i] for i in idx],
+             "addr": None if self.addr is None else self.addr[:, index],
+             "vector": None if self.vector is None else np.asarray(self.vector)[index]}
+        return constructed(MatrixList, d, self.__pydantic_fields_set__)
+
     @property
     def k(self) -> int:
         return len(self.mats)
