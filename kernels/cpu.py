@@ -350,6 +350,8 @@ class CpuBackend(Backend):
         bound = []
         for lc in plan.launches:
             work = ex.states[lc.family].work[lc.index]
+            if not work.wide and not work.chunks:
+                continue  # (nothing left to it: a partial factor's schur tasks, folded)
             calls = getattr(ex.modules[lc.family], "calls", None)
             if calls is None or work.wide or len(work.chunks) != 1:
                 return None

@@ -9,6 +9,7 @@ import pytest
 
 import vbatch
 from vbatch import DependencyError, Runtime
+from vbatch.core import jit
 from vbatch.kernels.cpu import CpuBackend
 from vbatch.ops.generate import spd_list
 from _check import check_factor, plan_npiv
@@ -435,6 +436,24 @@ def test_a_list_call_is_kept_the_second_time_its_sizes_come():
         for a, f in zip(mats, res.factors):
             check_factor(a, f, np.float64)
         assert len(rt._calls) == (1 if i else 0)
+
+
+def test_a_small_partial_factorization_replays_on_the_cpu():
+    """A partial Cholesky of small problems folds each one's Schur task into its one panel
+    task, which leaves the schur launch with no work: the backend's replayer passes over it
+    (giving up there ran such a call ~4x slower than a full one)."""
+    if not jit.AVAILABLE:
+        pytest.skip("the CPU's replay runs the compiled loops (numba)")
+    rt = Runtime("cpu")
+    rng = np.random.default_rng(3)
+    mats = spd_list([8, 5, 12, 1], np.float64, rng)
+    npiv = np.array([4, 4, 4, 1])  # (an array: a list would not key the call)
+    packed = vbatch.pack(mats, order="F")
+    for _ in range(3):
+        res = rt.cholesky(packed, npiv).result()
+    assert next(iter(rt._calls.values()))._fire  # (the backend's replayer: the loops' calls)
+    for i, a in enumerate(mats):
+        check_factor(a, res.factors.matrix(i), np.float64, npiv[i])
 
 
 def test_ctrl_c_in_a_call_run_in_the_callers_thread_reaches_the_caller(monkeypatch):
