@@ -13,7 +13,7 @@ import numpy as np
 
 from vbatch.core.batch import MatrixList, PackedBatch, Views, pack
 from vbatch.core.errors import InputError, validated
-from vbatch.ops.op import caller, public
+from vbatch.ops.op import caller, public, replaced
 from vbatch.distributed.future import DistributedBatch, Future, _Hub, _Keep, _Shard
 from vbatch.distributed.local import workers_of
 from vbatch.distributed.sharding import problem_cost, shard_by_cost
@@ -297,7 +297,7 @@ def _shapes_of(req, op):
     def pick(name):
         for bname, operand, _, buf in op._outs:
             if want.get(name) in (None, bname):
-                given = getattr(req, operand)
+                given = replaced(req, operand)
                 if given is not None:
                     return given.m, given.n
                 m, n = buf.shape(req)

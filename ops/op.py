@@ -46,7 +46,8 @@ class Buffer:
     the form of the request field ``form`` (a list for a list, ...). ``complete``: the op's
     kernels write every element of such a new output, so it need not be zeroed first.
     ``scratch``: a new buffer of ``shape(request)`` the kernels work in and the caller never
-    sees (no operand; laid out as the field ``form``'s batch)."""
+    sees (no operand; laid out as the field ``form``'s batch). ``dtype``: a new output or
+    scratch buffer of this dtype instead of the form's (GETRF's int32 pivots)."""
 
     name: str
     operand: str | None
@@ -55,6 +56,7 @@ class Buffer:
     form: str | None = None
     complete: bool = False
     scratch: bool = False
+    dtype: str | None = None
 
 
 @dataclass(frozen=True)
@@ -89,14 +91,15 @@ class Op:
     def __post_init__(self):
         # What staging a submission needs, computed once (it runs on every call's hot path):
         # the inputs as (buffer, operand, written when overwriting), the outputs as (buffer,
-        # operand, the input buffer whose layout it takes, the Buffer).
+        # operand, the input buffer whose layout it takes, the Buffer; an output of no operand
+        # is always new, and takes none).
         ins = self.inputs()
         outs = tuple(b for b in self.outputs() if not b.scratch)
         written = {o.operand for o in outs}
         object.__setattr__(self, "_ins", tuple((b.name, b.operand, b.operand in written)
                                                for b in ins))
         object.__setattr__(self, "_outs", tuple(
-            (o.name, o.operand, next(b.name for b in ins if b.operand == o.operand), o)
+            (o.name, o.operand, next((b.name for b in ins if b.operand == o.operand), None), o)
             for o in outs))
         object.__setattr__(self, "_scratch", tuple(b for b in self.buffers if b.scratch))
         object.__setattr__(self, "names", tuple(b.name for b in self.buffers))
@@ -122,7 +125,9 @@ class Example:
     the same outputs of a call's result (lists or packed batches), in that order, the last one
     being what replaces ``written`` (the operand ``overwrite=True`` writes; ``mask`` gives the
     part of that array the output is, e.g. a factor's lower triangle). ``read``/``zero``: an
-    operand that the scalar ``zero`` set to 0 must not read (BLAS: NaN there stays out)."""
+    operand that the scalar ``zero`` set to 0 must not read (BLAS: NaN there stays out).
+    ``any_shape``: every shape of the operands is a problem of the op (GETRF's ``m x n``), so
+    the suite has no wrong shape to give it."""
 
     operands: dict
     params: list
@@ -132,6 +137,13 @@ class Example:
     read: str | None = None
     zero: str | None = None
     mask: Callable | None = None
+    any_shape: bool = False
+
+
+def replaced(req: Any, operand: str | None) -> Any:
+    """The input an output replaces (None: the output is new, as one of no operand always
+    is)."""
+    return None if operand is None else getattr(req, operand)
 
 
 def register(op: Op) -> Op:

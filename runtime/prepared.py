@@ -27,6 +27,7 @@ import numpy as np
 
 from vbatch.core.batch import MatrixList, PackedBatch, Views, list_signature, pack
 from vbatch.core.errors import InputError, constructed, validated
+from vbatch.ops.op import replaced
 from vbatch.runtime.future import Future
 
 _PACKED = object()  # (_list_form: an operand that came as a packed batch)
@@ -266,12 +267,12 @@ class Prepared:
             form = getattr(req, buf.form)
             if type(form) not in (PackedBatch, MatrixList) or form.kind != b.kind:
                 return None
-            return b.buffer_maker(*buf.shape(req), form.dtype, output_order(form),
+            return b.buffer_maker(*buf.shape(req), buf.dtype or form.dtype, output_order(form),
                                   not buf.complete)
 
         outs = []
         for name, operand, _, buf in self.op._outs:
-            if getattr(req, operand) is not None:  # (it replaces its operand's input)
+            if replaced(req, operand) is not None:  # (it replaces its operand's input)
                 outs.append((name, 2 if ow else 1, operand, operand))
                 continue
             outs.append((name, 0, maker(buf), buf.form))

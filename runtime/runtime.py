@@ -35,7 +35,7 @@ from vbatch.core.batch import (
 from vbatch.ops.cholesky import CholeskyResult  # noqa: F401 - re-exported
 from vbatch.ops.posv import PosvResult  # noqa: F401 - re-exported
 from vbatch.core.errors import InputError, validated
-from vbatch.ops.op import OPS, Op, caller, public
+from vbatch.ops.op import OPS, Op, caller, public, replaced
 from vbatch.runtime.config import Config
 from vbatch.runtime.future import DependencyError, Future, _deps  # noqa: F401 - re-exported
 from vbatch.runtime.prepared import (_NONE, Prepared, _give, _list_form, layout_token,
@@ -303,7 +303,7 @@ class Runtime:
                 if v is not None:
                     elems += int((v.m * v.n).sum())
             for _, operand, _, buf in op._outs:
-                if getattr(req, operand) is None:  # (a new output: its own elements)
+                if replaced(req, operand) is None:  # (a new output: its own elements)
                     m, n = buf.shape(req)
                     elems += int((np.asarray(m) * np.asarray(n)).sum())
             size = plan.cache["inline"] = (plan.flops(), elems)
@@ -387,7 +387,7 @@ class Runtime:
                 staged[name] = b.stage_input(given, False)
         lists = None
         for name, operand, like, buf in op._outs:
-            given = getattr(req, operand)
+            given = replaced(req, operand)
             if given is None:  # a new output (GEMM without c): laid out from its sizes
                 staged[name] = _new_buffer(b, req, buf)
             else:
@@ -422,7 +422,7 @@ class Runtime:
             # touched (Views), a packed batch's as a packed batch; either given back to the
             # caller's framework (torch, JAX) when the input came from one.
             for name, operand, _, buf in op._outs:
-                given = getattr(req, operand)
+                given = replaced(req, operand)
                 work = b.batch_of(staged[name])
                 if given is None:
                     form = getattr(req, buf.form)
@@ -549,7 +549,7 @@ def _new_buffer(b, req, buf):
     """A new output or scratch buffer of ``buf``'s sizes, laid out as its ``form`` field."""
     m, n = buf.shape(req)
     form = getattr(req, buf.form)
-    return b.new_buffer(m, n, form.dtype, output_order(form), not buf.complete)
+    return b.new_buffer(m, n, buf.dtype or form.dtype, output_order(form), not buf.complete)
 
 
 _NOKEY = object()  # (in a key: an argument that cannot be keyed, as a list of mixed types)

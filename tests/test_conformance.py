@@ -344,7 +344,7 @@ def test_bad_input_is_named_before_any_work(device, op, monkeypatch):
                         lambda self, *a, **kw: began.append(1) or real(self, *a, **kw))
     case = make_case(op, np.random.default_rng(11), [3, 4, 5])
     first = next(iter(case.operands))
-    for how in ("shape", "dtype"):
+    for how in ("dtype",) if case.any_shape else ("shape", "dtype"):
         operands = {k: [_xp(device).asarray(a) for a in v] for k, v in case.operands.items()}
         x = case.operands[first][1]
         operands[first][1] = _xp(device).asarray(
