@@ -28,7 +28,7 @@ import threading
 
 import numpy as np
 
-_LAPACK = ("potrf", "lacpy", "laset")
+_LAPACK = ("potrf", "lacpy", "laset", "getrf")
 _BLAS = ("trsm", "trmm", "syrk", "gemm")
 _PREFIX = {np.dtype(np.float64): "d", np.dtype(np.float32): "s"}
 _SCALAR = {np.dtype(np.float64): ctypes.c_double, np.dtype(np.float32): ctypes.c_float}
@@ -53,7 +53,7 @@ def _entry(module, name: str, nargs: int, chars: int):
 
 # name -> (number of arguments, number of leading char* arguments)
 _ARITY = {
-    "potrf": (5, 1), "lacpy": (7, 1), "laset": (7, 1),
+    "potrf": (5, 1), "lacpy": (7, 1), "laset": (7, 1), "getrf": (6, 0),
     "trsm": (11, 4), "trmm": (11, 4), "syrk": (10, 2), "gemm": (13, 2),
 }
 
@@ -189,6 +189,27 @@ class Calls:
         else:
             pm, pn, pld = self._ints(m, n, ld)
             self.f["trsm"](b"R", b"L", b"T", b"N", pm, pn, one, t, pld, b, pld)
+
+
+    def getrf(self, a: int, m: int, n: int, ld: int, ipiv: int) -> int:
+        """LU with partial pivoting of the column-major ``m x n`` matrix at ``a`` (LAPACK's
+        ``getrf``: there is no row-major form, callers copy); 1-based pivots into the int32
+        array at ``ipiv``; LAPACK info."""
+        pm, pn, pld, pinfo = self._ints(m, n, max(ld, 1), 0)
+        self.f["getrf"](pm, pn, a, pld, ipiv, pinfo)
+        return self._i[3]
+
+    def trsm_left_lower_unit(self, b: int, t: int, m: int, n: int, ld: int):
+        """X_b[:m, :n] = L^-1 X_b[:m, :n] with L the unit lower triangle of X_t[:m, :m]."""
+        if m <= 0 or n <= 0:
+            return
+        one = self._sa
+        if self.row:  # B^T = B^T L^-T, L^T upper in the column-major view
+            pm, pn, pld = self._ints(n, m, ld)
+            self.f["trsm"](b"R", b"U", b"N", b"U", pm, pn, one, t, pld, b, pld)
+        else:
+            pm, pn, pld = self._ints(m, n, ld)
+            self.f["trsm"](b"L", b"L", b"N", b"U", pm, pn, one, t, pld, b, pld)
 
 
 class BlasThreads:

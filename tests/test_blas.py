@@ -614,7 +614,7 @@ def test_bad_input_names_the_problem_and_the_operand(device):
     with pytest.raises(InputError, match=r"beta = 2.0 needs c"):
         rt.gemm(a[:1], b[:1], beta=2.0)
     with pytest.raises(InputError, match=r"unknown operation"):
-        rt.submit("getrf", a=a)
+        rt.submit("geqrf", a=a)
 
 
 def test_the_first_step_into_each_row_block_reads_the_right_hand_sides():
@@ -645,7 +645,7 @@ def test_plan_for_shows_the_plan_of_any_op():
     # has no right-hand side: no tasks.
     assert plan.counts().get("blas.trsm") == 2 and "blas.copy" not in plan.counts()
     with pytest.raises(InputError, match="unknown operation"):
-        rt.plan_for("getrf", a=[np.eye(2)])
+        rt.plan_for("geqrf", a=[np.eye(2)])
 
 
 # ----------------------------------------------------------------------------- repeated calls

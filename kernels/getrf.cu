@@ -1,0 +1,205 @@
+// vbatch: variable-size batched LU with partial pivoting (GETRF) kernels, float32 and float64.
+//
+// Compiled behind the generated preamble and vbatched.cuh (kernels/cuda_build.py). A task row is
+// (q, j, w, m, n): problem q, its panel's first column j and width w, and the problem's sizes
+// (the tables carry one n per problem; a rectangular problem's m travels with its tasks).
+//
+// The per-call pointers come from a 4-entry table, `tbl`: A (the input), LU (the output; A
+// itself in place), ipiv (int32, an r x 1 matrix per problem, r = min(m, n): the buffer's
+// offsets are in ints) and info (pinned host memory, zeroed by the host; a kernel writes a
+// problem's entry at its first exactly-zero pivot, and only then). meta holds, per buffer s,
+// offset[K] then ld[K] at meta[2 K s]: A's is s = 0, LU's s = 1, ipiv's s = 2.
+//
+// One step of a right-looking LU is two launches (the trailing GEMM is the blas family's):
+// getrf_factor factors the panel's columns [j, j + w), rows [j, m); getrf_rows applies the
+// step's row swaps to every other column and solves U12 = L11^-1 A12 right of the panel. Out
+// of place, the first step (j = 0) reads A: the factor kernel its panel's columns, the rows
+// kernel the others, so every later step reads LU alone.
+//
+// Pivots as LAPACK's: the first entry of largest magnitude at or below the diagonal (idamax);
+// a zero pivot's column is left unscaled and the factorization goes on (info = its column + 1,
+// the first). PIVOT=false takes the diagonal as pivot (ipiv = the identity), with the same rule
+// at a zero pivot.
+//
+// Layout is a template flag: ROW=false is column-major, ROW=true row-major (A and LU share it).
+
+namespace vb {
+
+// Block reduction of (|value|, row) pairs to the largest value, the lowest row among equals:
+// LAPACK's idamax. Threads with no row pass (-1, INT_MAX). Returns the winner in every thread.
+template <typename T, int NT>
+__device__ __forceinline__ int argmax_rows(T v, int i, T* sv, int* si) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) {
+    const T ov = __shfl_down_sync(0xffffffffu, v, off);
+    const int oi = __shfl_down_sync(0xffffffffu, i, off);
+    if (ov > v || (ov == v && oi < i)) {
+      v = ov;
+      i = oi;
+    }
+  }
+  if (lane == 0) {
+    sv[warp] = v;
+    si[warp] = i;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int w = 1; w < NT / 32; ++w) {
+      if (sv[w] > v || (sv[w] == v && si[w] < i)) {
+        v = sv[w];
+        i = si[w];
+      }
+    }
+    si[0] = i;
+  }
+  __syncthreads();
+  const int out = si[0];
+  __syncthreads();  // (si is reused by the next column's reduction)
+  return out;
+}
+
+template <typename T, int NT, bool ROW, bool PIVOT>
+__global__ void __launch_bounds__(NT)
+getrf_factor(const unsigned long long* tbl, const long long* meta, const int* imeta,
+             const int* tasks, int K, int lo, int hi, int unused) {
+  const int row = lo + (int)blockIdx.x;
+  if (row >= hi) return;
+  const int* tk = tasks + (long long)row * VB_TASK_COLS;
+  const int q = tk[0], j = tk[1], w = tk[2], m = tk[3];
+  const T* A = reinterpret_cast<const T*>(tbl[0]) + meta[q];
+  const long long lda = meta[K + q];
+  T* L = reinterpret_cast<T*>(tbl[1]) + meta[2LL * K + q];
+  const long long ld = meta[3LL * K + q];
+  int* ipiv = reinterpret_cast<int*>(tbl[2]) + meta[4LL * K + q];
+  int* info = reinterpret_cast<int*>(tbl[3]);
+  __shared__ T sv[NT / 32];
+  __shared__ int si[NT / 32];
+  __shared__ T s_piv;
+  const int tid = threadIdx.x;
+  if (j == 0 && static_cast<const void*>(A) != static_cast<const void*>(L)) {
+    // (in memory order: consecutive threads read consecutive elements)
+    for (long long e = tid; e < (long long)m * w; e += NT) {
+      const int r = ROW ? (int)(e / w) : (int)(e % m), c = ROW ? (int)(e % w) : (int)(e / m);
+      L[at<ROW>(r, c, ld)] = A[at<ROW>(r, c, lda)];
+    }
+    __syncthreads();
+  }
+  for (int c = 0; c < w; ++c) {
+    const int col = j + c;
+    int p = col;
+    if (PIVOT) {
+      T best = T(-1);
+      int bi = 0x7fffffff;
+      for (int i = col + tid; i < m; i += NT) {  // (rows ascending: the first of equals kept)
+        const T v = fabs(L[at<ROW>(i, col, ld)]);
+        if (v > best) {
+          best = v;
+          bi = i;
+        }
+      }
+      p = argmax_rows<T, NT>(best, bi, sv, si);
+      if (p == 0x7fffffff) p = col;  // (a column of NaN: no entry compared greater)
+    }
+    if (tid == 0) {
+      ipiv[col] = p;
+      const T d = L[at<ROW>(p, col, ld)];
+      s_piv = d;
+      if (d == T(0) && info[q] == 0) info[q] = col + 1;
+    }
+    __syncthreads();  // (the pivot read before its row moves)
+    if (p != col) {
+      for (int cc = tid; cc < w; cc += NT) {
+        T* x = L + at<ROW>(col, j + cc, ld);
+        T* y = L + at<ROW>(p, j + cc, ld);
+        const T t = *x;
+        *x = *y;
+        *y = t;
+      }
+    }
+    __syncthreads();
+    const T d = s_piv;
+    // Each thread its rows: the multiplier, then the rest of the row in the panel.
+    for (int i = col + 1 + tid; i < m; i += NT) {
+      T l = L[at<ROW>(i, col, ld)];
+      if (d != T(0)) {
+        l = l / d;
+        L[at<ROW>(i, col, ld)] = l;
+      }
+      for (int cc = c + 1; cc < w; ++cc) {
+        T* x = L + at<ROW>(i, j + cc, ld);
+        *x = fma(-l, L[at<ROW>(col, j + cc, ld)], *x);
+      }
+    }
+    __syncthreads();
+  }
+}
+
+template <typename T, int NB, bool ROW, bool PIVOT>
+__global__ void __launch_bounds__(64)
+getrf_rows(const unsigned long long* tbl, const long long* meta, const int* imeta,
+           const int* tasks, int K, int lo, int hi, int unused) {
+  constexpr int CT = 64;  // columns a block (kernels/getrf_cuda.py ROWS_COLS)
+  const int row = lo + (int)blockIdx.x;
+  if (row >= hi) return;
+  const int* tk = tasks + (long long)row * VB_TASK_COLS;
+  const int q = tk[0], j = tk[1], w = tk[2], m = tk[3], n = tk[4];
+  const int outside = n - w;  // columns [0, j) and [j + w, n), numbered 0 .. outside - 1
+  const int c0 = (int)blockIdx.y * CT;
+  if (c0 >= outside) return;  // (the whole block: before any barrier)
+  const T* A = reinterpret_cast<const T*>(tbl[0]) + meta[q];
+  const long long lda = meta[K + q];
+  T* L = reinterpret_cast<T*>(tbl[1]) + meta[2LL * K + q];
+  const long long ld = meta[3LL * K + q];
+  const int* ipiv = reinterpret_cast<const int*>(tbl[2]) + meta[4LL * K + q];
+  __shared__ T l11[NB][NB + 1];
+  __shared__ int piv[NB];
+  const int tid = threadIdx.x;
+  const int cols = min(CT, outside - c0);
+  if (j == 0 && static_cast<const void*>(A) != static_cast<const void*>(L)) {
+    for (long long e = tid; e < (long long)m * cols; e += CT) {
+      const int r = ROW ? (int)(e / cols) : (int)(e % m);
+      const int t = c0 + (ROW ? (int)(e % cols) : (int)(e / m));
+      const int gc = t < j ? t : t + w;
+      L[at<ROW>(r, gc, ld)] = A[at<ROW>(r, gc, lda)];
+    }
+  }
+  for (int e = tid; e < w * w; e += CT) l11[e / w][e % w] = L[at<ROW>(j + e / w, j + e % w, ld)];
+  if (PIVOT) {
+    for (int e = tid; e < w; e += CT) piv[e] = ipiv[j + e];
+  }
+  __syncthreads();
+  if (tid >= cols) return;
+  const int t = c0 + tid;
+  const int gc = t < j ? t : t + w;
+  T* x = L + at<ROW>(0, gc, ld);
+  const long long rs = ROW ? ld : 1;  // (the column's stride)
+  if (PIVOT) {
+    for (int i = 0; i < w; ++i) {
+      const int p = piv[i];
+      if (p != j + i) {
+        const T a = x[(long long)(j + i) * rs];
+        x[(long long)(j + i) * rs] = x[(long long)p * rs];
+        x[(long long)p * rs] = a;
+      }
+    }
+  }
+  if (gc < j + w) return;  // (left of the panel: swaps only)
+  T v[NB];
+#pragma unroll
+  for (int i = 0; i < NB; ++i) {
+    if (i < w) v[i] = x[(long long)(j + i) * rs];
+  }
+#pragma unroll
+  for (int i = 1; i < NB; ++i) {
+    if (i < w) {
+      T s = v[i];
+#pragma unroll
+      for (int k = 0; k < i; ++k) s = fma(-l11[i][k], v[k], s);
+      v[i] = s;
+      x[(long long)(j + i) * rs] = s;
+    }
+  }
+}
+
+}  // namespace vb
