@@ -25,7 +25,9 @@ exactly zero; the factorization still completes (a zero pivot column is left uns
 ``dgetf2`` does). ``pivot=False`` takes the diagonal as pivot (``ipiv`` is then ``0..r-1``):
 after a zero pivot the rest of that problem is not meaningful (its column is left unscaled,
 so later entries stay finite unless a later pivot is tiny), and nothing of it reaches another
-problem.
+problem. A NaN entry never wins a pivot search (it compares greater than nothing), so a column
+with NaN below its diagonal may pivot differently from a LAPACK build (OpenBLAS's blocked and
+unblocked codes differ from each other there); the NaN stays in its own problem.
 """
 
 from __future__ import annotations

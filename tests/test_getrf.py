@@ -84,6 +84,19 @@ def test_factors_pivots_and_info_are_lapacks(device, form, nb):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("nb", [None, 8])
+def test_large_panels_and_wide_problems(device, nb):
+    """Shapes past the CUDA kernels' one-tile cases: a panel of more than 256 rows (a factor
+    thread owns several), more than 64 columns outside a panel (several column tiles of the
+    rows kernel), tall and wide, in both orders."""
+    mats = _gaussian([(300, 200), (40, 300), (257, 257), (9, 130)], seed=5)
+    rt = Runtime(device) if nb is None else Runtime(device, nb=nb)
+    for form in ("F", "C"):
+        _check(mats, rt.getrf(_packed(mats, form, device)).result(),
+               where=f"{device} {form} nb={nb}")
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_float32_against_lapack_on_its_own_input(device):
     mats = [np.asarray(a, np.float32) for a in _gaussian(SHAPES, seed=3)]
     res = Runtime(device).getrf(_list(mats, device, np.float32)).result()
