@@ -415,9 +415,9 @@ class Future:
         if name is None and self._op is not None and self._op.returns:
             name = self._op.returns[0][0]
         if name not in self._outputs:  # (one object a name: its placeholder is made once)
-            m, n = self._shapes(name)
+            m, n, dtype = self._shapes(name)
             self._outputs[name] = DistributedBatch(self._rt, self.shards, name, m, n,
-                                                   self._dtype, self._keep)
+                                                   dtype or self._dtype, self._keep)
         return self._outputs[name]
 
     # the caller's order and form
@@ -453,7 +453,10 @@ def _in_form(mats: Any, form) -> Any:
     if form is None:
         return mats
     kind, order, frontend = form
-    if type(mats) is Views and order is None and frontend is None:
+    # (integer outputs, GETRF's pivots, stay 1-D arrays over one buffer: a packed form is
+    # for matrices of the batch's float type)
+    ints = type(mats) is Views and mats.batch.dtype.kind in "iu"
+    if type(mats) is Views and (order is None or ints) and (frontend is None or ints):
         if kind == "cupy":  # (one copy of the buffer, not one a matrix)
             import cupy
 

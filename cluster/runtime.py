@@ -290,8 +290,8 @@ def _form_of(req, op, dist: dict) -> tuple | None:
 
 
 def _shapes_of(req, op):
-    """``name -> (m, n)`` of an output field (one of ``op.returns``, or the only output),
-    for :meth:`Future.output`."""
+    """``name -> (m, n, dtype)`` of an output field (one of ``op.returns``, or the only
+    output), for :meth:`Future.output`; dtype None: the inputs'."""
     want = dict(op.returns)
 
     def pick(name):
@@ -299,9 +299,9 @@ def _shapes_of(req, op):
             if want.get(name) in (None, bname):
                 given = replaced(req, operand)
                 if given is not None:
-                    return given.m, given.n
+                    return given.m, given.n, None
                 m, n = buf.shape(req)
-                return np.asarray(m), np.asarray(n)
+                return np.asarray(m), np.asarray(n), buf.dtype and np.dtype(buf.dtype)
         raise InputError([(None, f"{op.name} has no output {name!r}")])
 
     return pick

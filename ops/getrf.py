@@ -293,6 +293,7 @@ GETRF_OP = register_op(Op(
     graph=lambda req, opts: getrf_graph(req.a.m, req.a.n, req.pivot, int(opts["nb"])),
     signature=_sig("a", "pivot"),
     result=lambda outs, info, plan: GetrfResult(outs["lu"], pivots(outs["ipiv"]), info, plan),
+    returns=(("factors", "lu"), ("ipiv", "ipiv")),
     scalars=lambda req: {"alpha": 1.0, "beta": 0.0}, families=(OP, "blas"),
     doc="P A = L U with partial pivoting (or none)",
 ))

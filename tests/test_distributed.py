@@ -172,6 +172,29 @@ def test_a_call_sends_the_scheduler_nothing(client):
         assert not client.run_on_scheduler(_tasks) - before
 
 
+@pytest.mark.parametrize("form", ["list", "F", "C"])
+def test_an_op_with_an_integer_output_runs_over_the_workers(client, form):
+    """GETRF's ``ipiv`` (int32, ``min(m, n)`` per problem) comes back as 1-D arrays in every
+    input form, and ``output("ipiv")`` names its own sizes and dtype; the factors as LAPACK's."""
+    from scipy.linalg import lu_factor
+
+    rng = np.random.default_rng(9)
+    mats = [rng.standard_normal((int(m), int(n))) for m, n in rng.integers(1, 30, (24, 2))]
+    arg = mats if form == "list" else vbatch.pack(mats, order=form)
+    fut = vd.Runtime(client, device="cpu").getrf(arg)
+    got = fut.result()
+    facs = got.factors.unpack() if form != "list" else list(got.factors)
+    piv = fut.output("ipiv")
+    assert piv.dtype == np.int32 and (piv.n == 1).all()
+    assert piv.m.tolist() == [min(a.shape) for a in mats]
+    for i, a in enumerate(mats):
+        lu, p = lu_factor(a)
+        assert np.allclose(facs[i], lu, rtol=1e-12, atol=1e-12), i
+        assert np.asarray(got.ipiv[i]).tolist() == p.tolist(), i
+    assert [np.asarray(x).ravel().tolist() for x in piv.gather()] == [
+        np.asarray(x).tolist() for x in got.ipiv]
+
+
 def test_outputs_stay_on_the_workers_for_a_later_op(client):
     mats, rng = _batch(2)
     rhs = [rng.standard_normal((a.shape[0], int(r))) for a, r in
