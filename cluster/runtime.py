@@ -269,6 +269,8 @@ def _take(validated_value: Any, raw: Any, index: np.ndarray, k: int) -> Any:
         return Views(pack(part, v.packed_order), part.vector)
     if type(v) is PackedBatch:
         views = v._views()
+        if not np.issubdtype(v.dtype, np.floating):  # (getrs's pivots: 1-D, as a list gives
+            return [views[i][:, 0] for i in index.tolist()]  # them)
         mats = [views[i] for i in index.tolist()]
         return pack(validated(MatrixList, mats=mats), v.order) if v.kind == "numpy" else mats
     if type(v) is np.ndarray and v.ndim == 1 and len(v) == k:

@@ -4,7 +4,7 @@
 // (q, j, w, m, n): problem q, its panel's first column j and width w, and the problem's sizes
 // (the tables carry one n per problem; a rectangular problem's m travels with its tasks).
 //
-// The per-call pointers come from a 4-entry table, `tbl`: A (the input), LU (the output; A
+// The per-call pointers come from the family's table, `tbl`: A (the input), LU (the output; A
 // itself in place), ipiv (int32, an r x 1 matrix per problem, r = min(m, n): the buffer's
 // offsets are in ints) and info (pinned host memory, zeroed by the host; a kernel writes a
 // problem's entry at its first exactly-zero pivot, and only then). meta holds, per buffer s,
@@ -198,6 +198,50 @@ getrf_rows(const unsigned long long* tbl, const long long* meta, const int* imet
       for (int k = 0; k < i; ++k) s = fma(-l11[i][k], v[k], s);
       v[i] = s;
       x[(long long)(j + i) * rs] = s;
+    }
+  }
+}
+
+// A solve's row interchanges (getrs, gesv): the task is the blas family's single task (q, 0, r,
+// 0, nrhs, nrhs): r pivots, nrhs right-hand sides, a thread per right-hand side, SWAP_COLS a
+// block in the grid's second dimension. `extra` (kernels/getrf_cuda.py swap_extra) holds the
+// slots (the op's buffer indices, whose pointers are tbl[4 + slot]) of X, of the source (7:
+// none) and of ipiv, then whether the interchanges run forward (X := P X, ipiv[0] first) or
+// backward (X := P^T X), and whether a problem whose info is set is left after the copy (GESV's
+// singular problems keep B). With a source, X := B first. X and B share a layout.
+template <typename T, bool ROW>
+__global__ void __launch_bounds__(64)
+getrf_swap(const unsigned long long* tbl, const long long* meta, const int* imeta,
+           const int* tasks, int K, int lo, int hi, int extra) {
+  constexpr int CT = 64;  // (kernels/getrf_cuda.py SWAP_COLS)
+  const int row = lo + (int)blockIdx.x;
+  if (row >= hi) return;
+  const int* tk = tasks + (long long)row * VB_TASK_COLS;
+  const int q = tk[0], r = tk[2], nrhs = tk[5];
+  const int c = (int)blockIdx.y * CT + (int)threadIdx.x;
+  if (c >= nrhs) return;
+  const int xs = extra & 7, ss = (extra >> 3) & 7, ps = (extra >> 6) & 7;
+  const bool forward = (extra >> 9) & 1, skip = (extra >> 10) & 1;
+  T* X = reinterpret_cast<T*>(tbl[4 + xs]) + meta[2LL * K * xs + q];
+  const long long ld = meta[2LL * K * xs + K + q];
+  T* x = X + at<ROW>(0, c, ld);
+  const long long rs = ROW ? ld : 1;  // (the column's stride)
+  if (ss != 7) {
+    const T* S = reinterpret_cast<const T*>(tbl[4 + ss]) + meta[2LL * K * ss + q];
+    const long long lds = meta[2LL * K * ss + K + q];
+    const T* s = S + at<ROW>(0, c, lds);
+    const long long ss_ = ROW ? lds : 1;
+    for (int i = 0; i < r; ++i) x[(long long)i * rs] = s[(long long)i * ss_];
+  }
+  if (skip && reinterpret_cast<const int*>(tbl[3])[q] != 0) return;
+  const int* piv = reinterpret_cast<const int*>(tbl[4 + ps]) + meta[2LL * K * ps + q];
+  for (int t = 0; t < r; ++t) {
+    const int i = forward ? t : r - 1 - t;
+    const int p = piv[i];
+    if (p != i) {
+      const T a = x[(long long)i * rs];
+      x[(long long)i * rs] = x[(long long)p * rs];
+      x[(long long)p * rs] = a;
     }
   }
 }

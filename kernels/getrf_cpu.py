@@ -11,7 +11,10 @@ family's.
   column-major copy (LAPACK has no row-major LU). The pivots go to ``ipiv`` (0-based, global
   rows), the first zero pivot to ``info``;
 * ``getrf.rows``: the step's row swaps on the columns left and right of the panel, then
-  ``U12 = L11^-1 A12`` (``trsm``). Nothing for a problem factored whole.
+  ``U12 = L11^-1 A12`` (``trsm``). Nothing for a problem factored whole;
+* ``getrf.swap`` (a solve's, :mod:`vbatch.ops.getrs`): a task ``(q, r, nrhs)`` copies its
+  source's rows into X where its kind names one, then applies the ``r`` interchanges as one
+  permutation of X's rows (``P X``, or ``P^T X`` backward).
 
 ``pivot=False`` factors with the diagonal as pivot, in a compiled loop (numba) where it is
 installed, else column by column in numpy; a zero pivot's column is left unscaled, as
@@ -32,7 +35,7 @@ import numpy as np
 from vbatch.core import jit
 from vbatch.core.jit import njit, strides
 from vbatch.kernels.cpu import INFO, Data, split
-from vbatch.ops.getrf import FACTOR, ROWS, lu_nopivot
+from vbatch.ops.getrf import FACTOR, ROWS, SWAP, lu_nopivot, permutation
 
 OP = "getrf"
 # Whole problems of at most this many flops run as one compiled loop per chunk where numba is
@@ -63,6 +66,12 @@ def prepare(backend, plan, launches) -> State:
     for lc in launches:
         sl = slice(lc.lo, lc.hi)
         q = t.problem[sl]
+        if lc.kind == SWAP:  # (q, pivots, right-hand sides): the blas family's single tasks
+            r, nrhs = t.args[sl, 1], t.args[sl, 4]
+            work[lc.index] = split(list(zip(q.tolist(), r.tolist(), nrhs.tolist())),
+                                   (r * nrhs + 1).astype(np.float64),
+                                   np.zeros(len(q), dtype=bool), backend.threads.size)
+            continue
         j, w, m, n = (t.args[sl, i] for i in range(4))
         whole = _whole(j, w, m, n)
         if lc.kind == ROWS:  # (done by the factor task)
@@ -91,6 +100,11 @@ def _tabled(tasks: list) -> list:
 
 
 def run(backend, ex, lc, whole: bool, tasks: list) -> None:
+    if lc.kind == SWAP:
+        p = next(k for k in ex.plan.kinds if k.name == lc.task_kind).param
+        for task in tasks:
+            _swap(ex, p, *task)
+        return
     pivot = next(k for k in ex.plan.kinds if k.name == lc.task_kind).param["pivot"]
     a, out, piv = ex.buffers["a"], ex.buffers["lu"], ex.buffers["ipiv"]
     if tasks and isinstance(tasks[0], Small):
@@ -210,6 +224,19 @@ def _rows(backend, ex, c, a, out, piv, pivot, q, j, w, m, n) -> None:
         cc = backend.calls(out.dtype, out.order)
         ld, base = out.ld[q], out.base + out.off[q]
         cc.trsm_left_lower_unit(cc.at(base, ld, j, j + w), cc.at(base, ld, j, j), w, n - j - w, ld)
+
+
+def _swap(ex, p, q, r, nrhs) -> None:
+    x = ex.buffers[p["x"]].batch._view(q)
+    if p["src"]:  # (also for a problem skipped below: GESV's singular ones keep B)
+        np.copyto(x, ex.buffers[p["src"]].batch._view(q))
+    if p["skip_failed"] and ex.info[q]:
+        return
+    perm = permutation(ex.buffers["ipiv"].batch._view(q)[:, 0], r)
+    if p["forward"]:
+        x[...] = x[perm]
+    else:
+        x[perm] = x.copy()
 
 
 def _nopivot(p: np.ndarray) -> int:

@@ -9,7 +9,10 @@ updates are the ``blas`` family's GEMMs (:mod:`vbatch.kernels.blas_cuda`).
   column's pivot, the panel's rows are swapped, scaled and updated in global memory;
 * ``getrf.rows``: a thread per column outside the panel, ``ROWS_COLS`` columns a block in the
   grid's second dimension: the step's swaps, then for columns right of the panel the unit
-  lower solve by L11 (staged in shared memory; the column's ``w`` entries in registers).
+  lower solve by L11 (staged in shared memory; the column's ``w`` entries in registers);
+* ``getrf.swap`` (getrs, gesv): a thread per right-hand side, ``SWAP_COLS`` a block: the copy
+  of B into X where the kind has a source, then the interchanges, one after another; the
+  buffers' slots travel in ``extra`` (:func:`swap_extra`).
 """
 
 from __future__ import annotations
@@ -18,14 +21,16 @@ import math
 
 from vbatch.core.errors import InputError
 from vbatch.kernels.potrf_cuda import Selection, ctype
-from vbatch.ops.getrf import FACTOR, ROWS
+from vbatch.ops.getrf import FACTOR, ROWS, SWAP
 
 OP = "getrf"
 SOURCE = "getrf.cu"
-TEMPLATES = ("vb::getrf_factor", "vb::getrf_rows")
+TEMPLATES = ("vb::getrf_factor", "vb::getrf_rows", "vb::getrf_swap")
 NB_SUPPORTED = (8, 16, 32)  # getrf_rows keeps a column's w <= NB entries in registers
 FACTOR_THREADS = (64, 128, 256)
 ROWS_COLS = 64
+SWAP_COLS = 64  # (getrf_swap: a thread per right-hand side)
+ABSENT = 7  # (a swap's slot of no buffer)
 MAX_GRID_Y = 65535
 DTYPES = ("float64", "float32")
 ORDERS = ("F", "C")
@@ -47,8 +52,23 @@ def check_options(dtype, options: dict) -> None:
 
 
 def section(names: tuple[str, ...]) -> list[str]:
-    """This family's part of the per-call pointer table (getrf.cu reads tbl[0..3])."""
-    return ["a", "lu", "ipiv", "info"]
+    """This family's part of the per-call pointer table: A, LU, ipiv, info (the factor and
+    rows kernels read tbl[0..3]), then every buffer of the op (the swap reads buffer ``s`` at
+    tbl[4 + s])."""
+    return ["a", "lu", "ipiv", "info", *names]
+
+
+def swap_name(T: str, R: str) -> str:
+    return f"vb::getrf_swap<{T},{R}>"
+
+
+def swap_extra(x: int, src: int, ipiv: int, forward: bool, skip: bool) -> int:
+    """getrf_swap's ``extra``: the slots of X, the source (``ABSENT``: none) and ipiv, the
+    direction, and whether a failed problem is skipped (getrf.cu)."""
+    for s in (x, src, ipiv):
+        if not 0 <= s <= ABSENT:
+            raise ValueError(f"a buffer slot out of range: {s}")
+    return x | (src << 3) | (ipiv << 6) | (int(forward) << 9) | (int(skip) << 10)
 
 
 def factor_name(T: str, nt: int, R: str, P: str) -> str:
@@ -81,10 +101,26 @@ def select(lc, nb: int, dtype, order: str, pivot: bool) -> Selection:
     raise ValueError(f"cuda backend: getrf has no launch kind {lc.kind!r}")
 
 
+def select_swap(lc, dtype, order: str, extra: int) -> Selection:
+    """The kernel and grid of a swap launch on X of ``order``."""
+    tiles = max(1, math.ceil(lc.cols[1] / SWAP_COLS))
+    if tiles > MAX_GRID_Y:
+        raise InputError([(None, f"launch {lc.index} (getrf swap) needs {tiles} column "
+                                 f"blocks, more than the grid allows ({MAX_GRID_Y})")])
+    return Selection(swap_name(ctype(dtype), _bool(order == "C")), (lc.count, tiles),
+                     (SWAP_COLS,), 0, extra, source=SOURCE)
+
+
 def selection(lc, plan, dtype, layouts: dict, config) -> Selection:
     """:func:`select` for the CUDA backend: the plan's panel width, the kind's ``pivot``, the
-    order of the factors (A and LU share a layout)."""
+    order of the factors (A and LU share a layout); a swap's from its kind's buffers."""
     kd = next(k for k in plan.kinds if k.name == lc.task_kind)
+    if lc.kind == SWAP:
+        p = kd.param
+        slot = plan.buffers.index
+        extra = swap_extra(slot(p["x"]), slot(p["src"]) if p["src"] else ABSENT, slot("ipiv"),
+                           p["forward"], p["skip_failed"])
+        return select_swap(lc, dtype, layouts[p["x"]], extra)
     return select(lc, plan.nb, dtype, layouts["lu"], bool(kd.param["pivot"]))
 
 
@@ -98,4 +134,5 @@ def kernel_names(dtypes=DTYPES, nbs=NB_SUPPORTED, orders=ORDERS) -> list[str]:
             for P in ("true", "false"):
                 out += [factor_name(T, nt, R, P) for nt in FACTOR_THREADS]
                 out += [rows_name(T, nb, R, P) for nb in nbs]
+            out.append(swap_name(T, R))
     return out

@@ -38,9 +38,10 @@ from typing import Any
 import numpy as np
 from pydantic import model_validator
 
-from vbatch.core.batch import Views
+from vbatch.core.batch import PackedBatch, Views, array_kind, array_module, tight_template
+from vbatch.core.errors import InputError
 from vbatch.core.graph import TaskGraph, chain_edges
-from vbatch.core.kinds import Group, TaskKind, by_rows, kind, register
+from vbatch.core.kinds import Group, TaskKind, by_log2, by_rows, kind, register, single
 from vbatch.ops.blas import ARGS as BLAS_ARGS
 from vbatch.ops.blas import _parsed, _Request, _sig, _written, gemm_kind
 from vbatch.ops.op import Buffer, Example, Op
@@ -49,7 +50,7 @@ from vbatch.ops.operands import operand
 
 OP = "getrf"
 # Launch kinds (what backends implement).
-FACTOR, ROWS = "getrf.factor", "getrf.rows"
+FACTOR, ROWS, SWAP = "getrf.factor", "getrf.rows", "getrf.swap"
 # A panel task's args: its first column j, width w, and the problem's m and n (the CUDA tables
 # carry one n per problem; the rectangular sizes travel with the task).
 PANEL_ARGS = ("j", "w", "m", "n")
@@ -86,6 +87,33 @@ register(_PANEL, (FACTOR, ROWS))
 def panel_kind(pivot: bool) -> TaskKind:
     """The panel kind with partial pivoting or without (kernels read ``pivot``)."""
     return kind(_PANEL, (FACTOR, ROWS), pivot=int(pivot))
+
+
+def _swap_flops(args, rows, cols, width):
+    return np.zeros(len(args))
+
+
+def _swap_traffic(args, rows, cols, width):
+    return 2.0 * np.asarray(rows, np.float64) * np.asarray(cols, np.float64)
+
+
+_SWAP = TaskKind(
+    name="getrf.swap", op=OP, args=BLAS_ARGS, window=by_log2, launches=single(SWAP),
+    flops=_swap_flops, traffic=_swap_traffic,
+    doc="a solve's row interchanges (a task as the blas family's single ones: mm = the "
+        "pivots, nn = the right-hand sides): rows = pivots, cols = width = right-hand sides",
+)
+register(_SWAP, (SWAP,))
+
+
+def swap_kind(x: str, src: str = "", forward: bool = True, skip_failed: int = 0) -> TaskKind:
+    """The interchanges ``ipiv`` records applied to the rows of buffer ``x``: ``forward``,
+    ``X := P X`` (``ipiv[0]`` first, as LAPACK's ``laswp`` with a positive increment),
+    else ``X := P^T X`` (the last first). ``src``: ``X := P B`` from buffer ``src`` (the
+    copy, then the interchanges). ``skip_failed``: a problem whose ``info`` is set gets the
+    copy only (GESV's singular problems keep ``B``)."""
+    return kind(_SWAP, (SWAP,), x=x, src=src, forward=int(forward),
+                skip_failed=int(skip_failed))
 
 
 # A22 -= L21 U12 on the output buffer: args r0 = J, mm = m - J, k0 = j, kk = w, nn = n - J,
@@ -238,6 +266,94 @@ def pivots(x: Any) -> Views:
     """The ipiv output (an ``r x 1`` int32 batch, packed or its views) as 1-D arrays."""
     b = x.batch if type(x) is Views else x
     return Views(b, np.ones(b.k, dtype=bool))
+
+
+def pivot_operand(v: Any, rows: np.ndarray, like: str, name: str = "ipiv") -> PackedBatch:
+    """Pivots for a solve with ``k`` factors of ``rows[i]`` rows each, held in arrays of kind
+    ``like`` (numpy or cupy): a getrf result's ``ipiv`` (read where it lies; or the batch this
+    function packed, as a prepared call binds it again), or a list of 1-D integer arrays of one
+    kind, problem ``i``'s of length ``rows[i]`` with entries in ``[0, rows[i])``, packed here
+    into one int32 buffer of ``r x 1`` columns and checked before any work (a device list's
+    entries by one reduction on the device). Host pivots go with device factors (copied in,
+    as any host input); device pivots with host factors are refused."""
+    k = len(rows)
+    b = v.batch if isinstance(v, Views) else v
+    if isinstance(b, PackedBatch) and b.data is not None and np.dtype(b.dtype) == np.int32:
+        if b.k != k:
+            raise InputError([(None, f"{name} has {b.k} problems but the factors have {k}")])
+        bad = np.flatnonzero((b.m != rows) | (b.n != 1))
+        if len(bad):
+            raise InputError([(int(i), f"{name}: {b.m[i]} pivots for {rows[i]} rows")
+                              for i in bad])
+        _kinds(name, b.kind, like)
+        return b
+    if not isinstance(v, (list, tuple)):
+        raise InputError([(None, f"{name}: expected a getrf result's ipiv or a list of 1-D "
+                                 f"integer arrays, got {type(v).__name__}")])
+    if len(v) != k:
+        raise InputError([(None, f"{name} has {len(v)} problems but the factors have {k}")])
+    problems: list[tuple[int | None, str]] = []
+    kinds = set()
+    for i, p in enumerate(v):
+        kind_i = array_kind(p)
+        if kind_i is None:
+            problems.append((i, f"{name}: expected a 1-D integer array, got "
+                                f"{type(p).__name__}"))
+        elif p.ndim != 1 or not np.issubdtype(np.dtype(p.dtype), np.integer):
+            problems.append((i, f"{name}: expected a 1-D integer array, got a {p.ndim}-D "
+                                f"{p.dtype} array"))
+        elif p.shape[0] != rows[i]:
+            problems.append((i, f"{name}: {p.shape[0]} pivots for {rows[i]} rows"))
+        kinds.add(kind_i)
+    if problems:
+        raise InputError(problems)
+    if len(kinds) > 1:
+        raise InputError([(None, f"{name} mixes numpy and cupy arrays")])
+    kind_v = kinds.pop() if kinds else like
+    _kinds(name, kind_v, like)
+    xp = array_module(kind_v)
+    r = np.asarray(rows, np.int64)
+    flat = xp.concatenate([xp.asarray(p).astype(np.int32, copy=False) for p in v]) if k \
+        else xp.zeros(0, np.int32)
+    bad = (flat < 0) | (flat >= xp.asarray(np.repeat(r, r)))
+    if bool(bad.any()):
+        at = np.flatnonzero(np.asarray(bad.get() if hasattr(bad, "get") else bad))
+        first = np.searchsorted(np.cumsum(r), at, side="right")
+        raise InputError([(int(i), f"{name}: a pivot outside [0, {r[i]})")
+                          for i in np.unique(first)])
+    t, total = _pivot_layout(r)
+    if total == flat.size:
+        return t.with_data(flat)
+    # (an empty problem still takes one element of the layout)
+    data = xp.zeros(max(total, 1), np.int32)
+    data[xp.asarray(np.repeat(t.offset, r) + np.arange(flat.size) - np.repeat(
+        np.cumsum(r) - r, r))] = flat
+    return t.with_data(data)
+
+
+_PIVOT_LAYOUTS: dict = {}  # the sizes' bytes -> (template, total): pivots packed from lists
+
+
+def _pivot_layout(r: np.ndarray) -> tuple[PackedBatch, int]:
+    """The layout of ``r x 1`` int32 columns back to back, one per set of sizes (kept for
+    the last few), so that pivots packed again for the same sizes share it and what backends
+    derived from it (a prepared call's layout, device metadata)."""
+    key = r.tobytes()
+    hit = _PIVOT_LAYOUTS.get(key)
+    if hit is None:
+        m, n = r.copy(), np.ones(len(r), np.int64)
+        m.flags.writeable = n.flags.writeable = False
+        hit = tight_template(m, n, "F")
+        if len(_PIVOT_LAYOUTS) >= 16:
+            _PIVOT_LAYOUTS.clear()
+        _PIVOT_LAYOUTS[key] = hit
+    return hit
+
+
+def _kinds(name: str, kind_v: str, like: str) -> None:
+    if kind_v == "cupy" and like != "cupy":
+        raise InputError([(None, f"{name} holds cupy arrays but the factors hold {like} "
+                                 "arrays (device pivots go with device factors)")])
 
 
 def getrf(a: Any, *, pivot: bool = True):

@@ -35,7 +35,7 @@ from vbatch.ops.generate import spd_list, square
 from vbatch.ops.op import Buffer, Example, Op
 from vbatch.ops.op import register as register_op
 from vbatch.ops.operands import operand, shape_rule, together
-from vbatch.core.graph import TaskGraph, concat
+from vbatch.core.graph import TaskGraph, sequence
 
 
 class PosvRequest(_Request):
@@ -60,23 +60,11 @@ class PosvRequest(_Request):
 
 
 def posv_graph(req: PosvRequest, opts: dict) -> TaskGraph:
-    n = req.a.n
-    fac = potrf_graph(n, None, *graph_options(opts))
+    fac = potrf_graph(req.a.n, None, *graph_options(opts))
     sol = chain_graph(req.b.m, req.b.n, potrs_phases("l", "x", "b", skip_failed=1),
                       int(opts["blas_nb"]), int(opts.get("blas_whole_rhs", 0)),
                       swap=rows_wise(req.b, 0))
-    k = len(n)
-    # Each problem's last factorization task, and its first solve.
-    f_first, f_cnt = fac.chains
-    s_first, s_cnt = sol.chains
-    both = (f_cnt > 0) & (s_cnt > 0)
-    q = np.flatnonzero(both)
-    off = fac.size
-    edges = np.stack([f_first[q] + f_cnt[q] - 1, off + s_first[q]], axis=1) if len(q) \
-        else np.zeros((0, 2), np.int64)
-    g, _ = concat([fac, sol], edges)
-    assert g.k == k
-    return g
+    return sequence([fac, sol])
 
 
 @dataclass(frozen=True)

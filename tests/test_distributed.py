@@ -195,6 +195,30 @@ def test_an_op_with_an_integer_output_runs_over_the_workers(client, form):
         np.asarray(x).tolist() for x in got.ipiv]
 
 
+@pytest.mark.parametrize("form", ["list", "F"])
+def test_lu_solves_run_over_the_workers(client, form):
+    """gesv, and getrs given getrf's pivots (packed int32, split into 1-D shards) or a list of
+    them, against numpy's solve."""
+    rng = np.random.default_rng(3)
+    ns = rng.integers(0, 30, 24)
+    mats = [rng.standard_normal((n, n)) + n * np.eye(n) for n in ns]
+    rhs = [rng.standard_normal((n, 2)) for n in ns]
+    a, b = (mats, rhs) if form == "list" else (vbatch.pack(mats, order=form),
+                                               vbatch.pack(rhs, order=form))
+    drt = vd.Runtime(client, device="cpu")
+
+    def check(x, trans=False):
+        xs = x.unpack() if isinstance(x, vbatch.PackedBatch) else list(x)
+        for i, (m, y) in enumerate(zip(mats, rhs)):
+            want = np.linalg.solve(m.T if trans else m, y) if m.size else y
+            assert np.allclose(xs[i], want, rtol=1e-12, atol=1e-12), i
+
+    check(drt.gesv(a, b).result().solutions)
+    f = vbatch.getrf(a).result()
+    for piv in (f.ipiv, [np.asarray(p) for p in f.ipiv]):
+        check(drt.getrs(f.factors, piv, b, trans=True).result(), trans=True)
+
+
 def test_outputs_stay_on_the_workers_for_a_later_op(client):
     mats, rng = _batch(2)
     rhs = [rng.standard_normal((a.shape[0], int(r))) for a, r in

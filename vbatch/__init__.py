@@ -75,6 +75,8 @@ _EXPORTS = {
     "reference": "vbatch.ops",
     "residual": "vbatch.ops",
     "PosvResult": "vbatch.runtime",
+    "GetrfResult": "vbatch.ops.getrf",
+    "GesvResult": "vbatch.ops.getrs",
     "API": "vbatch.runtime",
 }
 

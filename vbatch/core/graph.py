@@ -92,6 +92,24 @@ def concat(graphs: list[TaskGraph], edges: np.ndarray | None = None
                      width=cat["width"], edges=cat["edges"].reshape(-1, 2), k=k), first
 
 
+def sequence(graphs: list[TaskGraph]) -> TaskGraph:
+    """One graph of ``graphs`` (over the same k problems, each made of chains: a problem's
+    tasks in row order, one after another) run one after another per problem: a problem's
+    tasks of one part wait for its tasks of the parts before (posv: its factorization, then
+    its solves). The rows are ordered by problem, so the result is one chain per problem and
+    keeps the closed-form levels."""
+    if any(g.chains is None for g in graphs):
+        raise ValueError("sequence() joins graphs made of chains")
+    g, _ = concat(graphs)
+    order = np.argsort(g.problem, kind="stable")
+    cnt = np.bincount(g.problem, minlength=g.k).astype(np.int64)
+    first = np.cumsum(cnt) - cnt
+    return TaskGraph(kinds=g.kinds, kind=g.kind[order], problem=g.problem[order],
+                     args=g.args[order], rows=g.rows[order], cols=g.cols[order],
+                     width=g.width[order], edges=chain_edges(first, cnt), k=g.k,
+                     chains=(first, cnt))
+
+
 def chain_edges(first: np.ndarray, length: np.ndarray) -> np.ndarray:
     """Edges ``t -> t + 1`` inside runs of consecutive task rows: run ``i`` holds rows
     ``first[i] .. first[i] + length[i] - 1`` (a problem's steps, in order)."""

@@ -1,0 +1,292 @@
+"""Solves with LU factors: ``getrs`` (given getrf's factors and pivots) and ``gesv`` (factor and
+solve in one task graph).
+
+``P A = L U`` (:mod:`vbatch.ops.getrf`). ``A X = B`` is ``L U X = P B``: the row interchanges
+of ``ipiv`` applied to B (a ``getrf.swap`` task, which also brings B into X), then the unit
+lower solve by L and the upper one by U, both chains of the ``blas`` family's triangular
+recursion (:func:`~vbatch.ops.blas.chain_graph`) on views of the one factor buffer: L's
+strict lower triangle with a unit diagonal, U's upper triangle. ``A^T X = B`` is
+``U^T L^T P X = B``: the solves by ``U^T`` (reading B) and ``L^T`` (transposed views), then
+the interchanges in reverse order. Real matrices have ``A^H = A^T``, so ``trans="C"`` is
+``"T"``.
+
+``gesv``'s graph is getrf's, then the solve's, one after the other per problem
+(:func:`~vbatch.core.graph.sequence`): a small problem's solve runs while a large one still
+factors. A problem whose ``U`` has an exactly zero diagonal entry (``info > 0``, LAPACK's
+``dgesv``) keeps ``B`` as its solution: the solve's tasks skip it (``skip_failed``) but for
+the interchange task's copy of ``B`` into X.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from pydantic import model_validator
+
+from vbatch.core.errors import InputError
+from vbatch.core.graph import TaskGraph, sequence
+from vbatch.ops.blas import (
+    TRSM,
+    _parsed,
+    _Request,
+    _sig,
+    _written,
+    chain_graph,
+    diag_kind,
+    gemm_kind,
+    rows_wise,
+    single_graph,
+)
+from vbatch.ops.generate import square
+from vbatch.ops.getrf import (
+    getrf_graph,
+    lu_matrices,
+    pivot_operand,
+    pivots,
+    reference,
+    swap_kind,
+)
+from vbatch.ops.op import Buffer, Example, Op
+from vbatch.ops.op import register as register_op
+from vbatch.ops.operands import operand, shape_rule, together
+
+TRANS = {False: False, True: True, "n": False, "t": True, "c": True}
+
+
+def _trans(v: Any) -> bool:
+    key = v.lower() if isinstance(v, str) else v
+    if isinstance(key, (bool, np.bool_, str)) and key in TRANS:
+        return TRANS[bool(key) if isinstance(key, np.bool_) else key]
+    raise InputError([(None, f"trans must be False, True, 'N', 'T' or 'C', got {v!r}")])
+
+
+def solve_graph(n: np.ndarray, nrhs: np.ndarray, trans: bool, x_rows: bool, opts: dict,
+                skip_failed: int = 0) -> TaskGraph:
+    """``op(A) X = B`` from the factors ``lu`` and pivots ``ipiv``, B read from ``b``, X
+    written to ``x`` (``x_rows``: X is read row by row, :func:`~vbatch.ops.blas.rows_wise`)."""
+    sf = int(skip_failed)
+    nb, whole = int(opts["blas_nb"]), int(opts.get("blas_whole_rhs", 0))
+    if not trans:  # X := P B, then L Y = X forward (unit diagonal), U X = Y backward
+        swap = single_graph(swap_kind("x", "b", True, sf), n, nrhs, nrhs)
+        phases = [(diag_kind(TRSM, "lu", "x", 0, 0, 1, 1, sf),
+                   gemm_kind("lu", "x", "x", "x", 0, 0, 0, "minus", "one", skip_failed=sf),
+                   True, True),
+                  (diag_kind(TRSM, "lu", "x", 0, 0, 0, 0, sf),
+                   gemm_kind("lu", "x", "x", "x", 0, 0, 0, "minus", "one", skip_failed=sf),
+                   False, True)]
+        return sequence([swap, chain_graph(n, nrhs, phases, nb, whole, swap=x_rows)])
+    # U^T Y = B forward (reading B), L^T Z = Y backward (unit diagonal), then X := P^T Z
+    phases = [(diag_kind(TRSM, "lu", "x", 1, 0, 1, 0, sf, src="b"),
+               gemm_kind("lu", "x", "x", "x", 1, 0, 0, "minus", "one", skip_failed=sf,
+                         src="b"), True, True),
+              (diag_kind(TRSM, "lu", "x", 1, 0, 0, 1, sf),
+               gemm_kind("lu", "x", "x", "x", 1, 0, 0, "minus", "one", skip_failed=sf),
+               False, True)]
+    return sequence([chain_graph(n, nrhs, phases, nb, whole, swap=x_rows),
+                     single_graph(swap_kind("x", "", False, sf), n, nrhs, nrhs)])
+
+
+class GetrsRequest(_Request):
+    """``op(A) X = B`` with ``P A = L U`` given by getrf's ``lu`` (square) and ``ipiv``."""
+
+    lu: Any
+    ipiv: Any
+    b: Any
+    trans: Any = False
+    overwrite: bool = False
+
+    @model_validator(mode="before")
+    @classmethod
+    def _check(cls, v: dict) -> dict:
+        v = _parsed(cls, v, (), ("overwrite",))
+        v["trans"] = _trans(v.get("trans", False))
+        lu = operand(v.get("lu"), "lu", square=True)
+        b = operand(v.get("b"), "b", vectors="column")
+        together(lu=lu, b=b)
+        shape_rule([(lu.n != b.m, lambda i: f"lu is {lu.n[i]} x {lu.n[i]} but b has {b.m[i]} "
+                                             "rows")])
+        v["ipiv"] = pivot_operand(v.get("ipiv"), lu.n, lu.kind)
+        _written(v["overwrite"], b=b)
+        v.update(lu=lu, b=b)
+        return v
+
+
+def getrs_graph(req: GetrsRequest, opts: dict) -> TaskGraph:
+    return solve_graph(req.b.m, req.b.n, req.trans, rows_wise(req.b, 0), opts)
+
+
+def permute(ipiv, rows: int) -> np.ndarray:
+    """The order of rows ``P B = B[perm]`` for 0-based LAPACK pivots."""
+    perm = np.arange(rows)
+    for i, p in enumerate(np.asarray(ipiv).tolist()):
+        perm[i], perm[p] = perm[p], perm[i]
+    return perm
+
+
+def getrs_reference(lu, ipiv, b, trans=False):
+    """``op(A) X = B`` in float64 from LU factors and 0-based pivots, as SciPy's ``lu_solve``."""
+    from scipy.linalg import solve_triangular
+
+    f = np.asarray(lu, np.float64)
+    b = np.asarray(b, np.float64)
+    n = f.shape[0]
+    if n == 0 or b.size == 0:
+        return b.copy()
+    perm = permute(ipiv, n)
+    if not _trans(trans):
+        y = solve_triangular(f, b[perm], lower=True, unit_diagonal=True, check_finite=False)
+        return solve_triangular(f, y, lower=False, check_finite=False)
+    y = solve_triangular(f, b, lower=False, trans=1, check_finite=False)
+    z = solve_triangular(f, y, lower=True, unit_diagonal=True, trans=1, check_finite=False)
+    x = np.empty_like(z)
+    x[perm] = z
+    return x
+
+
+def getrs(lu: Any, ipiv: Any, b: Any, *, trans: Any = False):
+    """Solve ``op(A) X = B`` per problem, given getrf's ``factors`` (``lu``, square) and
+    ``ipiv`` (its result's, or a list of 1-D integer arrays of 0-based pivots, as SciPy's
+    ``lu_solve`` takes them), each problem with its own number of right-hand sides (a 1-D
+    ``b`` is one). ``trans``: False or "N" (``A X = B``), True, "T" or "C" (``A^T X = B``).
+    ``result()``: X, in the form of ``b``."""
+
+
+def lu_factors(rng, sizes) -> list[np.ndarray]:
+    """Factors as getrf stores them, well conditioned: L unit lower with entries below the
+    diagonal of at most 0.5 / n, U with a diagonal of magnitude 1-2."""
+    out = []
+    for n in sizes:
+        f = np.tril(rng.uniform(-0.5, 0.5, (n, n)), -1) / max(n, 1)
+        f += np.triu(rng.uniform(-1, 1, (n, n)), 1) / max(n, 1)
+        f[np.arange(n), np.arange(n)] = rng.choice([-1.0, 1.0], n) * rng.uniform(1, 2, n)
+        out.append(f)
+    return out
+
+
+def example_pivots(sizes) -> list[np.ndarray]:
+    """Valid pivots that depend on the sizes alone (so that a prepared call's rebound
+    operands of the same sizes share them): row ``i`` with a row at or below it."""
+    out = []
+    for n in sizes:
+        i = np.arange(n)
+        out.append((i + (5 * i + 3) % np.maximum(n - i, 1)).astype(np.int32))
+    return out
+
+
+def getrs_example(rng, sizes) -> Example:
+    # The pivots as getrf's result gives them, host memory: the suite passes such an operand
+    # as it is in every form (host pivots go with factors of every array kind).
+    piv = pivots(pivot_operand(example_pivots(sizes), np.asarray(sizes, np.int64), "numpy"))
+    params = [{"trans": t} for t in (False, True, "C")]
+
+    def ref(o, p):
+        return [[getrs_reference(f, q, x, p["trans"]) for f, q, x in zip(o["lu"], o["ipiv"],
+                                                                           o["b"])]]
+
+    return Example({"lu": lu_factors(rng, sizes), "ipiv": piv, "b": square(rng, sizes)},
+                   params, ref, lambda r: [r], "b")
+
+
+GETRS_OP = register_op(Op(
+    name="getrs", api=getrs, example=getrs_example, request=GetrsRequest,
+    buffers=(Buffer("lu", "lu"), Buffer("ipiv", "ipiv"), Buffer("b", "b"),
+             Buffer("x", "b", output=True)),
+    graph=getrs_graph, signature=_sig("lu", "ipiv", "b", "trans"),
+    result=lambda outs, info, plan: outs["x"],
+    scalars=lambda req: {"alpha": 1.0, "beta": 0.0}, families=("getrf", "blas"),
+    doc="op(A) X = B from getrf's factors and pivots",
+))
+
+
+# ----------------------------------------------------------------------------- gesv
+class GesvRequest(_Request):
+    """``A X = B``, ``A`` square: getrf, then getrs, in one graph."""
+
+    a: Any
+    b: Any
+    overwrite: bool = False
+
+    @model_validator(mode="before")
+    @classmethod
+    def _check(cls, v: dict) -> dict:
+        v = _parsed(cls, v, (), ("overwrite",))
+        a = operand(v.get("a"), "a", square=True)
+        b = operand(v.get("b"), "b", vectors="column")
+        together(a=a, b=b)
+        shape_rule([(a.n != b.m, lambda i: f"a is {a.n[i]} x {a.n[i]} but b has {b.m[i]} "
+                                           "rows")])
+        _written(v["overwrite"], a=a, b=b)
+        v.update(a=a, b=b)
+        return v
+
+    def steps(self) -> np.ndarray:
+        return self.a.n
+
+
+def gesv_graph(req: GesvRequest, opts: dict) -> TaskGraph:
+    n = req.a.n
+    return sequence([getrf_graph(n, n, True, int(opts["nb"])),
+                     solve_graph(req.b.m, req.b.n, False, rows_wise(req.b, 0), opts, 1)])
+
+
+@dataclass(frozen=True)
+class GesvResult:
+    """``factors`` and ``ipiv`` (as :class:`~vbatch.GetrfResult`'s), ``solutions`` (the
+    form of ``b``), ``info`` (LAPACK's: ``i > 0``, ``U[i-1, i-1]`` is exactly zero, and that
+    problem's solution is its ``b``, unchanged)."""
+
+    factors: Any
+    ipiv: Any
+    solutions: Any
+    info: np.ndarray
+    plan: Any
+
+    @property
+    def ok(self) -> bool:
+        return not np.any(self.info)
+
+    def failed(self) -> np.ndarray:
+        """Indices of the problems with an exactly zero pivot."""
+        return np.flatnonzero(self.info)
+
+
+def gesv(a: Any, b: Any):
+    """Factor ``P A = L U`` with partial pivoting and solve ``A X = B``, in one task graph;
+    each problem square, with its own number of right-hand sides (a 1-D ``b`` is one).
+    ``result()``: a :class:`~vbatch.GesvResult` (factors, ipiv, solutions, info; a singular
+    problem keeps ``B`` as its solution and gets its ``info``)."""
+
+
+def gesv_reference(a, b):
+    """``(factors, ipiv, x)`` in float64: LAPACK's ``dgetrf`` and, unless a pivot is zero,
+    the solve; else ``x`` is ``b``."""
+    f, piv, info = reference(a)
+    b = np.asarray(b, np.float64)
+    return f, piv, (b.copy() if info else getrs_reference(f, piv, b))
+
+
+def gesv_example(rng, sizes) -> Example:
+    def ref(o, p):
+        refs = [gesv_reference(x, y) for x, y in zip(o["a"], o["b"])]
+        return [[r[1].astype(np.float64) for r in refs], [r[0] for r in refs],
+                [r[2] for r in refs]]
+
+    return Example({"a": lu_matrices(rng, [(s, s) for s in sizes]), "b": square(rng, sizes)},
+                   [{}], ref, lambda r: [r.ipiv, r.factors, r.solutions], "b")
+
+
+GESV_OP = register_op(Op(
+    name="gesv", api=gesv, example=gesv_example, request=GesvRequest,
+    buffers=(Buffer("a", "a"), Buffer("lu", "a", output=True),
+             Buffer("ipiv", None, output=True, form="a", complete=True, dtype="int32",
+                    shape=lambda r: (r.steps(), np.ones(r.a.k, np.int64))),
+             Buffer("b", "b"), Buffer("x", "b", output=True)),
+    graph=gesv_graph, signature=_sig("a", "b"),
+    result=lambda outs, info, plan: GesvResult(outs["lu"], pivots(outs["ipiv"]), outs["x"],
+                                               info, plan),
+    returns=(("solutions", "x"), ("factors", "lu"), ("ipiv", "ipiv")),
+    scalars=lambda req: {"alpha": 1.0, "beta": 0.0}, families=("getrf", "blas"),
+    doc="A X = B: LU with partial pivoting and the solve, one graph",
+))
