@@ -13,8 +13,9 @@ family's.
 * ``getrf.rows``: the step's row swaps on the columns left and right of the panel, then
   ``U12 = L11^-1 A12`` (``trsm``). Nothing for a problem factored whole;
 * ``getrf.swap`` (a solve's, :mod:`vbatch.ops.getrs`): a task ``(q, r, nrhs)`` copies its
-  source's rows into X where its kind names one, then applies the ``r`` interchanges as one
-  permutation of X's rows (``P X``, or ``P^T X`` backward).
+  source's rows into X where its kind names one, then applies the ``r`` interchanges (``P X``,
+  or ``P^T X`` backward): where numba is installed a chunk in one compiled loop
+  (``_swap_small``, bound for the replay too), else as one permutation of X's rows in numpy.
 
 ``pivot=False`` factors with the diagonal as pivot, in a compiled loop (numba) where it is
 installed, else column by column in numpy; a zero pivot's column is left unscaled, as
@@ -68,9 +69,11 @@ def prepare(backend, plan, launches) -> State:
         q = t.problem[sl]
         if lc.kind == SWAP:  # (q, pivots, right-hand sides): the blas family's single tasks
             r, nrhs = t.args[sl, 1], t.args[sl, 4]
+            small = np.full(len(q), jit.AVAILABLE)
             work[lc.index] = split(list(zip(q.tolist(), r.tolist(), nrhs.tolist())),
                                    (r * nrhs + 1).astype(np.float64),
-                                   np.zeros(len(q), dtype=bool), backend.threads.size)
+                                   np.zeros(len(q), dtype=bool), backend.threads.size, small,
+                                   _swap_tabled)
             continue
         j, w, m, n = (t.args[sl, i] for i in range(4))
         whole = _whole(j, w, m, n)
@@ -95,6 +98,25 @@ class Small:
     table: np.ndarray
 
 
+@dataclass
+class Swaps:
+    """A chunk of swap tasks, as the compiled loop takes them: ``(q, r, nrhs)`` rows."""
+
+    table: np.ndarray
+
+
+def _swap_tabled(tasks: list) -> list:
+    return [Swaps(np.array(tasks, np.int64).reshape(-1, 3))]
+
+
+def _swap_args(ex, p) -> tuple:
+    """The compiled swap loop's buffers (X, the source or X again, ipiv) and flags."""
+    x = ex.buffers[p["x"]]
+    src = ex.buffers[p["src"]] if p["src"] else x
+    return x, src, ex.buffers["ipiv"], (bool(p["src"]), bool(p["forward"]),
+                                         bool(p["skip_failed"]))
+
+
 def _tabled(tasks: list) -> list:
     return [Small(np.array([(q, m, n) for q, _, _, m, n in tasks], np.int64).reshape(-1, 3))]
 
@@ -102,6 +124,11 @@ def _tabled(tasks: list) -> list:
 def run(backend, ex, lc, whole: bool, tasks: list) -> None:
     if lc.kind == SWAP:
         p = next(k for k in ex.plan.kinds if k.name == lc.task_kind).param
+        if tasks and isinstance(tasks[0], Swaps):
+            x, src, piv, flags = _swap_args(ex, p)
+            _swap_small(tasks[0].table, ex.info, *jit.packed(x.batch), *jit.packed(src.batch),
+                        *jit.packed(piv.batch), *flags)
+            return
         for task in tasks:
             _swap(ex, p, *task)
         return
@@ -120,6 +147,13 @@ def run(backend, ex, lc, whole: bool, tasks: list) -> None:
 def calls(backend, ex, lc, whole: bool, tasks: list, names: list) -> list | None:
     """A chunk of small whole problems as the compiled loop's call, bound once for a prepared
     call's replay (CpuBackend.replayer); None for any other chunk."""
+    if len(tasks) == 1 and isinstance(tasks[0], Swaps):
+        p = next(k for k in ex.plan.kinds if k.name == lc.task_kind).param
+        x, src, piv, flags = _swap_args(ex, p)
+        bufs = []
+        for name, b in ((p["x"], x), (p["src"] or p["x"], src), ("ipiv", piv)):
+            bufs += [Data(names.index(name)), *jit.packed(b.batch)[1:]]
+        return [(_swap_small, (tasks[0].table, INFO, *bufs, *flags))]
     if len(tasks) != 1 or not isinstance(tasks[0], Small):
         return None
     pivot = next(k for k in ex.plan.kinds if k.name == lc.task_kind).param["pivot"]
@@ -224,6 +258,33 @@ def _rows(backend, ex, c, a, out, piv, pivot, q, j, w, m, n) -> None:
         cc = backend.calls(out.dtype, out.order)
         ld, base = out.ld[q], out.base + out.off[q]
         cc.trsm_left_lower_unit(cc.at(base, ld, j, j + w), cc.at(base, ld, j, j), w, n - j - w, ld)
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def _swap_small(rows, info, X, xo, xl, xcol, S, so, sl, scol, P, po, pl, pcol, src, forward,
+                skip):
+    """Swap tasks ``(q, r, nrhs)`` as :func:`_swap` does them, X's elements exchanged in
+    place (``S``: the source, read first where ``src``)."""
+    for t in range(rows.shape[0]):
+        q, r, nrhs = rows[t, 0], rows[t, 1], rows[t, 2]
+        xr, xc = strides(xl, xcol, q, False)
+        x0 = xo[q]
+        if src:
+            sr, sc = strides(sl, scol, q, False)
+            s0 = so[q]
+            for j in range(nrhs):
+                for i in range(r):
+                    X[x0 + i * xr + j * xc] = S[s0 + i * sr + j * sc]
+        if skip and info[q] != 0:
+            continue
+        p0, ps = po[q], strides(pl, pcol, q, False)[0]
+        for u in range(r):
+            i = u if forward else r - 1 - u
+            p = P[p0 + i * ps]
+            if p != i:
+                for j in range(nrhs):
+                    a, b = x0 + i * xr + j * xc, x0 + p * xr + j * xc
+                    X[a], X[b] = X[b], X[a]
 
 
 def _swap(ex, p, q, r, nrhs) -> None:

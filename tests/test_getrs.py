@@ -186,3 +186,19 @@ def test_the_solve_graph_swaps_first_or_last():
     g = solve_graph(n, r, True, False, opts)
     last = [g.kinds[g.kind[t]].name.split("[")[0] for t in np.flatnonzero(g.problem == 2)]
     assert last[-1] == "getrf.swap" and last.count("getrf.swap") == 1
+
+
+def test_the_cpu_swap_without_numba_agrees(monkeypatch):
+    """The interchanges in numpy (no numba installed) give the compiled loop's solutions."""
+    from vbatch.core import jit
+
+    mats, rhs = _matrices(8), _rhs(9)
+    want = Runtime("cpu").gesv(mats, rhs).result().solutions
+    monkeypatch.setattr(jit, "AVAILABLE", False)
+    rt = Runtime("cpu", nb=8)  # (another plan: its launches prepared without numba)
+    for trans in (False, True):
+        f = rt.getrf(_form(mats, "C", "cpu")).result()
+        x = rt.getrs(f.factors, f.ipiv, _form(rhs, "F", "cpu"), trans=trans).result()
+        _check(x, mats, rhs, int(trans), f"trans={trans}")
+    got = rt.gesv(mats, rhs).result().solutions
+    assert all(np.allclose(g, w, rtol=1e-13, atol=1e-13) for g, w in zip(got, want))
