@@ -23,7 +23,9 @@ c64e52ab8), not from its headers alone: ``include/magma_dvbatched.h`` lists
 the definition (``magmablas/zgemm_vbatched.cpp``) and every caller take ``batchCount`` first.
 ``magma_int_t`` is ``int`` (no ``MAGMA_ILP64`` in this build) and MAGMA's enums are ``int``.
 
-POTRF is what the Cholesky harness (``cuda_potrf.py --magma``) runs and checks. GEMM and TRSM
+POTRF is what the Cholesky harness (``cuda_potrf.py --magma``) runs and checks; GETRF is what
+the sweep runs (``sweep.py run --ops getrf``), its pivots checked against LAPACK's on a few
+matrices of each cell; it needs a build of the subset with MAGMA's LU in it. GEMM and TRSM
 are what the BLAS harness (``cuda_blas.py --magma``) runs and checks against numpy; their
 signatures were re-read against ``magmablas/dgemm_vbatched.cpp`` and ``dtrsm_vbatched.cpp``
 (argument count, order and types match). SYRK is still an unused, untested binding. MAGMA has no
@@ -88,6 +90,15 @@ def _signatures(x: str) -> dict[str, tuple[Any, list]]:
         f"magmablas_{x}trsm_vbatched_max_nocheck": (
             None, [_INT, _INT, _INT, _INT, _INT, _INT, _PTR, _PTR, real, _PTR, _PTR, _PTR, _PTR,
                    _INT, _PTR]),
+        # src/zgetrf_vbatched.cpp: magma_int_t magma_Xgetrf_vbatched_max_nocheck_work(
+        #   magma_int_t *m, magma_int_t *n, magma_int_t max_m, magma_int_t max_n,
+        #   magma_int_t max_minmn, magma_int_t max_mxn, T **dA_array, magma_int_t *ldda,
+        #   magma_int_t **dipiv_array, magma_int_t *info_array, void *work,
+        #   magma_int_t *lwork, magma_int_t batchCount, magma_queue_t queue)
+        # (lwork is host memory: *lwork < 0 asks for the workspace's bytes)
+        f"magma_{x}getrf_vbatched_max_nocheck_work": (
+            _INT, [_PTR, _PTR, _INT, _INT, _INT, _INT, _PTR, _PTR, _PTR, _PTR, _PTR,
+                   ctypes.POINTER(_INT), _INT, _PTR]),
         # control/get_batched_crossover.cpp: magma_int_t magma_get_Xpotrf_vbatched_crossover()
         f"magma_get_{x}potrf_vbatched_crossover": (_INT, []),
     }
@@ -220,6 +231,8 @@ class Magma:
     def routine_name(op: str, dtype) -> str:
         """The C name of ``op``'s (potrf, gemm, syrk, trsm) ``*_vbatched_max_nocheck`` routine."""
         x = dtype if isinstance(dtype, str) and dtype in ("d", "s") else _PREFIX[np.dtype(dtype)]
+        if op == "getrf":  # (the variant given its workspace: nothing allocated per call)
+            return f"magma_{x}getrf_vbatched_max_nocheck_work"
         lib = "magma" if op == "potrf" else "magmablas"
         return f"{lib}_{x}{op}_vbatched_max_nocheck"
 
@@ -293,6 +306,49 @@ class Magma:
 
     def potrf_vbatched(self, call: Prepared):
         """The call, synchronous (MAGMA ends it with a queue sync). Returns the info array."""
+        ret = call.fn(*call.args)
+        if ret != 0:
+            raise RuntimeError(f"{call.routine} returned {ret}")
+        return call.info
+
+    # ------------------------------------------------------------------ GETRF
+    def prepare_getrf(self, batch) -> Prepared:
+        """``magma_Xgetrf_vbatched_max_nocheck_work(m, n, max_m, max_n, max_minmn, max_mxn,
+        dA_array, ldda, dipiv_array, info, work, &lwork, k, queue)``: LU with partial pivoting
+        in place on ``batch`` (column-major, any m x n), its workspace asked for and allocated
+        here, once. ``prepared.ipiv`` holds the pivots (1-based, LAPACK's), ``min(m, n)`` from
+        each matrix's ``prepared.ipiv_offset``; ``prepared.info`` is zeroed here (MAGMA writes
+        only failures). Asynchronous: synchronize the stream."""
+        import cupy
+
+        x = _check_cupy(batch)
+        _col_major(batch, "A")
+        m, n = np.asarray(batch.m, np.int64), np.asarray(batch.n, np.int64)
+        r = np.minimum(m, n)
+        d_m, d_n, d_ld = _dev_ints(m, "m"), _dev_ints(n, "n"), _dev_ints(batch.ld, "ld")
+        d_a = _dev_pointers(batch)
+        off = np.concatenate([[0], np.cumsum(np.maximum(r, 1))]).astype(np.int64)
+        ipiv = cupy.zeros(int(off[-1]) or 1, dtype=np.int32)
+        d_piv = cupy.asarray((np.uint64(ipiv.data.ptr) + off[:-1].astype(np.uint64) * 4))
+        info = cupy.zeros(batch.k, dtype=np.int32)
+        name, fn = self._routine(x, "getrf")
+        maxes = (_maxi(m), _maxi(n), _maxi(r), _maxi(m * n))
+        lwork = _INT(-1)
+        fn(None, None, *maxes, None, None, None, None, None, ctypes.byref(lwork), batch.k,
+           self.queue)
+        work = cupy.empty(max(int(lwork.value), 1), dtype=np.uint8)
+        args = (d_m.data.ptr, d_n.data.ptr, *maxes, d_a.data.ptr, d_ld.data.ptr,
+                d_piv.data.ptr, info.data.ptr, work.data.ptr, ctypes.pointer(lwork), batch.k,
+                self.queue)
+        args = tuple(v if isinstance(v, (_PTR, ctypes._Pointer)) else t(v)
+                     for v, t in zip(args, fn.argtypes))
+        call = Prepared(name, fn, args, (batch.data, d_m, d_n, d_ld, d_a, ipiv, d_piv, work,
+                                         lwork), batch.k, info)
+        call.ipiv, call.ipiv_offset = ipiv, off[:-1]
+        return call
+
+    def getrf_vbatched(self, call: Prepared):
+        """The call (asynchronous on the queue's stream). Returns the info array."""
         ret = call.fn(*call.args)
         if ret != 0:
             raise RuntimeError(f"{call.routine} returned {ret}")

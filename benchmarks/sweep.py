@@ -1,8 +1,8 @@
 """The sweep: every entry point at every size on a fine grid, anchors side by side, raw results
 kept one file per run, and a report that reads them.
 
-    python benchmarks/sweep.py run --out FILE [--ops potrf gemm syrk trsm] [--nmax 8:512:8 ...]
-        [--dist uniform lognormal skewed equal] [--dtype float64 float32]
+    python benchmarks/sweep.py run --out FILE [--ops potrf gemm syrk trsm getrf]
+        [--nmax 8:512:8 ...] [--dist uniform lognormal skewed equal] [--dtype float64 float32]
         [--forms packedF packedC list prepared] [--k 2000] [--reps 11] [--magma LIB] [--cublas]
         [--cusolverdx SITE]
     python benchmarks/sweep.py report FILE [FILE ...]
@@ -11,14 +11,16 @@ kept one file per run, and a report that reads them.
 vbatch's column-major pack (packedF), row-major pack (packedC), list of CuPy arrays (list) and
 prepared call on the column-major pack (prepared), and MAGMA's vbatched routine on the same
 column-major buffers (``--magma``: libmagma_vb.so, ../shared/anchors/magma/README.md; POTRF,
-GEMM and TRSM: MAGMA's SYRK binding is untested, so SYRK has no anchor) and cuBLAS's grouped
+GEMM, TRSM and, where the build has it, GETRF: MAGMA's SYRK binding is untested, so SYRK has no
+anchor) and cuBLAS's grouped
 GEMM (``--cublas``: cublasGemmGroupedBatchedEx, cuBLAS >= 12.5, a group per problem, as
 cuda_blas.py calls it; GEMM cells: C = A B into a zeroed C) and cuSOLVERDx's Cholesky
 (``--cusolverdx SITE``: POTRF cells whose largest order fits its shared memory, an 8-wide bucket
 a launch, cusolverdx.py; its time is GPU time, the launches' host cost left out). k problems per
 cell (500 from Nmax 768), sizes U[1, Nmax] (uniform), lognormal around Nmax / 4, 1% at Nmax and
 the rest U[1, Nmax / 10] (skewed), or all Nmax (equal). GEMM: C = A B, m, n and k each drawn;
-SYRK: C = A A^T, A n x k, k drawn; TRSM: L X = B, 16 right-hand sides. Times: the call and its
+SYRK: C = A A^T, A n x k, k drawn; TRSM: L X = B, 16 right-hand sides; GETRF: square, entries
+U[-1, 1], partial pivoting. Times: the call and its
 result, synchronized, ms, median of --reps after 3 warm-ups; MAGMA's POTRF and TRSM on their
 input restored (untimed) before each call. Each cell's rows are written as soon as it is
 measured, so a run cut short keeps what it measured.
@@ -40,8 +42,8 @@ from collections import defaultdict
 
 import numpy as np
 
-OPS = ("potrf", "gemm", "syrk", "trsm")
-ANCHORED = ("potrf", "gemm", "trsm")  # (MAGMA's routines the anchors run)
+OPS = ("potrf", "gemm", "syrk", "trsm", "getrf")
+ANCHORED = ("potrf", "gemm", "trsm", "getrf")  # (MAGMA's routines the anchors run)
 FORMS = ("packedF", "packedC", "list", "prepared")
 DISTS = ("uniform", "lognormal", "skewed", "equal")
 
@@ -83,6 +85,8 @@ def _host(op: str, n: np.ndarray, dtype, rng) -> dict:
         return {"a": [u(i, j) for i, j in zip(m, kk)], "b": [u(j, i) for i, j in zip(n, kk)]}
     if op == "syrk":
         return {"a": [u(i, j) for i, j in zip(n, rng.permutation(n))]}
+    if op == "getrf":
+        return {"a": [u(i, i) for i in n]}
     return {"a": [np.tril(u(i, i)) / max(int(i), 1) + 2 * np.eye(int(i), dtype=dtype)
                   for i in n], "b": [u(i, 16) for i in n]}
 
@@ -135,6 +139,10 @@ def operands(op, dtype, n, rng, rt) -> tuple[dict, object, object]:
     def call(x):
         return method(**x).result()
 
+    if op == "getrf":
+        return ({f: v["a"] for f, v in ops.items()}, lambda x: method(x).result(),
+                ops["packedF"])
+
     return ops, call, ops["packedF"]
 
 
@@ -166,6 +174,13 @@ def _cell(op, dtype, dist, nmax, k, forms, reps, rt, magma, rng, blas=None,
                                                pb.n, order="F", m=pa.m)
             call_m = magma.prepare_gemm(pa, pb, c, alpha=1.0, beta=0.0)
             out["magma"] = _ms(lambda: magma.gemm_vbatched(call_m), reps)
+        elif op == "getrf":  # in place on a copy, restored (untimed) before each call
+            pa = ops["packedF"]
+            work = pa.with_data(pa.data.copy())
+            call_m = magma.prepare_getrf(work)
+            out["magma"] = _ms(lambda: magma.getrf_vbatched(call_m), reps,
+                               before=lambda: work.data.__setitem__(Ellipsis, pa.data))
+            _check_magma_getrf(call_m, pa)
         else:  # trsm: X over a copy of B, restored (untimed) before each call
             pa, pb = ops["packedF"]["a"], ops["packedF"]["b"]
             work = pb.with_data(pb.data.copy())
@@ -177,6 +192,19 @@ def _cell(op, dtype, dist, nmax, k, forms, reps, rt, magma, rng, blas=None,
     if dx is not None and op == "potrf" and nmax <= dx.max_order(dtype):
         out["cusolverdx"] = _dx_potrf(dx, ops["packedF"], reps)
     return out
+
+
+def _check_magma_getrf(call, batch) -> None:
+    """MAGMA's pivots (1-based) against LAPACK's on three matrices of the cell."""
+    from scipy.linalg import lu_factor
+
+    piv = call.ipiv.get()
+    for i in sorted({0, batch.k - 1, batch.k // 2}):
+        a = batch.matrix(i).get().astype(np.float64)
+        r = min(a.shape)
+        got = piv[call.ipiv_offset[i]:call.ipiv_offset[i] + r] - 1
+        if r and got.tolist() != lu_factor(a)[1].tolist():
+            raise SystemExit(f"MAGMA's getrf pivots of matrix {i} differ from LAPACK's")
 
 
 def _dx_potrf(dx, batch, reps: int) -> float:

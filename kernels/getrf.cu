@@ -59,7 +59,10 @@ __device__ __forceinline__ int argmax_rows(T v, int i, T* sv, int* si) {
   return out;
 }
 
-template <typename T, int NT, bool ROW, bool PIVOT>
+// SH: the panel's rows [j, m) x columns [j, j + w) are staged in dynamic shared memory
+// (column-major, leading dimension m - j; kernels/getrf_cuda.py gives the bytes), factored
+// there and written back once; else every step reads and writes the panel where it lies.
+template <typename T, int NT, bool ROW, bool PIVOT, bool SH>
 __global__ void __launch_bounds__(NT)
 getrf_factor(const unsigned long long* tbl, const long long* meta, const int* imeta,
              const int* tasks, int K, int lo, int hi, int unused) {
@@ -76,62 +79,70 @@ getrf_factor(const unsigned long long* tbl, const long long* meta, const int* im
   __shared__ T sv[NT / 32];
   __shared__ int si[NT / 32];
   __shared__ T s_piv;
+  extern __shared__ __align__(16) unsigned char vb_dyn[];
+  T* S = reinterpret_cast<T*>(vb_dyn);
   const int tid = threadIdx.x;
-  if (j == 0 && static_cast<const void*>(A) != static_cast<const void*>(L)) {
+  const int pm = m - j;  // (the panel's rows)
+  const bool copy = j == 0 && static_cast<const void*>(A) != static_cast<const void*>(L);
+  // Entry (i, c) of the panel, i and c counted from (j, j).
+  auto el = [&](int i, int c) -> T& {
+    return SH ? S[(long long)c * pm + i] : L[at<ROW>(j + i, j + c, ld)];
+  };
+  if (SH || copy) {
     // (in memory order: consecutive threads read consecutive elements)
-    for (long long e = tid; e < (long long)m * w; e += NT) {
-      const int r = ROW ? (int)(e / w) : (int)(e % m), c = ROW ? (int)(e % w) : (int)(e / m);
-      L[at<ROW>(r, c, ld)] = A[at<ROW>(r, c, lda)];
+    for (long long e = tid; e < (long long)pm * w; e += NT) {
+      const int r = ROW ? (int)(e / w) : (int)(e % pm), c = ROW ? (int)(e % w) : (int)(e / pm);
+      el(r, c) = copy ? A[at<ROW>(j + r, j + c, lda)] : L[at<ROW>(j + r, j + c, ld)];
     }
     __syncthreads();
   }
   for (int c = 0; c < w; ++c) {
-    const int col = j + c;
-    int p = col;
+    int p = c;
     if (PIVOT) {
       T best = T(-1);
       int bi = 0x7fffffff;
-      for (int i = col + tid; i < m; i += NT) {  // (rows ascending: the first of equals kept)
-        const T v = fabs(L[at<ROW>(i, col, ld)]);
+      for (int i = c + tid; i < pm; i += NT) {  // (rows ascending: the first of equals kept)
+        const T v = fabs(el(i, c));
         if (v > best) {
           best = v;
           bi = i;
         }
       }
       p = argmax_rows<T, NT>(best, bi, sv, si);
-      if (p == 0x7fffffff) p = col;  // (a column of NaN: no entry compared greater)
+      if (p == 0x7fffffff) p = c;  // (a column of NaN: no entry compared greater)
     }
     if (tid == 0) {
-      ipiv[col] = p;
-      const T d = L[at<ROW>(p, col, ld)];
+      ipiv[j + c] = j + p;
+      const T d = el(p, c);
       s_piv = d;
-      if (d == T(0) && info[q] == 0) info[q] = col + 1;
+      if (d == T(0) && info[q] == 0) info[q] = j + c + 1;
     }
     __syncthreads();  // (the pivot read before its row moves)
-    if (p != col) {
+    if (p != c) {
       for (int cc = tid; cc < w; cc += NT) {
-        T* x = L + at<ROW>(col, j + cc, ld);
-        T* y = L + at<ROW>(p, j + cc, ld);
-        const T t = *x;
-        *x = *y;
-        *y = t;
+        const T t = el(c, cc);
+        el(c, cc) = el(p, cc);
+        el(p, cc) = t;
       }
     }
     __syncthreads();
     const T d = s_piv;
     // Each thread its rows: the multiplier, then the rest of the row in the panel.
-    for (int i = col + 1 + tid; i < m; i += NT) {
-      T l = L[at<ROW>(i, col, ld)];
+    for (int i = c + 1 + tid; i < pm; i += NT) {
+      T l = el(i, c);
       if (d != T(0)) {
         l = l / d;
-        L[at<ROW>(i, col, ld)] = l;
+        el(i, c) = l;
       }
-      for (int cc = c + 1; cc < w; ++cc) {
-        T* x = L + at<ROW>(i, j + cc, ld);
-        *x = fma(-l, L[at<ROW>(col, j + cc, ld)], *x);
-      }
+      for (int cc = c + 1; cc < w; ++cc) el(i, cc) = fma(-l, el(c, cc), el(i, cc));
     }
     __syncthreads();
+  }
+  if (SH) {
+    for (long long e = tid; e < (long long)pm * w; e += NT) {
+      const int r = ROW ? (int)(e / w) : (int)(e % pm), c = ROW ? (int)(e % w) : (int)(e / pm);
+      L[at<ROW>(j + r, j + c, ld)] = el(r, c);
+    }
   }
 }
 

@@ -6,7 +6,8 @@ updates are the ``blas`` family's GEMMs (:mod:`vbatch.kernels.blas_cuda`).
 
 * ``getrf.factor``: one block per panel, ``FACTOR_THREADS`` threads (the fewest that give the
   tallest panel of the launch a row each, at most the last): a block reduction finds each
-  column's pivot, the panel's rows are swapped, scaled and updated in global memory;
+  column's pivot, the panel's rows are swapped, scaled and updated, in shared memory where
+  the launch's tallest panel fits ``FACTOR_SMEM``, else in global memory;
 * ``getrf.rows``: a thread per column outside the panel, ``ROWS_COLS`` columns a block in the
   grid's second dimension: the step's swaps, then for columns right of the panel the unit
   lower solve by L11 (staged in shared memory; the column's ``w`` entries in registers);
@@ -19,6 +20,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from vbatch.core.errors import InputError
 from vbatch.kernels.potrf_cuda import Selection, ctype
 from vbatch.ops.getrf import FACTOR, ROWS, SWAP
@@ -28,6 +31,9 @@ SOURCE = "getrf.cu"
 TEMPLATES = ("vb::getrf_factor", "vb::getrf_rows", "vb::getrf_swap")
 NB_SUPPORTED = (8, 16, 32)  # getrf_rows keeps a column's w <= NB entries in registers
 FACTOR_THREADS = (64, 128, 256)
+# A panel of at most this many bytes (its tallest rows x nb) is factored in shared memory: read
+# once, its columns' steps there, written once; a taller one step by step where it lies.
+FACTOR_SMEM = 64 * 1024
 ROWS_COLS = 64
 SWAP_COLS = 64  # (getrf_swap: a thread per right-hand side)
 ABSENT = 7  # (a swap's slot of no buffer)
@@ -71,8 +77,8 @@ def swap_extra(x: int, src: int, ipiv: int, forward: bool, skip: bool) -> int:
     return x | (src << 3) | (ipiv << 6) | (int(forward) << 9) | (int(skip) << 10)
 
 
-def factor_name(T: str, nt: int, R: str, P: str) -> str:
-    return f"vb::getrf_factor<{T},{nt},{R},{P}>"
+def factor_name(T: str, nt: int, R: str, P: str, SH: str = "false") -> str:
+    return f"vb::getrf_factor<{T},{nt},{R},{P},{SH}>"
 
 
 def rows_name(T: str, nb: int, R: str, P: str) -> str:
@@ -90,6 +96,10 @@ def select(lc, nb: int, dtype, order: str, pivot: bool) -> Selection:
     T, R, P = ctype(dtype), _bool(order == "C"), _bool(pivot)
     if lc.kind == FACTOR:
         nt = factor_threads(lc.rows[1])
+        smem = lc.rows[1] * nb * np.dtype(dtype).itemsize
+        if smem <= FACTOR_SMEM:  # (the panel staged in shared memory)
+            return Selection(factor_name(T, nt, R, P, "true"), (lc.count,), (nt,), smem,
+                             source=SOURCE)
         return Selection(factor_name(T, nt, R, P), (lc.count,), (nt,), 0, source=SOURCE)
     if lc.kind == ROWS:
         tiles = max(1, math.ceil(lc.cols[1] / ROWS_COLS))
@@ -132,7 +142,8 @@ def kernel_names(dtypes=DTYPES, nbs=NB_SUPPORTED, orders=ORDERS) -> list[str]:
         for order in orders:
             R = _bool(order == "C")
             for P in ("true", "false"):
-                out += [factor_name(T, nt, R, P) for nt in FACTOR_THREADS]
+                out += [factor_name(T, nt, R, P, SH) for nt in FACTOR_THREADS
+                        for SH in ("false", "true")]
                 out += [rows_name(T, nb, R, P) for nb in nbs]
             out.append(swap_name(T, R))
     return out
