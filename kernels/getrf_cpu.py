@@ -281,7 +281,7 @@ def _swap_small(rows, info, X, xo, xl, xcol, S, so, sl, scol, P, po, pl, pcol, s
         for u in range(r):
             i = u if forward else r - 1 - u
             p = P[p0 + i * ps]
-            if p != i:
+            if p != i and 0 <= p < r:  # (a kept call's pivots are not checked again)
                 for j in range(nrhs):
                     a, b = x0 + i * xr + j * xc, x0 + p * xr + j * xc
                     X[a], X[b] = X[b], X[a]
@@ -293,7 +293,8 @@ def _swap(ex, p, q, r, nrhs) -> None:
         np.copyto(x, ex.buffers[p["src"]].batch._view(q))
     if p["skip_failed"] and ex.info[q]:
         return
-    perm = permutation(ex.buffers["ipiv"].batch._view(q)[:, 0], r)
+    piv = ex.buffers["ipiv"].batch._view(q)[:, 0]
+    perm = permutation(np.where((piv >= 0) & (piv < r), piv, np.arange(r)), r)
     if p["forward"]:
         x[...] = x[perm]
     else:

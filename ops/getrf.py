@@ -272,10 +272,10 @@ def pivot_operand(v: Any, rows: np.ndarray, like: str, name: str = "ipiv") -> Pa
     """Pivots for a solve with ``k`` factors of ``rows[i]`` rows each, held in arrays of kind
     ``like`` (numpy or cupy): a getrf result's ``ipiv`` (read where it lies; or the batch this
     function packed, as a prepared call binds it again), or a list of 1-D integer arrays of one
-    kind, problem ``i``'s of length ``rows[i]`` with entries in ``[0, rows[i])``, packed here
-    into one int32 buffer of ``r x 1`` columns and checked before any work (a device list's
-    entries by one reduction on the device). Host pivots go with device factors (copied in,
-    as any host input); device pivots with host factors are refused."""
+    kind, packed here into one int32 buffer of ``r x 1`` columns. Either way problem ``i``'s
+    has ``rows[i]`` entries, each in ``[0, rows[i])``, checked before any work (on the device
+    by one reduction). Host pivots go with device factors (copied in, as any host input);
+    device pivots with host factors are refused."""
     k = len(rows)
     b = v.batch if isinstance(v, Views) else v
     if isinstance(b, PackedBatch) and b.data is not None and np.dtype(b.dtype) == np.int32:
@@ -286,6 +286,12 @@ def pivot_operand(v: Any, rows: np.ndarray, like: str, name: str = "ipiv") -> Pa
             raise InputError([(int(i), f"{name}: {b.m[i]} pivots for {rows[i]} rows")
                               for i in bad])
         _kinds(name, b.kind, like)
+        xp = array_module(b.kind)
+        r = np.asarray(rows, np.int64)
+        # (an r x 1 column's entries are contiguous in either order)
+        at = np.repeat(np.asarray(b.offset, np.int64), r) + np.arange(int(r.sum())) - np.repeat(
+            np.cumsum(r) - r, r)
+        _in_range(b.data[xp.asarray(at)], r, xp, name)
         return b
     if not isinstance(v, (list, tuple)):
         raise InputError([(None, f"{name}: expected a getrf result's ipiv or a list of 1-D "
@@ -313,14 +319,11 @@ def pivot_operand(v: Any, rows: np.ndarray, like: str, name: str = "ipiv") -> Pa
     _kinds(name, kind_v, like)
     xp = array_module(kind_v)
     r = np.asarray(rows, np.int64)
-    flat = xp.concatenate([xp.asarray(p).astype(np.int32, copy=False) for p in v]) if k \
-        else xp.zeros(0, np.int32)
-    bad = (flat < 0) | (flat >= xp.asarray(np.repeat(r, r)))
-    if bool(bad.any()):
-        at = np.flatnonzero(np.asarray(bad.get() if hasattr(bad, "get") else bad))
-        first = np.searchsorted(np.cumsum(r), at, side="right")
-        raise InputError([(int(i), f"{name}: a pivot outside [0, {r[i]})")
-                          for i in np.unique(first)])
+    # (checked before the int32 cast: a wider entry must not wrap into range)
+    wide = xp.concatenate([xp.asarray(p).astype(np.int64, copy=False) for p in v]) if k \
+        else xp.zeros(0, np.int64)
+    _in_range(wide, r, xp, name)
+    flat = wide.astype(np.int32)
     t, total = _pivot_layout(r)
     if total == flat.size:
         return t.with_data(flat)
@@ -329,6 +332,17 @@ def pivot_operand(v: Any, rows: np.ndarray, like: str, name: str = "ipiv") -> Pa
     data[xp.asarray(np.repeat(t.offset, r) + np.arange(flat.size) - np.repeat(
         np.cumsum(r) - r, r))] = flat
     return t.with_data(data)
+
+
+def _in_range(flat, r: np.ndarray, xp, name: str) -> None:
+    """Every problem's pivots (``r[i]`` of them, back to back in ``flat``) in ``[0, r[i])``;
+    on the device one reduction and one read of its answer."""
+    bad = (flat < 0) | (flat >= xp.asarray(np.repeat(r, r)))
+    if bool(bad.any()):
+        at = np.flatnonzero(np.asarray(bad.get() if hasattr(bad, "get") else bad))
+        first = np.searchsorted(np.cumsum(r), at, side="right")
+        raise InputError([(int(i), f"{name}: a pivot outside [0, {r[i]})")
+                          for i in np.unique(first)])
 
 
 _PIVOT_LAYOUTS: dict = {}  # the sizes' bytes -> (template, total): pivots packed from lists

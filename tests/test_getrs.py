@@ -147,6 +147,8 @@ def test_bad_input_is_named_before_any_work(device, monkeypatch):
     mats = [np.eye(3), np.eye(2)]
     f = rt.getrf([xp.asarray(a) for a in mats]).result()
     b = [xp.ones((3, 1)), xp.ones((2, 1))]
+    changed = rt.getrf([xp.asarray(a) for a in mats]).result().ipiv
+    changed[1][0] = 2  # (a getrf result's pivots, changed by the caller: checked too)
     began = []
     real = type(rt.backend).begin
     monkeypatch.setattr(type(rt.backend), "begin",
@@ -158,10 +160,15 @@ def test_bad_input_is_named_before_any_work(device, monkeypatch):
         ([np.array([0.0, 1, 2]), np.array([0, 1])], "problem 0: ipiv: expected a 1-D integer"),
         ([np.array([0, 1, 2])], "ipiv has 1 problems but the factors have 2"),
         (f.ipiv.part(0, 1), "ipiv has 1 problems but the factors have 2"),
+        # (a wide entry that would wrap into range as int32)
+        ([np.array([2**32 + 2, 1, 2]), np.array([0, 1])],
+         r"problem 0: ipiv: a pivot outside \[0, 3\)"),
     ]
     for piv, msg in cases:
         with pytest.raises(InputError, match=msg):
             rt.getrs(f.factors, piv, b)
+    with pytest.raises(InputError, match=r"problem 1: ipiv: a pivot outside \[0, 2\)"):
+        rt.getrs(f.factors, changed, b)
     with pytest.raises(InputError, match="trans must be"):
         rt.getrs(f.factors, f.ipiv, b, trans="X")
     with pytest.raises(InputError, match="problem 1: lu is 2 x 2 but b has 3 rows"):
