@@ -288,10 +288,14 @@ def pivot_operand(v: Any, rows: np.ndarray, like: str, name: str = "ipiv") -> Pa
         _kinds(name, b.kind, like)
         xp = array_module(b.kind)
         r = np.asarray(rows, np.int64)
-        # (an r x 1 column's entries are contiguous in either order)
-        at = np.repeat(np.asarray(b.offset, np.int64), r) + np.arange(int(r.sum())) - np.repeat(
-            np.cumsum(r) - r, r)
-        _in_range(b.data[xp.asarray(at)], r, xp, name)
+        total = int(r.sum())
+        off = np.asarray(b.offset, np.int64)
+        if k and off[0] == 0 and np.array_equal(off[1:], np.cumsum(r)[:-1]):
+            flat = b.data[:total]  # (back to back, as getrf lays them out: no gather)
+        else:  # (an r x 1 column's entries are contiguous in either order)
+            flat = b.data[xp.asarray(np.repeat(off, r) + np.arange(total)
+                                     - np.repeat(np.cumsum(r) - r, r))]
+        _in_range(flat, r, xp, name)
         return b
     if not isinstance(v, (list, tuple)):
         raise InputError([(None, f"{name}: expected a getrf result's ipiv or a list of 1-D "
@@ -337,7 +341,7 @@ def pivot_operand(v: Any, rows: np.ndarray, like: str, name: str = "ipiv") -> Pa
 def _in_range(flat, r: np.ndarray, xp, name: str) -> None:
     """Every problem's pivots (``r[i]`` of them, back to back in ``flat``) in ``[0, r[i])``;
     on the device one reduction and one read of its answer."""
-    bad = (flat < 0) | (flat >= xp.asarray(np.repeat(r, r)))
+    bad = (flat < 0) | (flat >= xp.asarray(np.repeat(r.astype(np.int32), r)))
     if bool(bad.any()):
         at = np.flatnonzero(np.asarray(bad.get() if hasattr(bad, "get") else bad))
         first = np.searchsorted(np.cumsum(r), at, side="right")
