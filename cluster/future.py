@@ -431,19 +431,19 @@ class Future:
 
     def _place(self, values: list, field: str | None) -> Any:
         first = values[0] if values else None
+        form = self._form.get(field) if type(self._form) is dict else self._form
         if isinstance(first, np.ndarray) and first.ndim == 1 and field == "info":
             out = np.zeros(self.k, dtype=first.dtype)
             for s, v in zip(self.shards, values):
                 out[s.index] = v
             return out
         if values and all(type(v) is Views for v in values):
-            return _in_form(_joined([s.index for s in self.shards], values, self.k),
-                            self._form)
+            return _in_form(_joined([s.index for s in self.shards], values, self.k), form)
         if isinstance(first, (list, Views)) or first is None:
             out = np.empty(self.k, dtype=object)
             for s, v in zip(self.shards, values):
                 out[s.index] = np.fromiter(v, dtype=object, count=len(v))
-            return _in_form(out.tolist(), self._form)
+            return _in_form(out.tolist(), form)
         return first
 
 

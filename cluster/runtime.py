@@ -278,17 +278,25 @@ def _take(validated_value: Any, raw: Any, index: np.ndarray, k: int) -> Any:
     return raw
 
 
-def _form_of(req, op, dist: dict) -> tuple | None:
-    """How the outputs go back: the kind, packing and framework of the first input (an
-    output takes that operand's form); None (a list of numpy arrays) when that input is
-    itself a distributed batch."""
-    name = op._ins[0][1]
-    v = getattr(req, name)
-    if name in dist:
-        return None
-    if type(v) is PackedBatch:
-        return (v.kind, v.order, v.frontend)
-    return (v.kind, None, v.frontend)
+def _form_of(req, op, dist: dict) -> dict:
+    """How each output goes back, by result field (None: an op whose result is its one
+    output): the kind, packing and framework of the input it replaces, or for a new output of
+    its ``form`` field's input, as a local call gives it; None (a list of numpy arrays) where
+    that input is itself a distributed batch."""
+    def of(name):
+        if name in dist:
+            return None
+        v = getattr(req, name)
+        if type(v) is PackedBatch:
+            return (v.kind, v.order, v.frontend)
+        return (v.kind, None, v.frontend)
+
+    by_buffer = {b: of(operand if replaced(req, operand) is not None else buf.form)
+                 for b, operand, _, buf in op._outs}
+    forms = {field: by_buffer[b] for field, b in op.returns}
+    if len(by_buffer) == 1:
+        forms[None] = next(iter(by_buffer.values()))
+    return forms
 
 
 def _shapes_of(req, op):

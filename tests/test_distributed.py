@@ -208,7 +208,7 @@ def test_lu_solves_run_over_the_workers(client, form):
     drt = vd.Runtime(client, device="cpu")
 
     def check(x, trans=False):
-        xs = x.unpack() if isinstance(x, vbatch.PackedBatch) else list(x)
+        xs = x.unpack() if form != "list" else list(x)
         for i, (m, y) in enumerate(zip(mats, rhs)):
             want = np.linalg.solve(m.T if trans else m, y) if m.size else y
             assert np.allclose(xs[i], want, rtol=1e-12, atol=1e-12), i
@@ -217,6 +217,29 @@ def test_lu_solves_run_over_the_workers(client, form):
     f = vbatch.getrf(a).result()
     for piv in (f.ipiv, [np.asarray(p) for p in f.ipiv]):
         check(drt.getrs(f.factors, piv, b, trans=True).result(), trans=True)
+
+
+def test_each_output_comes_back_in_the_form_of_its_input(client):
+    """As a local call: posv's factors in a's form, its solutions in b's (a packed a, a list
+    b, and the reverse); getrs's solutions in b's form whatever the factors' form."""
+    rng = np.random.default_rng(4)
+    mats, _ = _batch(4, count=12, nmax=20)
+    rhs = [rng.standard_normal((a.shape[0], 2)) for a in mats]
+    drt = vd.Runtime(client, device="cpu")
+    res = drt.posv(vbatch.pack(mats, order="C"), rhs).result()
+    assert isinstance(res.factors, vbatch.PackedBatch) and res.factors.order == "C"
+    # (a list's outputs: a list-like sequence of views, as a local call's)
+    assert not isinstance(res.solutions, vbatch.PackedBatch) and len(res.solutions) == len(mats)
+    res = drt.posv(mats, vbatch.pack(rhs, order="F")).result()
+    assert not isinstance(res.factors, vbatch.PackedBatch)
+    assert isinstance(res.solutions, vbatch.PackedBatch) and res.solutions.order == "F"
+    for i, (a, b) in enumerate(zip(mats, rhs)):
+        want = np.linalg.solve(a, b) if a.size else b
+        assert np.allclose(res.solutions.matrix(i), want, rtol=1e-10, atol=1e-10), i
+    f = vbatch.getrf(vbatch.pack(mats, order="F")).result()
+    x = drt.getrs(f.factors, f.ipiv, rhs).result()
+    assert not isinstance(x, vbatch.PackedBatch)
+    assert all(np.shape(g) == np.shape(b) for g, b in zip(x, rhs))
 
 
 def test_outputs_stay_on_the_workers_for_a_later_op(client):
