@@ -530,6 +530,18 @@ class TriangularRequest(_Request):
         return self.b.n, self.b.m, tt, 1, lower
 
 
+def _system(v: dict, t: str, written: tuple[str, ...]) -> tuple:
+    """A solve's operands: square ``v[t]`` and right-hand sides ``v["b"]`` of as many rows (a
+    1-D array is one column), checked together; under ``overwrite`` the fields ``written``
+    must be writable."""
+    a = operand(v.get(t), t, square=True)
+    b = operand(v.get("b"), "b", vectors="column")
+    together(**{t: a, "b": b})
+    shape_rule([(a.n != b.m, lambda i: f"{t} is {a.n[i]} x {a.n[i]} but b has {b.m[i]} rows")])
+    _written(v["overwrite"], **{n: x for n, x in ((t, a), ("b", b)) if n in written})
+    return a, b
+
+
 class PotrsRequest(_Request):
     """``A X = B`` with ``A = L L^T`` given by its Cholesky factor ``l`` (lower triangle read);
     each problem has its own number of right-hand sides (0 allowed)."""
@@ -542,13 +554,7 @@ class PotrsRequest(_Request):
     @classmethod
     def _check(cls, v: dict) -> dict:
         v = _parsed(cls, v, (), ("overwrite",))
-        ll = operand(v.get("l"), "l", square=True)
-        b = operand(v.get("b"), "b", vectors="column")
-        together(l=ll, b=b)
-        shape_rule([(ll.n != b.m, lambda i: f"l is {ll.n[i]} x {ll.n[i]} but b has {b.m[i]} "
-                                            "rows")])
-        _written(v["overwrite"], b=b)
-        v.update(l=ll, b=b)
+        v["l"], v["b"] = _system(v, "l", ("b",))
         return v
 
 

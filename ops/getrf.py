@@ -44,6 +44,7 @@ from vbatch.core.graph import TaskGraph, chain_edges
 from vbatch.core.kinds import Group, TaskKind, by_log2, by_rows, kind, register, single
 from vbatch.ops.blas import ARGS as BLAS_ARGS
 from vbatch.ops.blas import _parsed, _Request, _sig, _written, gemm_kind
+from vbatch.ops.cholesky import CholeskyResult
 from vbatch.ops.op import Buffer, Example, Op
 from vbatch.ops.op import register as register_op
 from vbatch.ops.operands import operand
@@ -253,13 +254,8 @@ class GetrfResult:
     info: np.ndarray
     plan: Any
 
-    @property
-    def ok(self) -> bool:
-        return not np.any(self.info)
-
-    def failed(self) -> np.ndarray:
-        """Indices of the problems with an exactly zero pivot."""
-        return np.flatnonzero(self.info)
+    ok = CholeskyResult.ok
+    failed = CholeskyResult.failed
 
 
 def pivots(x: Any) -> Views:

@@ -31,8 +31,8 @@ from vbatch.ops.blas import (
     TRSM,
     _parsed,
     _Request,
+    _system,
     _sig,
-    _written,
     chain_graph,
     diag_kind,
     gemm_kind,
@@ -41,16 +41,17 @@ from vbatch.ops.blas import (
 )
 from vbatch.ops.generate import square
 from vbatch.ops.getrf import (
+    GetrfResult,
     getrf_graph,
     lu_matrices,
     pivot_operand,
+    permutation,
     pivots,
     reference,
     swap_kind,
 )
 from vbatch.ops.op import Buffer, Example, Op
 from vbatch.ops.op import register as register_op
-from vbatch.ops.operands import operand, shape_rule, together
 
 TRANS = {False: False, True: True, "n": False, "t": True, "c": True}
 
@@ -102,27 +103,13 @@ class GetrsRequest(_Request):
     def _check(cls, v: dict) -> dict:
         v = _parsed(cls, v, (), ("overwrite",))
         v["trans"] = _trans(v.get("trans", False))
-        lu = operand(v.get("lu"), "lu", square=True)
-        b = operand(v.get("b"), "b", vectors="column")
-        together(lu=lu, b=b)
-        shape_rule([(lu.n != b.m, lambda i: f"lu is {lu.n[i]} x {lu.n[i]} but b has {b.m[i]} "
-                                             "rows")])
-        v["ipiv"] = pivot_operand(v.get("ipiv"), lu.n, lu.kind)
-        _written(v["overwrite"], b=b)
-        v.update(lu=lu, b=b)
+        v["lu"], v["b"] = _system(v, "lu", ("b",))
+        v["ipiv"] = pivot_operand(v.get("ipiv"), v["lu"].n, v["lu"].kind)
         return v
 
 
 def getrs_graph(req: GetrsRequest, opts: dict) -> TaskGraph:
     return solve_graph(req.b.m, req.b.n, req.trans, rows_wise(req.b, 0), opts)
-
-
-def permute(ipiv, rows: int) -> np.ndarray:
-    """The order of rows ``P B = B[perm]`` for 0-based LAPACK pivots."""
-    perm = np.arange(rows)
-    for i, p in enumerate(np.asarray(ipiv).tolist()):
-        perm[i], perm[p] = perm[p], perm[i]
-    return perm
 
 
 def getrs_reference(lu, ipiv, b, trans=False):
@@ -134,7 +121,7 @@ def getrs_reference(lu, ipiv, b, trans=False):
     n = f.shape[0]
     if n == 0 or b.size == 0:
         return b.copy()
-    perm = permute(ipiv, n)
+    perm = permutation(ipiv, n)
     if not _trans(trans):
         y = solve_triangular(f, b[perm], lower=True, unit_diagonal=True, check_finite=False)
         return solve_triangular(f, y, lower=False, check_finite=False)
@@ -212,13 +199,7 @@ class GesvRequest(_Request):
     @classmethod
     def _check(cls, v: dict) -> dict:
         v = _parsed(cls, v, (), ("overwrite",))
-        a = operand(v.get("a"), "a", square=True)
-        b = operand(v.get("b"), "b", vectors="column")
-        together(a=a, b=b)
-        shape_rule([(a.n != b.m, lambda i: f"a is {a.n[i]} x {a.n[i]} but b has {b.m[i]} "
-                                           "rows")])
-        _written(v["overwrite"], a=a, b=b)
-        v.update(a=a, b=b)
+        v["a"], v["b"] = _system(v, "a", ("a", "b"))
         return v
 
     def steps(self) -> np.ndarray:
@@ -243,13 +224,8 @@ class GesvResult:
     info: np.ndarray
     plan: Any
 
-    @property
-    def ok(self) -> bool:
-        return not np.any(self.info)
-
-    def failed(self) -> np.ndarray:
-        """Indices of the problems with an exactly zero pivot."""
-        return np.flatnonzero(self.info)
+    ok = GetrfResult.ok
+    failed = GetrfResult.failed
 
 
 def gesv(a: Any, b: Any):

@@ -23,8 +23,8 @@ from vbatch.ops.blas import (
     FAMILY,
     _parsed,
     _Request,
+    _system,
     _sig,
-    _written,
     chain_graph,
     potrs_phases,
     potrs_reference,
@@ -34,7 +34,6 @@ from vbatch.ops.cholesky import CholeskyResult, graph_options, potrf_graph, refe
 from vbatch.ops.generate import spd_list, square
 from vbatch.ops.op import Buffer, Example, Op
 from vbatch.ops.op import register as register_op
-from vbatch.ops.operands import operand, shape_rule, together
 from vbatch.core.graph import TaskGraph, sequence
 
 
@@ -49,13 +48,7 @@ class PosvRequest(_Request):
     @classmethod
     def _check(cls, v: dict) -> dict:
         v = _parsed(cls, v, (), ("overwrite",))
-        a = operand(v.get("a"), "a", square=True)
-        b = operand(v.get("b"), "b", vectors="column")
-        together(a=a, b=b)
-        shape_rule([(a.n != b.m, lambda i: f"a is {a.n[i]} x {a.n[i]} but b has {b.m[i]} "
-                                           "rows")])
-        _written(v["overwrite"], a=a, b=b)
-        v.update(a=a, b=b)
+        v["a"], v["b"] = _system(v, "a", ("a", "b"))
         return v
 
 
