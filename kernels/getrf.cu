@@ -11,10 +11,11 @@
 // offset[K] then ld[K] at meta[2 K s]: A's is s = 0, LU's s = 1, ipiv's s = 2.
 //
 // One step of a right-looking LU is two launches (the trailing GEMM is the blas family's):
-// getrf_factor factors the panel's columns [j, j + w), rows [j, m); getrf_rows applies the
-// step's row swaps to every other column and solves U12 = L11^-1 A12 right of the panel. Out
-// of place, the first step (j = 0) reads A: the factor kernel its panel's columns, the rows
-// kernel the others, so every later step reads LU alone.
+// getrf_factor (a block a panel) or getrf_warp (a warp a panel of at most 32 rows) factors the
+// panel's columns [j, j + w), rows [j, m); getrf_rows applies the step's row swaps to every
+// other column and solves U12 = L11^-1 A12 right of the panel. Out of place, the first step
+// (j = 0) reads A: the factor kernel its panel's columns, the rows kernel the others, so every
+// later step reads LU alone.
 //
 // Pivots as LAPACK's: the first entry of largest magnitude at or below the diagonal (idamax);
 // a zero pivot's column is left unscaled and the factorization goes on (info = its column + 1,
@@ -146,6 +147,97 @@ getrf_factor(const unsigned long long* tbl, const long long* meta, const int* im
   }
 }
 
+// A panel of at most 32 rows factored by one warp with no block barrier: lane l holds row l of
+// the panel's w <= NB columns in registers. A row's place in the panel is its `rid`; a pivot
+// swap exchanges two rows' rids instead of their data (each row is written to its final place
+// at the end). The pivot search and the pivot row's broadcast are warp shuffles. NB is the
+// launch's widest panel rounded up to 8 (no dead columns unrolled); WARPS panels a block
+// (kernels/getrf_cuda.py PANEL_WARPS).
+template <typename T, int NB, bool ROW, bool PIVOT>
+__global__ void __launch_bounds__(128)
+getrf_warp(const unsigned long long* tbl, const long long* meta, const int* imeta,
+           const int* tasks, int K, int lo, int hi, int unused) {
+  constexpr int WARPS = 4;
+  const int lane = threadIdx.x & 31;
+  const int row = lo + (int)blockIdx.x * WARPS + (int)(threadIdx.x >> 5);
+  if (row >= hi) return;  // (no block barrier below)
+  const int* tk = tasks + (long long)row * VB_TASK_COLS;
+  const int q = tk[0], j = tk[1], w = tk[2], m = tk[3];
+  const T* A = reinterpret_cast<const T*>(tbl[0]) + meta[q];
+  const long long lda = meta[K + q];
+  T* L = reinterpret_cast<T*>(tbl[1]) + meta[2LL * K + q];
+  const long long ld = meta[3LL * K + q];
+  int* ipiv = reinterpret_cast<int*>(tbl[2]) + meta[4LL * K + q];
+  int* info = reinterpret_cast<int*>(tbl[3]);
+  const int pm = m - j;  // (the panel's rows)
+  const bool copy = j == 0 && static_cast<const void*>(A) != static_cast<const void*>(L);
+  const T* src = copy ? A : L;
+  const long long lds = copy ? lda : ld;
+  T a[NB];
+  int rid = lane;
+#pragma unroll
+  for (int c = 0; c < NB; ++c) {
+    a[c] = (lane < pm && c < w) ? src[at<ROW>(j + lane, j + c, lds)] : T(0);
+  }
+  int first_zero = 0;
+#pragma unroll
+  for (int c = 0; c < NB; ++c) {
+    if (c >= w) continue;
+    int p = c;
+    if (PIVOT) {
+      // (rows at or below the diagonal; NaN compares greater than nothing: a column of NaN
+      // keeps its diagonal)
+      const bool in = rid >= c && rid < pm;
+      T best = in ? fabs(a[c]) : T(-1);
+      int bi = in && best == best ? rid : 0x7fffffff;
+      if (bi == 0x7fffffff) best = T(-1);
+#pragma unroll
+      for (int off = 16; off > 0; off >>= 1) {
+        const T ov = __shfl_xor_sync(0xffffffffu, best, off);
+        const int oi = __shfl_xor_sync(0xffffffffu, bi, off);
+        if (ov > best || (ov == best && oi < bi)) {
+          best = ov;
+          bi = oi;
+        }
+      }
+      if (bi != 0x7fffffff) p = bi;
+    }
+    const int owner = __ffs(__ballot_sync(0xffffffffu, rid == p)) - 1;
+    const T d = __shfl_sync(0xffffffffu, a[c], owner);
+    if (d == T(0) && first_zero == 0) first_zero = j + c + 1;
+    if (lane == 0) ipiv[j + c] = j + p;
+    if (rid == p) rid = c;
+    else if (rid == c) rid = p;
+    const bool below = rid > c;
+    T l = a[c];
+    if (below && d != T(0)) {
+      l = l / d;
+      a[c] = l;
+    }
+#pragma unroll
+    for (int k = c + 1; k < NB; ++k) {
+      if (k < w) {
+        const T u = __shfl_sync(0xffffffffu, a[k], owner);
+        if (below) a[k] = fma(-l, u, a[k]);
+      }
+    }
+  }
+  if (lane == 0 && first_zero != 0 && info[q] == 0) info[q] = first_zero;
+  if (rid < pm) {
+#pragma unroll
+    for (int c = 0; c < NB; ++c) {
+      if (c < w) L[at<ROW>(j + rid, j + c, ld)] = a[c];
+    }
+  }
+}
+
+// The step's swaps move whole rows: the w rows [j, j + w) end up holding rows `from` (a
+// permutation worked out once by warp 0 from the step's pivots), and each row below them that a
+// swap touched ends up holding one of the w rows (`out_to` <- `out_from`). The block's CT
+// columns of the w final rows are gathered into shared memory, the touched rows below are
+// written, and right of the panel the columns are solved with L11 (a thread a column) before
+// the w rows are written back. Every global access runs in memory order (down a column when
+// column-major, along a row when row-major), so a warp's accesses share sectors.
 template <typename T, int NB, bool ROW, bool PIVOT>
 __global__ void __launch_bounds__(64)
 getrf_rows(const unsigned long long* tbl, const long long* meta, const int* imeta,
@@ -164,52 +256,89 @@ getrf_rows(const unsigned long long* tbl, const long long* meta, const int* imet
   const long long ld = meta[3LL * K + q];
   const int* ipiv = reinterpret_cast<const int*>(tbl[2]) + meta[4LL * K + q];
   __shared__ T l11[NB][NB + 1];
-  __shared__ int piv[NB];
+  __shared__ T tile[NB][CT + 1];
+  __shared__ int from[NB], out_to[NB], out_from[NB];
+  __shared__ int n_out;
   const int tid = threadIdx.x;
   const int cols = min(CT, outside - c0);
+  auto col = [&](int c) { return c0 + c < j ? c0 + c : c0 + c + w; };  // (the global column)
   if (j == 0 && static_cast<const void*>(A) != static_cast<const void*>(L)) {
     for (long long e = tid; e < (long long)m * cols; e += CT) {
       const int r = ROW ? (int)(e / cols) : (int)(e % m);
-      const int t = c0 + (ROW ? (int)(e % cols) : (int)(e / m));
-      const int gc = t < j ? t : t + w;
+      const int gc = col(ROW ? (int)(e % cols) : (int)(e / m));
       L[at<ROW>(r, gc, ld)] = A[at<ROW>(r, gc, lda)];
     }
   }
-  for (int e = tid; e < w * w; e += CT) l11[e / w][e % w] = L[at<ROW>(j + e / w, j + e % w, ld)];
-  if (PIVOT) {
-    for (int e = tid; e < w; e += CT) piv[e] = ipiv[j + e];
+  if (tid < 32) {
+    // The swaps replayed on row numbers: lane l < w holds what row j + l holds; lane k < out
+    // the k-th row below the w that a swap touched (`op`) and what it holds (`oc`).
+    const int l = tid;
+    int content = j + l, op = -1, oc = -1, out = 0;
+    if (PIVOT) {
+      for (int i = 0; i < w; ++i) {
+        const int p = ipiv[j + i];
+        if (p == j + i) continue;
+        const int a = __shfl_sync(0xffffffffu, content, i);
+        if (p < j + w) {
+          const int b = __shfl_sync(0xffffffffu, content, p - j);
+          if (l == i) content = b;
+          if (l == p - j) content = a;
+        } else {
+          const unsigned hit = __ballot_sync(0xffffffffu, op == p);
+          const int k = hit ? __ffs(hit) - 1 : out;
+          const int b = __shfl_sync(0xffffffffu, oc, k);
+          if (l == i) content = hit ? b : p;
+          if (l == k) {
+            op = p;
+            oc = a;
+          }
+          out += hit ? 0 : 1;
+        }
+      }
+    }
+    if (l < w) from[l] = content;
+    if (l < out) {
+      out_to[l] = op;
+      out_from[l] = oc;
+    }
+    if (l == 0) n_out = out;
   }
-  __syncthreads();
-  if (tid >= cols) return;
-  const int t = c0 + tid;
-  const int gc = t < j ? t : t + w;
-  T* x = L + at<ROW>(0, gc, ld);
-  const long long rs = ROW ? ld : 1;  // (the column's stride)
-  if (PIVOT) {
-    for (int i = 0; i < w; ++i) {
-      const int p = piv[i];
-      if (p != j + i) {
-        const T a = x[(long long)(j + i) * rs];
-        x[(long long)(j + i) * rs] = x[(long long)p * rs];
-        x[(long long)p * rs] = a;
+  for (int e = tid; e < w * w; e += CT) {
+    const int r = ROW ? e / w : e % w, c = ROW ? e % w : e / w;
+    l11[r][c] = L[at<ROW>(j + r, j + c, ld)];
+  }
+  __syncthreads();  // (the copy's rows and the permutation)
+  for (int e = tid; e < w * cols; e += CT) {
+    const int r = ROW ? e / cols : e % w, c = ROW ? e % cols : e / w;
+    tile[r][c] = L[at<ROW>(from[r], col(c), ld)];
+  }
+  __syncthreads();  // (rows below the w are read above before they are written here)
+  const int out = n_out;
+  for (int e = tid; e < out * cols; e += CT) {
+    const int k = ROW ? e / cols : e % out, c = ROW ? e % cols : e / out;
+    const int gc = col(c);
+    L[at<ROW>(out_to[k], gc, ld)] = L[at<ROW>(out_from[k], gc, ld)];
+  }
+  if (tid < cols && col(tid) >= j + w) {  // (right of the panel: U12 = L11^-1 A12)
+    T v[NB];
+#pragma unroll
+    for (int i = 0; i < NB; ++i) {
+      if (i < w) v[i] = tile[i][tid];
+    }
+#pragma unroll
+    for (int i = 1; i < NB; ++i) {
+      if (i < w) {
+        T s = v[i];
+#pragma unroll
+        for (int k = 0; k < i; ++k) s = fma(-l11[i][k], v[k], s);
+        tile[i][tid] = v[i] = s;
       }
     }
   }
-  if (gc < j + w) return;  // (left of the panel: swaps only)
-  T v[NB];
-#pragma unroll
-  for (int i = 0; i < NB; ++i) {
-    if (i < w) v[i] = x[(long long)(j + i) * rs];
-  }
-#pragma unroll
-  for (int i = 1; i < NB; ++i) {
-    if (i < w) {
-      T s = v[i];
-#pragma unroll
-      for (int k = 0; k < i; ++k) s = fma(-l11[i][k], v[k], s);
-      v[i] = s;
-      x[(long long)(j + i) * rs] = s;
-    }
+  __syncthreads();
+  for (int e = tid; e < w * cols; e += CT) {
+    const int r = ROW ? e / cols : e % w, c = ROW ? e % cols : e / w;
+    L[at<ROW>(j + r, col(c), ld)] = tile[r][c];
   }
 }
 
@@ -249,7 +378,7 @@ getrf_swap(const unsigned long long* tbl, const long long* meta, const int* imet
   for (int t = 0; t < r; ++t) {
     const int i = forward ? t : r - 1 - t;
     const int p = piv[i];
-    if (p != i) {
+    if (p != i && p >= 0 && p < r) {  // (pivots a kept call's caller changed: no stray access)
       const T a = x[(long long)i * rs];
       x[(long long)i * rs] = x[(long long)p * rs];
       x[(long long)p * rs] = a;

@@ -4,13 +4,15 @@ The kernels are ``getrf.cu`` beside this file; its header comment defines the ta
 (:func:`section`: A, LU, ipiv, info) and the task row (problem, j, w, m, n). The trailing
 updates are the ``blas`` family's GEMMs (:mod:`vbatch.kernels.blas_cuda`).
 
-* ``getrf.factor``: one block per panel, ``FACTOR_THREADS`` threads (the fewest that give the
-  tallest panel of the launch a row each, at most the last): a block reduction finds each
-  column's pivot, the panel's rows are swapped, scaled and updated, in shared memory where
+* ``getrf.factor``: panels of at most 32 rows (the launch's tallest) a warp each, a row a
+  lane in registers; taller ones a block each, ``FACTOR_THREADS`` threads (the fewest that
+  give the tallest panel of the launch a row each, at most the last): a block reduction finds
+  each column's pivot, the panel's rows are swapped, scaled and updated, in shared memory where
   the launch's tallest panel fits ``FACTOR_SMEM``, else in global memory;
-* ``getrf.rows``: a thread per column outside the panel, ``ROWS_COLS`` columns a block in the
-  grid's second dimension: the step's swaps, then for columns right of the panel the unit
-  lower solve by L11 (staged in shared memory; the column's ``w`` entries in registers);
+* ``getrf.rows``: ``ROWS_COLS`` columns outside the panel a block (the grid's second
+  dimension): the step's swaps as one permutation of rows (the panel's ``w`` rows gathered
+  into shared memory, the rows below them that a swap touched written), then for columns right
+  of the panel the unit lower solve by L11, a thread a column;
 * ``getrf.swap`` (getrs, gesv): a thread per right-hand side, ``SWAP_COLS`` a block: the copy
   of B into X where the kind has a source, then the interchanges, one after another; the
   buffers' slots travel in ``extra`` (:func:`swap_extra`).
@@ -28,9 +30,14 @@ from vbatch.ops.getrf import FACTOR, ROWS, SWAP
 
 OP = "getrf"
 SOURCE = "getrf.cu"
-TEMPLATES = ("vb::getrf_factor", "vb::getrf_rows", "vb::getrf_swap")
+TEMPLATES = ("vb::getrf_factor", "vb::getrf_warp", "vb::getrf_rows", "vb::getrf_swap")
 NB_SUPPORTED = (8, 16, 32)  # getrf_rows keeps a column's w <= NB entries in registers
 FACTOR_THREADS = (64, 128, 256)
+# A launch whose panels have at most 32 rows is factored a warp a panel, PANEL_WARPS panels a
+# block, a row a lane in registers, unrolled to the launch's widest panel rounded up to
+# WARP_WIDTHS (getrf.cu getrf_warp; decisions.md#getrf-warp-panel).
+WARP_WIDTHS = (8, 16, 24, 32)
+PANEL_WARPS = 4
 # A panel of at most this many bytes (its tallest rows x nb) is factored in shared memory: read
 # once, its columns' steps there, written once; a taller one step by step where it lies.
 FACTOR_SMEM = 64 * 1024
@@ -81,6 +88,10 @@ def factor_name(T: str, nt: int, R: str, P: str, SH: str = "false") -> str:
     return f"vb::getrf_factor<{T},{nt},{R},{P},{SH}>"
 
 
+def warp_name(T: str, nb: int, R: str, P: str) -> str:
+    return f"vb::getrf_warp<{T},{nb},{R},{P}>"
+
+
 def rows_name(T: str, nb: int, R: str, P: str) -> str:
     return f"vb::getrf_rows<{T},{nb},{R},{P}>"
 
@@ -95,6 +106,10 @@ def select(lc, nb: int, dtype, order: str, pivot: bool) -> Selection:
         raise ValueError(f"getrf's cuda kernels support nb in {NB_SUPPORTED}, got {nb}")
     T, R, P = ctype(dtype), _bool(order == "C"), _bool(pivot)
     if lc.kind == FACTOR:
+        if lc.rows[1] <= 32:
+            wb = next(b for b in WARP_WIDTHS if b >= min(lc.width, nb))
+            return Selection(warp_name(T, wb, R, P), (math.ceil(lc.count / PANEL_WARPS),),
+                             (32 * PANEL_WARPS,), 0, source=SOURCE)
         nt = factor_threads(lc.rows[1])
         smem = lc.rows[1] * nb * np.dtype(dtype).itemsize
         if smem <= FACTOR_SMEM:  # (the panel staged in shared memory)
@@ -144,6 +159,7 @@ def kernel_names(dtypes=DTYPES, nbs=NB_SUPPORTED, orders=ORDERS) -> list[str]:
             for P in ("true", "false"):
                 out += [factor_name(T, nt, R, P, SH) for nt in FACTOR_THREADS
                         for SH in ("false", "true")]
+                out += [warp_name(T, b, R, P) for b in WARP_WIDTHS if b <= max(nbs)]
                 out += [rows_name(T, nb, R, P) for nb in nbs]
             out.append(swap_name(T, R))
     return out

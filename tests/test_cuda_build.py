@@ -262,12 +262,13 @@ def test_kernel_names_is_the_whole_set_once():
 
     want += len(sel.DTYPES) * (2 * (1 + 2 * len(frontal.RHS_PASSES) + 2 + len(TREE_CLASSES)) + 1)
     # The getrf family, per dtype, order and pivoting: the factor kernel per thread count (the
-    # panel in shared memory or not) and the rows kernel per panel width; per dtype and order,
-    # the solve's swap.
+    # panel in shared memory or not), the warp factor per width bucket, and the rows kernel
+    # per panel width; per dtype and order, the solve's swap.
     from vbatch.kernels import getrf_cuda as getrf
 
+    nbs = len(getrf.NB_SUPPORTED)
     want += len(getrf.DTYPES) * 2 * (2 * (2 * len(getrf.FACTOR_THREADS)
-                                          + len(getrf.NB_SUPPORTED)) + 1)
+                                          + len(getrf.WARP_WIDTHS) + nbs) + 1)
     assert len(names) == want
     assert set(build.kernel_names(["float32"], [8], ["C"])) <= set(names)
 

@@ -263,11 +263,16 @@ def test_every_cuda_launch_selects_a_kernel_that_is_built(pivot):
                     s = mod.selection(lc, plan, dtype, lay, Config())
                     assert s.name in names, s.name
                     seen.add((lc.kind, s.block[0]))
-                    if lc.kind == "getrf.factor":
+                    if lc.kind == "getrf.factor" and "getrf_warp" in s.name:
+                        w = getrf_cuda.PANEL_WARPS
+                        assert lc.rows[1] <= 32
+                        assert s.block == (32 * w,) and s.grid[0] * w >= lc.count
+                        seen.add((lc.kind, "warp"))
+                    elif lc.kind == "getrf.factor":
                         assert s.grid == (lc.count,)
                         assert s.block[0] >= min(lc.rows[1], getrf_cuda.FACTOR_THREADS[-1])
                     elif lc.kind == "getrf.rows":
                         assert s.grid[0] == lc.count
                         assert s.grid[1] * getrf_cuda.ROWS_COLS >= lc.cols[1]
     assert {k for k, _ in seen} == {"getrf.factor", "getrf.rows", blas_cuda.GEMM}
-    assert {b for k, b in seen if k == "getrf.factor"} == set(getrf_cuda.FACTOR_THREADS)
+    assert {b for k, b in seen if k == "getrf.factor"} == {*getrf_cuda.FACTOR_THREADS, "warp"}
