@@ -263,10 +263,27 @@ getrf_rows(const unsigned long long* tbl, const long long* meta, const int* imet
   const int cols = min(CT, outside - c0);
   auto col = [&](int c) { return c0 + c < j ? c0 + c : c0 + c + w; };  // (the global column)
   if (j == 0 && static_cast<const void*>(A) != static_cast<const void*>(L)) {
-    for (long long e = tid; e < (long long)m * cols; e += CT) {
-      const int r = ROW ? (int)(e / cols) : (int)(e % m);
-      const int gc = col(ROW ? (int)(e % cols) : (int)(e / m));
-      L[at<ROW>(r, gc, ld)] = A[at<ROW>(r, gc, lda)];
+    // UNROLL loads in flight a thread before their stores: the compiler cannot move a load
+    // above a store to L, which for all it knows may be A.
+    constexpr int UNROLL = 4;
+    const long long total = (long long)m * cols;
+    for (long long e0 = tid; e0 < total; e0 += UNROLL * CT) {
+      T v[UNROLL];
+      long long to[UNROLL];
+#pragma unroll
+      for (int u = 0; u < UNROLL; ++u) {
+        const long long e = e0 + (long long)u * CT;
+        if (e < total) {
+          const int r = ROW ? (int)(e / cols) : (int)(e % m);
+          const int gc = col(ROW ? (int)(e % cols) : (int)(e / m));
+          v[u] = A[at<ROW>(r, gc, lda)];
+          to[u] = at<ROW>(r, gc, ld);
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < UNROLL; ++u) {
+        if (e0 + (long long)u * CT < total) L[to[u]] = v[u];
+      }
     }
   }
   if (tid < 32) {
