@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from vbatch.core.batch import MatrixList, PackedBatch
+from vbatch.core.batch import SUPPORTED_DTYPES, MatrixList, PackedBatch
 from vbatch.scheduler.plan import Launch, Plan
 
 
@@ -99,6 +99,8 @@ class Backend(ABC):
     tracer: list | None = None
     # {op name: its kernel module for this backend}; each backend fills it.
     kernels: dict = {}
+    # The dtypes its kernels take (the runtime refuses others before any work).
+    dtypes: tuple = SUPPORTED_DTYPES
 
     def tune_key(self) -> str:
         """What a tune file's entry must have been measured on (:mod:`vbatch.runtime.tune`):

@@ -30,7 +30,7 @@ import numpy as np
 from vbatch.core import jit
 from vbatch.kernels.cpu import INFO, Data, split
 from vbatch.core.jit import njit, strides
-from vbatch.kernels.lapack import _SCALAR, routines
+from vbatch.kernels.lapack import Scalars, routines
 from vbatch.ops.blas import COPY, GEMM, TRMM, TRSM
 
 OP = "blas"
@@ -90,8 +90,10 @@ def _matrix(view, q: int) -> np.ndarray:
 
 
 def _view(ex, name: str, q: int, t: int) -> np.ndarray:
+    """The view's matrix, transposed when ``t``'s bit 0 says (its conjugate bit is the
+    caller's: :func:`_op` passes it to BLAS)."""
     m = _matrix(ex.buffers[name], q)
-    return m.T if t else m
+    return m.T if t & 1 else m
 
 
 class _Args:
@@ -99,9 +101,9 @@ class _Args:
 
     def __init__(self, dtype):
         self.i = (ctypes.c_int * 8)()
-        self.s = (_SCALAR[np.dtype(dtype)] * 2)()
+        self.s = Scalars(dtype, 2)
         self.ia = ctypes.addressof(self.i)
-        self.sa = ctypes.addressof(self.s)
+        self.sa = self.s.addr
         self.f = routines(dtype)
 
     def ints(self, *vals) -> list[int]:
@@ -128,18 +130,30 @@ def _blas(m: np.ndarray):
     isz = m.itemsize
     r, c = m.shape
     s0, s1 = m.strides
-    if s0 == isz and (c <= 1 or s1 >= max(r, 1) * isz):
+    # (one row is column-major whatever its row stride: HERK takes no transposed operand)
+    if (s0 == isz or r <= 1) and (c <= 1 or s1 >= max(r, 1) * isz):
         return b"N", m.ctypes.data, max(s1 // isz if c > 1 else r, 1)
     if s1 == isz and (r <= 1 or s0 >= max(c, 1) * isz):
         return b"T", m.ctypes.data, max(s0 // isz if r > 1 else c, 1)
     return None
 
 
-def _flip(t: bytes) -> bytes:
-    return b"N" if t == b"T" else b"T"
+def _op(m: np.ndarray, conj) -> tuple:
+    """``(trans, address, ld, owner)``: ``m`` (conjugated when ``conj``) as BLAS reads it:
+    column-major (``b"N"``), the transpose (``b"T"``) or the conjugate transpose (``b"C"``) of a
+    column-major matrix, ``owner`` the array at ``address``: ``m`` itself, or a column-major
+    copy where BLAS has no such form (a conjugate without a transpose, or neither order)."""
+    conj = bool(conj) and m.dtype.kind == "c"
+    b = _blas(m)
+    if b is not None and not (conj and b[0] == b"N"):
+        return (b"C" if conj else b[0], b[1], b[2], m)
+    x = np.asfortranarray(m.conj() if conj else m)
+    return _blas(x) + (x,)
 
 
-def _scalar(ex, which: str) -> float:
+def _scalar(ex, which: str):
+    if which == "conj_alpha":  # (HER2K's second product)
+        return np.conj(ex.scalars.get("alpha", 1.0))
     return {"alpha": ex.scalars.get("alpha", 1.0), "beta": ex.scalars.get("beta", 0.0),
             "minus": -1.0, "one": 1.0, "zero": 0.0}[which]
 
@@ -200,11 +214,14 @@ def _copy(ex, lk, p, q, r0, mm, k0, kk, nn, c0, src=0) -> None:
     source = _view(ex, p["src"], q, p["t"])[:mm, :nn]
     dst = _view(ex, p["dst"], q, p["t"])[:mm, :nn]
     alpha = _scalar(ex, p["alpha"])
-    if p["sym"]:  # src's one triangle, mirrored (a square block)
+    if p["sym"]:  # src's one triangle, mirrored (a square block); Hermitian: conjugated
         tri = np.tril if p["sym"] == "lower" else np.triu
-        half = tri(source)
-        np.multiply(half + tri(source, -1 if p["sym"] == "lower" else 1).T,
-                    dst.dtype.type(alpha), out=dst)
+        herm = p["t"] & 2 and source.dtype.kind == "c"
+        mirror = tri(source, -1 if p["sym"] == "lower" else 1).T
+        whole = tri(source) + (mirror.conj() if herm else mirror)
+        if herm:
+            whole[np.diag_indices(mm)] = whole.diagonal().real
+        np.multiply(whole, dst.dtype.type(alpha), out=dst)
         return
     _assign(dst, source, alpha)
 
@@ -234,48 +251,54 @@ def _gemm(ex, lk, p, q, r0, mm, k0, kk, nn, c0, src=0) -> None:
         beta = 0.0
     a = _view(ex, p["a"], q, p["ta"])[r0:r0 + mm, k0:k0 + kk]
     b = _view(ex, p["b"], q, p["tb"])[k0:k0 + kk, c0:c0 + nn]
+    ca, cb = p["ta"] & 2, p["tb"] & 2
     uplo = p["uplo"]
+    # A Hermitian product (HERK, HER2K, a Cholesky's update) leaves a real diagonal, as BLAS.
+    herm = uplo and (ca != cb) and o.dtype.kind == "c"
     if kk == 0 or alpha == 0.0:
         if beta == 0.0:
             _zero(o, uplo)
         elif beta != 1.0:
             _scale(o, beta, uplo)
-        return
-    if uplo:
+    elif uplo:
         # B is A's own rows transposed (a SYRK) when the block starts on the diagonal; a
         # blocked Cholesky's block update is such a SYRK on its top nn rows and a GEMM below.
-        syrk = p["a"] == p["b"] and p["ta"] != p["tb"] and r0 == c0
+        syrk = p["a"] == p["b"] and (p["ta"] ^ p["tb"]) & 1 and r0 == c0
         if syrk and uplo == "lower" and mm > nn:
-            _syrk(ex, p, a[:nn], o[:nn], alpha, beta, uplo, q)
-            _gemm_into(o[nn:], a[nn:], b, alpha, beta)
+            _syrk(a[:nn], ca, cb, o[:nn], alpha, beta, uplo)
+            _gemm_into(o[nn:], a[nn:], b, alpha, beta, ca, cb)
         elif syrk and mm == nn:
-            _syrk(ex, p, a, o, alpha, beta, uplo, q)
+            _syrk(a, ca, cb, o, alpha, beta, uplo)
         else:  # (SYR2K's products) the whole product, then its triangle
             m = _tri_mask(o.shape, uplo)
-            prod = np.matmul(a, b)
+            prod = np.matmul(a.conj() if ca else a, b.conj() if cb else b)
             o[m] = alpha * prod[m] + (beta * o[m] if beta != 0.0 else 0.0)
-        return
-    _gemm_into(o, a, b, alpha, beta)
+    else:
+        _gemm_into(o, a, b, alpha, beta, ca, cb)
+    if herm:  # (the block starts on o's diagonal)
+        d = np.arange(min(mm, nn))
+        o[d, d] = o[d, d].real
 
 
-def _gemm_into(o: np.ndarray, a: np.ndarray, b: np.ndarray, alpha: float, beta: float) -> None:
-    """``o := alpha a b + beta o`` by the BLAS, on views (``o`` contiguous in one dimension)."""
+def _gemm_into(o: np.ndarray, a: np.ndarray, b: np.ndarray, alpha, beta, ca=0, cb=0) -> None:
+    """``o := alpha op(a) op(b) + beta o`` by the BLAS, on views (``o`` contiguous in one
+    dimension), ``op`` conjugating where ``ca``/``cb``."""
     mm, nn = o.shape
     kk = a.shape[1]
     args = _args(o.dtype)
     bo = _blas(o)
-    ba, bb = _blas(a) or _blas(np.asfortranarray(a)), _blas(b) or _blas(np.asfortranarray(b))
     if bo is None:
         raise ValueError("a GEMM output view must be contiguous in one dimension")
-    args.s[0], args.s[1] = alpha, beta
     if bo[0] == b"N":  # O = op(A) op(B), column-major
-        pm, pn, pk, pla, plb, plo = args.ints(mm, nn, kk, ba[2], bb[2], bo[2])
-        args.f["gemm"](ba[0], bb[0], pm, pn, pk, args.sa, ba[1], pla, bb[1], plb,
-                       args.sa + o.itemsize, bo[1], plo)
+        x, cx, y, cy, m_, n_ = a, ca, b, cb, mm, nn
     else:  # O^T = op(B)^T op(A)^T: O's storage is column-major O^T
-        pm, pn, pk, pla, plb, plo = args.ints(nn, mm, kk, bb[2], ba[2], bo[2])
-        args.f["gemm"](_flip(bb[0]), _flip(ba[0]), pm, pn, pk, args.sa, bb[1], pla, ba[1], plb,
-                       args.sa + o.itemsize, bo[1], plo)
+        x, cx, y, cy, m_, n_ = b.T, cb, a.T, ca, nn, mm
+    ox, oy = _op(x, cx), _op(y, cy)
+    args.s.put(0, alpha)
+    args.s.put(1, beta)
+    pm, pn, pk, plx, ply, plo = args.ints(m_, n_, kk, ox[2], oy[2], bo[2])
+    args.f["gemm"](ox[0], oy[0], pm, pn, pk, args.s.at(0), ox[1], plx, oy[1], ply,
+                   args.s.at(1), bo[1], plo)
 
 
 def _tri_mask(shape, uplo: str) -> np.ndarray:
@@ -290,7 +313,7 @@ def _zero(o: np.ndarray, uplo: str) -> None:
         o[_tri_mask(o.shape, uplo)] = 0
 
 
-def _scale(o: np.ndarray, beta: float, uplo: str) -> None:
+def _scale(o: np.ndarray, beta, uplo: str) -> None:
     if not uplo:
         o *= beta
     else:
@@ -298,44 +321,55 @@ def _scale(o: np.ndarray, beta: float, uplo: str) -> None:
         o[m] *= beta
 
 
-def _syrk(ex, p, a: np.ndarray, o: np.ndarray, alpha: float, beta: float, uplo: str, q) -> None:
-    """``o := alpha a a^T + beta o`` in one triangle of o (the SYRK case: B is A's transpose)."""
+def _syrk(a: np.ndarray, ca, cb, o: np.ndarray, alpha, beta, uplo: str) -> None:
+    """``o := alpha op(a) op(a)^T + beta o`` in one triangle of o (the SYRK case: B is A's
+    transpose), ``op`` conjugating where ``ca``/``cb`` says: one of them, a HERK (``x x^H``
+    for x = a or conj(a)); both, a SYRK of conj(a)."""
     args = _args(o.dtype)
     bo = _blas(o)
-    ba = _blas(a) or _blas(np.asfortranarray(a))
-    n, k = a.shape
+    cplx = o.dtype.kind == "c"
+    herm = cplx and bool(ca) != bool(cb)
+    x = (a if cb else a.conj()) if herm else (a.conj() if cplx and ca else a)
     lower = uplo == "lower"
-    if bo[0] == b"T":  # o's storage holds o^T: its lower triangle is the stored upper one
+    if bo[0] == b"T":  # o's storage holds o^T: the other triangle, of (x x^H)^T = x' x'^H
         lower = not lower
-    args.s[0], args.s[1] = alpha, beta
-    pn, pk, pla, plo = args.ints(n, k, ba[2], bo[2])
-    args.f["syrk"](b"L" if lower else b"U", ba[0] if ba[0] == b"N" else b"T", pn, pk, args.sa,
-                   ba[1], pla, args.sa + o.itemsize, bo[1], plo)
+        if herm:
+            x = x.conj()
+    b = _blas(x)
+    if b is None or (herm and b[0] == b"T"):  # (HERK's "C" would give conj(x) conj(x)^H)
+        x = np.asfortranarray(x)
+        b = _blas(x)
+    n, k = x.shape
+    args.s.put(0, alpha)
+    args.s.put(1, beta)
+    pn, pk, pla, plo = args.ints(n, k, b[2], bo[2])
+    args.f["herk" if herm else "syrk"](b"L" if lower else b"U", b[0], pn, pk, args.s.at(0),
+                                       b[1], pla, args.s.at(1), bo[1], plo)
 
 
 def _diag(ex, lk, p, q, r0, mm, k0, kk, nn, c0, src=0) -> None:
-    """``X[o:o+w] := T[o:o+w, o:o+w]^{-1} X[o:o+w]`` (TRSM) or ``T X`` (TRMM), on views."""
+    """``X[o:o+w] := T[o:o+w, o:o+w]^{-1} X[o:o+w]`` (TRSM) or ``T X`` (TRMM), on views (T
+    conjugated where its view says)."""
     o, w = r0, mm
     t = _view(ex, p["t"], q, p["tt"])[o:o + w, o:o + w]
     x = _view(ex, p["x"], q, p["tx"])[o:o + w, :nn]
-    bt = _blas(t) or _blas(np.asfortranarray(t))
     bx = _blas(x)
     if bx is None:
         raise ValueError("a right-hand side view must be contiguous in one dimension")
     lower = bool(p["lower"])
-    if bt[0] == b"T":  # the stored matrix is T^T: its triangle is the other one
+    if bx[0] == b"N":  # X column-major: op(T_s) X = ...
+        side, (m_, n_) = b"L", (w, nn)
+    else:  # X stored as X^T (nn x w): X^T := X^T op(T^T)^{-1}
+        side, (m_, n_), t, lower = b"R", (nn, w), t.T, not lower
+    bt = _op(t, p["tt"] & 2)
+    if bt[0] != b"N":  # the stored matrix is T's transpose: its triangle is the other one
         lower = not lower
     args = _args(x.dtype)
-    args.s[0] = 1.0
+    args.s.put(0, 1.0)
     fn = args.f["trsm" if lk == TRSM else "trmm"]
-    uplo = b"L" if lower else b"U"
-    diag = b"U" if p["unit"] else b"N"
-    if bx[0] == b"N":  # X column-major: op(T_s) X = ...
-        pm, pn, plt, plx = args.ints(w, nn, bt[2], bx[2])
-        fn(b"L", uplo, bt[0], diag, pm, pn, args.sa, bt[1], plt, bx[1], plx)
-    else:  # X stored as X^T (nn x w): X^T := X^T op(T_s)^{-T}
-        pm, pn, plt, plx = args.ints(nn, w, bt[2], bx[2])
-        fn(b"R", uplo, _flip(bt[0]), diag, pm, pn, args.sa, bt[1], plt, bx[1], plx)
+    pm, pn, plt, plx = args.ints(m_, n_, bt[2], bx[2])
+    fn(side, b"L" if lower else b"U", bt[0], b"U" if p["unit"] else b"N", pm, pn,
+       args.s.at(0), bt[1], plt, bx[1], plx)
 
 
 # ------------------------------------------------------------------ compiled small tasks
@@ -356,40 +390,45 @@ def _small_calls(lk, p, rows: np.ndarray, lay, scalar) -> list | None:
         fresh = rows[rows[:, 7] != 0]  # (also for a problem skipped: POSV's failed keep B)
         if len(fresh):
             dst, t = (p["x"], p["tx"]) if lk in (TRSM, TRMM) else (p["o"], p["tc"])
-            calls.append((_copy_small, (fresh, *lay(p["src"]), *lay(dst), bool(t),
-                                        scalar(p["scale"]), 0)))
+            calls.append((_copy_small, (fresh, *lay(p["src"]), *lay(dst), bool(t & 1),
+                                        scalar(p["scale"]), 0, False)))
     if lk == GEMM:
         o = lay(p["o"])
         c = lay(p["c"]) if p["c"] else o
         beta = scalar(p["beta"]) if p["c"] else 0.0
         uplo = {"": 0, "lower": 1, "upper": 2}[p["uplo"]]
-        calls.append((_gemm_small, (rows, INFO, skip, *lay(p["a"]), bool(p["ta"]),
-                                    *lay(p["b"]), bool(p["tb"]), *c, *o, bool(p["tc"]),
-                                    bool(p["c"]), scalar(p["alpha"]), beta, uplo)))
+        ca, cb = bool(p["ta"] & 2), bool(p["tb"] & 2)
+        calls.append((_gemm_small, (rows, INFO, skip, *lay(p["a"]), bool(p["ta"] & 1), ca,
+                                    *lay(p["b"]), bool(p["tb"] & 1), cb, *c, *o,
+                                    bool(p["tc"] & 1), bool(p["c"]), scalar(p["alpha"]), beta,
+                                    uplo, bool(uplo) and ca != cb)))
     elif lk in (TRSM, TRMM):
-        calls.append((_diag_small, (rows, INFO, skip, *lay(p["t"]), bool(p["tt"]),
-                                    *lay(p["x"]), bool(p["tx"]), bool(p["lower"]),
-                                    bool(p["unit"]), lk == TRSM)))
+        calls.append((_diag_small, (rows, INFO, skip, *lay(p["t"]), bool(p["tt"] & 1),
+                                    bool(p["tt"] & 2), *lay(p["x"]), bool(p["tx"] & 1),
+                                    bool(p["lower"]), bool(p["unit"]), lk == TRSM)))
     else:
         src, dst = lay(p["src"]), lay(p["dst"])
         sym = {"": 0, "lower": 1, "upper": 2}[p["sym"]]
         if sym and type(src[0]) is np.ndarray and np.may_share_memory(src[0], dst[0]):
             return None
-        calls.append((_copy_small, (rows, *src, *dst, bool(p["t"]), scalar(p["alpha"]), sym)))
+        calls.append((_copy_small, (rows, *src, *dst, bool(p["t"] & 1), scalar(p["alpha"]),
+                                    sym, bool(p["t"] & 2))))
     return calls
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def _gemm_small(rows, info, skip, A, ao, al, ac, ta, B, bo, bl, bc, tb, C, co, cl, cc, D, oo,
-                ol, oc, tc, has_c, alpha, beta, uplo):
+def _gemm_small(rows, info, skip, A, ao, al, ac, ta, ca, B, bo, bl, bc, tb, cb, C, co, cl, cc,
+                D, oo, ol, oc, tc, has_c, alpha, beta, uplo, herm):
     """``D := alpha op(A) op(B) + beta C`` on every task row ``(q, r0, mm, k0, kk, nn, c0)``:
     rows ``[r0, r0 + mm)`` and columns ``[c0, c0 + nn)`` of ``D`` (the output), inner range
-    ``[k0, k0 + kk)``;
+    ``[k0, k0 + kk)``; ``op`` transposes (``ta``, ``tb``) and conjugates (``ca``, ``cb``);
     ``uplo`` 1/2 writes only the lower/upper triangle of the ``mm x nn`` block, the other one
-    taking C's entries as they are (the views' path copies C into D first). As BLAS: A and B
-    are not read when alpha is 0, nor C when beta is 0."""
-    acc = np.zeros(max(rows[:, 2].max(), rows[:, 5].max(), 1) if rows.shape[0] else 1,
-                   np.float64)
+    taking C's entries as they are (the views' path copies C into D first); ``herm``: the
+    block's diagonal is real (a Hermitian product's). As BLAS: A and B are not read when alpha
+    is 0, nor C when beta is 0."""
+    # (sums in double precision, of D's kind: real or complex)
+    acc = np.zeros(max(rows[:, 2].max(), rows[:, 5].max(), 1) if rows.shape[0] else 1) + \
+        D[:0].sum()
     for t in range(rows.shape[0]):
         q, r0, mm, k0, kk, nn, cs = rows[t, 0], rows[t, 1], rows[t, 2], rows[t, 3], \
             rows[t, 4], rows[t, 5], rows[t, 6]
@@ -404,16 +443,16 @@ def _gemm_small(rows, info, skip, A, ao, al, ac, ta, B, bo, bl, bc, tb, C, co, c
         c0 = co[q] + r0 * cr + cs * cj
         o0 = oo[q] + r0 * orr + cs * oj
         if ar == 1 or bj != 1:
-            _gemm_block(A, a0, ar, ak, B, b0, bk, bj, C, c0, cr, cj, D, o0, orr, oj,
-                        mm, kk, nn, has_c, alpha, beta, uplo, acc)
+            _gemm_block(A, a0, ar, ak, ca, B, b0, bk, bj, cb, C, c0, cr, cj, D, o0, orr, oj,
+                        mm, kk, nn, has_c, alpha, beta, uplo, herm, acc)
         else:  # A's rows contiguous, B's: D^T = op(B)^T op(A)^T, the inner loop along B's rows
-            _gemm_block(B, b0, bj, bk, A, a0, ak, ar, C, c0, cj, cr, D, o0, oj, orr,
-                        nn, kk, mm, has_c, alpha, beta, (3 - uplo) % 3, acc)
+            _gemm_block(B, b0, bj, bk, cb, A, a0, ak, ar, ca, C, c0, cj, cr, D, o0, oj, orr,
+                        nn, kk, mm, has_c, alpha, beta, (3 - uplo) % 3, herm, acc)
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _gemm_block(A, a0, ar, ak, B, b0, bk, bj, C, c0, cr, cj, D, o0, orr, oj, mm, kk, nn,
-                has_c, alpha, beta, uplo, acc):
+def _gemm_block(A, a0, ar, ak, ca, B, b0, bk, bj, cb, C, c0, cr, cj, D, o0, orr, oj, mm, kk,
+                nn, has_c, alpha, beta, uplo, herm, acc):
     """One task of :func:`_gemm_small`, strides in elements. A column of D is a sum of A's
     columns, so the inner loop runs down a column of A (a dot product per entry ran along A's
     rows: 0.5 GFLOP/s at 16^3). Indices are unsigned: a signed one is checked for wrapping
@@ -435,8 +474,13 @@ def _gemm_block(A, a0, ar, ak, B, b0, bk, bj, C, c0, cr, cj, D, o0, orr, oj, mm,
         if alpha != 0.0:
             for kx in range(np.uint64(kk)):
                 b = B[ub0 + kx * ubk + j * ubj]
+                if cb:
+                    b = b.conjugate()
                 ak0 = ua0 + kx * uak
-                if ar == 1:
+                if ca:  # (a branch outside the loops that vectorize)
+                    for i in range(lo, hi):
+                        acc[i] += A[ak0 + i * uar].conjugate() * b
+                elif ar == 1:
                     for i in range(lo, hi):
                         acc[i] += A[ak0 + i] * b
                 else:
@@ -446,14 +490,17 @@ def _gemm_block(A, a0, ar, ak, B, b0, bk, bj, C, c0, cr, cj, D, o0, orr, oj, mm,
             v = alpha * acc[i]
             if has_c and beta != 0.0:
                 v += beta * C[uc0 + i * ucr + j * ucj]
+            if herm and i == j:
+                v = v.real
             D[uo0 + i * uor + j * uoj] = v
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def _diag_small(rows, info, skip, T, to, tl, tcol, tt, X, xo, xl, xcol, tx, lower, unit, solve):
+def _diag_small(rows, info, skip, T, to, tl, tcol, tt, ct, X, xo, xl, xcol, tx, lower, unit,
+                solve):
     """Every task row ``(q, o, w, -, -, nn)``: ``X[o:o+w, :nn] := T_s^{-1} X`` (``solve``) or
     ``T_s X``, ``T_s`` the lower (``lower``) or upper triangle of the view's ``T[o:o+w,
-    o:o+w]``, with ones on its diagonal when ``unit``.
+    o:o+w]`` (conjugated when ``ct``), with ones on its diagonal when ``unit``.
 
     A zero on T's diagonal gives infinities and NaNs in its problem's X, as the BLAS's
     ``trsm`` does (numpy's error model: no exception for a division by zero, which would fail
@@ -480,12 +527,16 @@ def _diag_small(rows, info, skip, T, to, tl, tcol, tt, X, xo, xl, xcol, tx, lowe
                 lo, hi = (p + np.uint64(1), uw) if lower else (np.uint64(0), p)
                 xp = ux0 + p * uxr
                 d = 1.0 if unit else T[ut0 + p * utr + p * utc]
+                if ct:
+                    d = d.conjugate()
                 if solve and d != 1.0:
                     for j in range(unn):
                         X[xp + j] = X[xp + j] / d
                 sign = -1.0 if solve else 1.0
                 for i in range(lo, hi):
                     f = sign * T[ut0 + i * utr + p * utc]
+                    if ct:
+                        f = f.conjugate()
                     xi = ux0 + i * uxr
                     for j in range(unn):
                         X[xi + j] += f * X[xp + j]
@@ -499,13 +550,18 @@ def _diag_small(rows, info, skip, T, to, tl, tcol, tt, X, xo, xl, xcol, tx, lowe
                 p = step if down else uw - np.uint64(1) - step
                 lo, hi = (p + np.uint64(1), uw) if lower else (np.uint64(0), p)
                 d = 1.0 if unit else T[ut0 + p * utr + p * utc]
+                if ct:
+                    d = d.conjugate()
                 v = X[xj + p * uxr]
                 if solve:
                     v = v / d
                     X[xj + p * uxr] = v
                     v = -v
                 tp = ut0 + p * utc
-                if utr == 1 and uxr == 1:
+                if ct:
+                    for i in range(lo, hi):
+                        X[xj + i * uxr] += T[tp + i * utr].conjugate() * v
+                elif utr == 1 and uxr == 1:
                     for i in range(lo, hi):
                         X[xj + i] += T[tp + i] * v
                 else:
@@ -516,10 +572,11 @@ def _diag_small(rows, info, skip, T, to, tl, tcol, tt, X, xo, xl, xcol, tx, lowe
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def _copy_small(rows, S, so, sl, scol, D, do, dl, dcol, t, alpha, sym):
+def _copy_small(rows, S, so, sl, scol, D, do, dl, dcol, t, alpha, sym, herm):
     """``dst[r0:r0+mm, c0:c0+nn] := alpha src[...]`` for every task row ``(q, r0, mm, -, -, nn,
     c0)`` (a copy's: ``(q, 0, m, -, -, n, 0)``); src is not read when alpha is 0. ``sym`` 1/2:
-    src is symmetric, its lower/upper triangle read (entry (j, i) for (i, j) outside it)."""
+    src is symmetric, its lower/upper triangle read (entry (j, i) for (i, j) outside it);
+    ``herm``: Hermitian, that entry conjugated and the diagonal's imaginary part 0."""
     for r in range(rows.shape[0]):
         q, r0, mm, nn, c0 = rows[r, 0], rows[r, 1], rows[r, 2], rows[r, 5], rows[r, 6]
         sr, sc = strides(sl, scol, q, t)
@@ -535,5 +592,9 @@ def _copy_small(rows, S, so, sl, scol, D, do, dl, dcol, t, alpha, sym):
             for i in range(np.uint64(mm)):
                 mirror = (sym == 1 and i < j) or (sym == 2 and i > j)
                 at = s0 + j * usr + i * usc if mirror else s0 + i * usr + j * usc
-                v = 0.0 if alpha == 0.0 else alpha * S[at]
-                D[d0 + i * udr + j * udc] = v
+                s = S[at]
+                if herm and mirror:
+                    s = s.conjugate()
+                elif herm and i == j:
+                    s = s.real
+                D[d0 + i * udr + j * udc] = 0.0 if alpha == 0.0 else alpha * s

@@ -241,7 +241,8 @@ def _slot(plan, name: str) -> int:
 
 
 def _row(layouts: dict, name: str, t: int) -> bool:
-    return (layouts.get(name) == "C") != bool(t)
+    # (t's bit 1, a conjugate, is nothing to real operands: the only ones this backend takes)
+    return (layouts.get(name) == "C") != bool(t & 1)
 
 
 def _source(plan, layouts: dict, p: dict, t: int) -> tuple:

@@ -525,6 +525,8 @@ class _Staging:
 class CudaBackend(Backend):
     name = "cuda"
     kind = "cupy"
+    # (complex types: the CPU backend's so far)
+    dtypes = (np.dtype(np.float32), np.dtype(np.float64))
     asynchronous = True
     memory_name = "GPU"
 

@@ -169,7 +169,8 @@ def _getrf_small(rows, info, A, ao, al, acol, L, lo, ll, lcol, P, po, pl, pcol, 
                  pivot):
     """Whole problems ``(q, m, n)``: ``P A = L U`` in the output, as LAPACK's ``getf2`` does it
     (right-looking, a column at a time): the pivot is the first entry of largest magnitude at
-    or below the diagonal (``pivot``; else the diagonal), whole rows are swapped, a zero
+    or below the diagonal (``pivot``; else the diagonal; a complex entry's magnitude is
+    LAPACK's ``|re| + |im|``), whole rows are swapped, a zero
     pivot's column is left unscaled and sets ``info`` (the first), the rest goes on. The
     0-based pivots go to ``P`` (an ``r x 1`` int32 batch). Out of place the input is copied
     first."""
@@ -188,9 +189,9 @@ def _getrf_small(rows, info, A, ao, al, acol, L, lo, ll, lcol, P, po, pl, pcol, 
             cc = l0 + c * lc  # column c
             p = c
             if pivot:
-                best = abs(L[cc + c * lr])
+                best = _cabs1(L[cc + c * lr])
                 for i in range(c + 1, m):
-                    v = abs(L[cc + i * lr])
+                    v = _cabs1(L[cc + i * lr])
                     if v > best:
                         best = v
                         p = i
@@ -212,6 +213,12 @@ def _getrf_small(rows, info, A, ao, al, acol, L, lo, ll, lcol, P, po, pl, pcol, 
                 if f != 0.0:
                     for i in range(c + 1, m):
                         L[cj + i * lr] -= L[cc + i * lr] * f
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _cabs1(v):
+    """LAPACK's magnitude for a pivot search (izamax): ``|re| + |im|``; ``|v|`` when real."""
+    return abs(v.real) + abs(v.imag)
 
 
 def _factor(backend, ex, c, a, out, piv, pivot, q, j, w, m, n) -> None:

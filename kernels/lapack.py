@@ -29,9 +29,12 @@ import threading
 import numpy as np
 
 _LAPACK = ("potrf", "lacpy", "laset", "getrf")
-_BLAS = ("trsm", "trmm", "syrk", "gemm")
-_PREFIX = {np.dtype(np.float64): "d", np.dtype(np.float32): "s"}
-_SCALAR = {np.dtype(np.float64): ctypes.c_double, np.dtype(np.float32): ctypes.c_float}
+_BLAS = ("trsm", "trmm", "syrk", "herk", "gemm")
+_PREFIX = {np.dtype(np.float64): "d", np.dtype(np.float32): "s",
+           np.dtype(np.complex128): "z", np.dtype(np.complex64): "c"}
+# a scalar's (real) parts; a complex one is two
+_SCALAR = {np.dtype(np.float64): ctypes.c_double, np.dtype(np.float32): ctypes.c_float,
+           np.dtype(np.complex128): ctypes.c_double, np.dtype(np.complex64): ctypes.c_float}
 
 _get_name = ctypes.pythonapi.PyCapsule_GetName
 _get_name.restype = ctypes.c_char_p
@@ -54,13 +57,15 @@ def _entry(module, name: str, nargs: int, chars: int):
 # name -> (number of arguments, number of leading char* arguments)
 _ARITY = {
     "potrf": (5, 1), "lacpy": (7, 1), "laset": (7, 1), "getrf": (6, 0),
-    "trsm": (11, 4), "trmm": (11, 4), "syrk": (10, 2), "gemm": (13, 2),
+    "trsm": (11, 4), "trmm": (11, 4), "syrk": (10, 2), "herk": (10, 2), "gemm": (13, 2),
 }
 
 
 @functools.cache
 def routines(dtype) -> dict:
-    """``{"potrf": f, ...}`` for float64 (d) or float32 (s)."""
+    """``{"potrf": f, ...}`` for float64 (d), float32 (s), complex128 (z) or complex64 (c).
+    ``potrf`` is the Hermitian factor for complex types; ``herk`` is ``syrk`` for real ones
+    (with their real alpha and beta, and "C" read as "T")."""
     import scipy.linalg.cython_blas as cblas
     import scipy.linalg.cython_lapack as clapack
 
@@ -69,8 +74,34 @@ def routines(dtype) -> dict:
     for name in _LAPACK:
         out[name] = _entry(clapack, p + name, *_ARITY[name])
     for name in _BLAS:
+        if name == "herk" and np.dtype(dtype).kind != "c":
+            out[name] = out["syrk"]
+            continue
         out[name] = _entry(cblas, p + name, *_ARITY[name])
     return out
+
+
+class Scalars:
+    """Scalar arguments for BLAS in one ctypes array, ``n`` slots of the dtype (a complex
+    slot is its two parts; its first is a real scalar of the same precision, as HERK's alpha
+    and beta are read): :meth:`put` a value, pass :meth:`at`'s address."""
+
+    def __init__(self, dtype, n: int):
+        dt = np.dtype(dtype)
+        self.parts = 2 if dt.kind == "c" else 1
+        self.isz = dt.itemsize
+        self.arr = (_SCALAR[dt] * (n * self.parts))()
+        self.addr = ctypes.addressof(self.arr)
+
+    def put(self, k: int, v) -> None:
+        if self.parts == 2:
+            v = complex(v)
+            self.arr[2 * k], self.arr[2 * k + 1] = v.real, v.imag
+        else:
+            self.arr[k] = v
+
+    def at(self, k: int) -> int:
+        return self.addr + k * self.isz
 
 
 class Calls:
@@ -87,13 +118,13 @@ class Calls:
         self.f = routines(dtype)
         self.isz = np.dtype(dtype).itemsize
         self._dt = np.dtype(dtype)
-        self._ct = _SCALAR[self._dt]
         self.row = order == "C"
         self._i = (ctypes.c_int * 8)()
-        self._s = (_SCALAR[np.dtype(dtype)] * 4)()
+        self._s = Scalars(dtype, 4)
         self._ia = ctypes.addressof(self._i)
-        self._sa = ctypes.addressof(self._s)
-        self._s[0], self._s[1], self._s[2] = 1.0, -1.0, 0.0  # one, minus one, zero
+        self._sa = self._s.addr
+        for k, v in enumerate((1.0, -1.0, 0.0)):  # one, minus one, zero
+            self._s.put(k, v)
         self.lo, self.up = (b"U", b"L") if self.row else (b"L", b"U")
 
     # addresses of the scalar slots
@@ -111,8 +142,8 @@ class Calls:
         """X[:n, :n] at ``a`` as a writable numpy view (for the few scalar fix-ups BLAS has no
         call for)."""
         size = (n - 1) * ld + n if n else 0
-        flat = np.ctypeslib.as_array((self._ct * size).from_address(a)) if size else \
-            np.zeros(0, self._dt)
+        flat = np.frombuffer((ctypes.c_char * (size * self.isz)).from_address(a), self._dt) \
+            if size else np.zeros(0, self._dt)
         if not n:
             return flat.reshape(0, 0)
         return np.lib.stride_tricks.as_strided(
@@ -158,37 +189,38 @@ class Calls:
         z = self._sa + 2 * self.isz
         self.f["laset"](u, pm, pn, z, z, a, pld)
 
+    # (Cholesky's: A = L L^H, which real types read as L L^T, "C" as "T")
     def syrk_lower(self, c: int, a: int, n: int, k: int, ld: int):
-        """lower(X_c[:n, :n]) -= X_a[:n, :k] X_a[:n, :k]^T."""
+        """lower(X_c[:n, :n]) -= X_a[:n, :k] X_a[:n, :k]^H."""
         if n <= 0 or k <= 0:
             return
         pn, pk, pld = self._ints(n, k, ld)
         one, minus = self._sa, self._sa + self.isz
-        self.f["syrk"](self.lo, b"T" if self.row else b"N", pn, pk, minus, a, pld, one, c, pld)
+        self.f["herk"](self.lo, b"C" if self.row else b"N", pn, pk, minus, a, pld, one, c, pld)
 
     def gemm_nt(self, c: int, a: int, b: int, m: int, n: int, k: int, ld: int):
-        """X_c[:m, :n] -= X_a[:m, :k] X_b[:n, :k]^T."""
+        """X_c[:m, :n] -= X_a[:m, :k] X_b[:n, :k]^H."""
         if m <= 0 or n <= 0 or k <= 0:
             return
         one, minus = self._sa, self._sa + self.isz
-        if self.row:  # C^T -= B A^T: (n x m) = (k x n)^T (k x m)
+        if self.row:  # C^T -= conj(B) A^T: (n x m) = (k x n)^H (k x m)
             pm, pn, pk, pld = self._ints(n, m, k, ld)
-            self.f["gemm"](b"T", b"N", pm, pn, pk, minus, b, pld, a, pld, one, c, pld)
+            self.f["gemm"](b"C", b"N", pm, pn, pk, minus, b, pld, a, pld, one, c, pld)
         else:
             pm, pn, pk, pld = self._ints(m, n, k, ld)
-            self.f["gemm"](b"N", b"T", pm, pn, pk, minus, a, pld, b, pld, one, c, pld)
+            self.f["gemm"](b"N", b"C", pm, pn, pk, minus, a, pld, b, pld, one, c, pld)
 
     def trsm_right_lower_t(self, b: int, t: int, m: int, n: int, ld: int):
-        """X_b[:m, :n] = X_b[:m, :n] T^-T with T = lower(X_t[:n, :n])."""
+        """X_b[:m, :n] = X_b[:m, :n] T^-H with T = lower(X_t[:n, :n])."""
         if m <= 0 or n <= 0:
             return
         one = self._sa
-        if self.row:  # B^T = L^-1 B^T, L^T upper in the column-major view
+        if self.row:  # B^T = conj(L)^-1 B^T, L^T upper in the column-major view
             pm, pn, pld = self._ints(n, m, ld)
-            self.f["trsm"](b"L", b"U", b"T", b"N", pm, pn, one, t, pld, b, pld)
+            self.f["trsm"](b"L", b"U", b"C", b"N", pm, pn, one, t, pld, b, pld)
         else:
             pm, pn, pld = self._ints(m, n, ld)
-            self.f["trsm"](b"R", b"L", b"T", b"N", pm, pn, one, t, pld, b, pld)
+            self.f["trsm"](b"R", b"L", b"C", b"N", pm, pn, one, t, pld, b, pld)
 
 
     def getrf(self, a: int, m: int, n: int, ld: int, ipiv: int) -> int:

@@ -206,7 +206,8 @@ def _potrf_small(rows, info, A, ao, al, acol, L, lo, ll, lcol, inplace):
     diagonal, the rest as it was (the input's, copied out of place), and ``info`` at that
     column. Zeros above the diagonal of the factored columns, and (on success) above the
     trailing block and in the block above it. Only the input's lower triangle is read."""
-    col = np.empty(max(rows[:, 1].max(), 1) if rows.shape[0] else 1, np.float64)
+    # (in double precision, of A's kind: real or complex)
+    col = np.zeros(max(rows[:, 1].max(), 1) if rows.shape[0] else 1) + A[:0].sum()
     for t in range(rows.shape[0]):
         q, n, p = rows[t, 0], rows[t, 1], rows[t, 2]
         if info[q] != 0:
@@ -221,7 +222,7 @@ def _potrf_small(rows, info, A, ao, al, acol, L, lo, ll, lcol, inplace):
         for jj in range(p):
             j = np.uint64(jj)
             _column(A, a0, uar, uac, L, l0, ulr, ulc, j, un, j, col)
-            d = col[j]
+            d = col[j].real  # (a Hermitian matrix's diagonal is real: its imaginary part unread)
             if not d > 0.0:
                 info[q] = jj + 1
                 done = jj
@@ -254,25 +255,26 @@ def _potrf_small(rows, info, A, ao, al, acol, L, lo, ll, lcol, inplace):
 
 @njit(cache=True, nogil=True, inline="always")
 def _column(A, a0, ar, ac, L, l0, lr, lc, j, n, kend, col):
-    """``col[i] := A[i, j] - sum_{k < kend} L[i, k] L[j, k]`` for ``i`` in ``[j, n)``, in float64
-    (unsigned indices: see blas_cpu._gemm_block). Where L's columns are contiguous, as sums of
-    its columns (the inner loop down a column, vectorized); else as a dot product per entry,
-    along L's rows."""
+    """``col[i] := A[i, j] - sum_{k < kend} L[i, k] conj(L[j, k])`` for ``i`` in ``[j, n)``, in
+    double precision (unsigned indices: see blas_cpu._gemm_block). Where L's columns are
+    contiguous, as sums of its columns (the inner loop down a column, vectorized); else as a
+    dot product per entry, along L's rows."""
+    z = col[:0].sum()  # (a zero of col's type: the sums' precision)
     if lr == 1:
         for i in range(j, n):
             col[i] = A[a0 + i * ar + j * ac]
         for k in range(kend):
-            f = np.float64(L[l0 + j + k * lc])
+            f = (z + L[l0 + j + k * lc]).conjugate()
             lk = l0 + k * lc
             for i in range(j, n):
                 col[i] -= L[lk + i] * f
         return
     lj = l0 + j * lr
     for i in range(j, n):
-        s = np.float64(A[a0 + i * ar + j * ac])
+        s = z + A[a0 + i * ar + j * ac]
         li = l0 + i * lr
         for k in range(kend):
-            s -= np.float64(L[li + k * lc]) * L[lj + k * lc]
+            s -= (z + L[li + k * lc]) * L[lj + k * lc].conjugate()
         col[i] = s
 
 
@@ -368,7 +370,7 @@ def _potf2(backend, ex, c: Calls, q, j, w, m, ld, src, lds, diag, out_of_place) 
     # LAPACK's leading f x f block ends with the pivot it tested (a_gg less the squares of row
     # g of L before it), which its potrf leaves in place: kept as is, since recomputing it
     # rounds otherwise and can turn a pivot that failed at -1e-14 positive.
-    tested = c.view(diag, f, ld)[f - 1, f - 1]
+    tested = c.view(diag, f, ld)[f - 1, f - 1].real
     # Factor the g = f - 1 columns that can be, from the block as it was.
     g = f - 1
     while g > 0:
@@ -377,13 +379,13 @@ def _potf2(backend, ex, c: Calls, q, j, w, m, ld, src, lds, diag, out_of_place) 
         if not r:
             break
         f, g = r, r - 1  # a pivot that passed in the first try failed now (rounding)
-        tested = c.view(diag, f, ld)[f - 1, f - 1]
+        tested = c.view(diag, f, ld)[f - 1, f - 1].real
     if g > 0:
         c.trsm_right_lower_t(c.at(diag, ld, g, 0), diag, m - g, g, ld)
     d = c.view(diag, g + 1, ld)
     if tested > 0:  # (a LAPACK that does not leave it: the same sum, never above 0)
         k = c.view(keep, g + 1, keep_ld)
-        tested = min(k[g, g] - d[g, :g] @ d[g, :g], 0.0)
+        tested = min((k[g, g] - d[g, :g] @ d[g, :g].conj()).real, 0.0)
     d[g, g] = tested  # (the rows below it in that column are unspecified)
     c.zero("U", diag, g + 1, g + 1, ld)
     ex.info[q] = j + f
@@ -397,7 +399,7 @@ def finish(backend, ex) -> np.ndarray:
     info = ex.info
     diag, owner, first = _pivots(ex.plan, out, ex.states[OP].p_arr)
     if len(diag):
-        bad = np.flatnonzero(~(out.batch.data[diag] > 0))
+        bad = np.flatnonzero(~(out.batch.data[diag].real > 0))
         if len(bad):
             q, at = np.unique(owner[bad], return_index=True)
             col = (bad[at] - first[q] + 1).astype(np.int32)

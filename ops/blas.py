@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import replace as dc_replace
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, model_validator
@@ -44,15 +44,19 @@ from vbatch.core.batch import MatrixList, PackedBatch, staged_order
 from vbatch.core.errors import InputError
 from vbatch.core.kinds import LAUNCH_KINDS, TaskKind, by_log2, by_log2_past_32, kind, single
 from vbatch.ops.generate import flips, spd_list, square, triangular
-from vbatch.ops.op import Buffer, Example, Op
+from vbatch.ops.op import Buffer, Example, Op, wide
 from vbatch.ops.op import register as register_op
 from vbatch.ops.operands import (
     choice,
     finite_scalar,
+    fit_scalars,
+    fit_trans,
     flag,
     operand,
     shape_rule,
     together,
+    transpose,
+    view_flag,
     writable,
 )
 from vbatch.core.graph import TaskGraph, chain_edges
@@ -149,7 +153,9 @@ _TRI_GEMM = {u: dc_replace(_BASE[GEMM], **dict(zip(("flops", "traffic"), _tri_ge
 def copy_kind(src: str, dst: str, t: int, alpha: str, sym: str = "") -> TaskKind:
     """``dst := alpha src`` on views transposed when ``t``; ``alpha`` is ``"alpha"`` (the
     call's) or ``"one"``. ``sym`` ("lower"/"upper"): src is symmetric, only that triangle
-    read; dst gets the whole matrix (SYMM's operand, for a GEMM)."""
+    read; dst gets the whole matrix (SYMM's operand, for a GEMM); with ``t``'s conjugate bit
+    and no transpose (``t = 2``), Hermitian (HEMM's): the mirrored half conjugated, the
+    diagonal's imaginary parts taken as 0."""
     return kind(_BASE[COPY], (COPY,), src=src, dst=dst, t=int(t), alpha=alpha, sym=sym)
 
 
@@ -177,7 +183,7 @@ def transposed(kd: TaskKind) -> TaskKind:
     p = kd.param
     if p["uplo"]:
         raise ValueError("a GEMM that writes one triangle is not transposed")
-    return gemm_kind(p["b"], p["a"], p["c"], p["o"], 1 - p["tb"], 1 - p["ta"], 1 - p["tc"],
+    return gemm_kind(p["b"], p["a"], p["c"], p["o"], p["tb"] ^ 1, p["ta"] ^ 1, p["tc"] ^ 1,
                      p["alpha"], p["beta"], skip_failed=p["skip_failed"], src=p["src"],
                      scale=p["scale"])
 
@@ -185,7 +191,7 @@ def transposed(kd: TaskKind) -> TaskKind:
 def rows_wise(x, t: int) -> bool:
     """Whether operand ``x`` (a packed batch or list as staged) seen transposed when ``t`` is
     read row by row: its storage is row-major and its view not transposed, or the reverse."""
-    return (staged_order(x) == "C") != bool(t)
+    return (staged_order(x) == "C") != bool(t & 1)
 
 
 def diag_kind(which: str, t: str, x: str, tt: int, tx: int, lower: int, unit: int,
@@ -349,7 +355,11 @@ class _Request(BaseModel):
     model_config = ConfigDict(arbitrary_types_allowed=True, frozen=True, extra="forbid")
 
 
-def _shape(b: Any, trans: bool = False) -> tuple[np.ndarray, np.ndarray]:
+# alpha, beta: a float, or a complex for complex operands (checked by the request's validator)
+Number = Any
+
+
+def _shape(b: Any, trans: bool | str = False) -> tuple[np.ndarray, np.ndarray]:
     return (b.n, b.m) if trans else (b.m, b.n)
 
 
@@ -362,15 +372,27 @@ def _written(overwrite: bool, **targets) -> None:
             raise InputError(problems)
 
 
-def _parsed(cls, v: dict, scalars: tuple[str, ...] = (), flags: tuple[str, ...] = ()) -> dict:
-    """A request's fields with its scalars checked finite and its flags checked bool, in that
+def _parsed(cls, v: dict, scalars: tuple[str, ...] = (), flags: tuple[str, ...] = (),
+            trans: tuple[str, ...] = ()) -> dict:
+    """A request's fields with its scalars checked finite, its flags checked bool and its
+    ``trans`` fields read as a view's flag (:func:`~vbatch.ops.operands.transpose`), in that
     order (a field not given takes the request's default)."""
     v = dict(v)
     for name in scalars:
         v[name] = finite_scalar(v.get(name, cls.model_fields[name].default), name)
     for name in flags:
         v[name] = flag(v.get(name, cls.model_fields[name].default), name)
+    for name in trans:
+        v[name] = transpose(v.get(name, cls.model_fields[name].default), name)
     return v
+
+
+def _typed(v: dict, dtype, scalars: tuple[str, ...] = (), trans: tuple[str, ...] = (),
+           real: tuple[str, ...] = ()) -> None:
+    """Once the operands' dtype is known: complex scalars only for complex operands (and
+    never those named ``real``), and "C" is "T" for real ones."""
+    fit_scalars(v, dtype, scalars, real)
+    fit_trans(v, dtype, trans)
 
 
 def _output_into(v: dict, c: Any) -> None:
@@ -391,19 +413,20 @@ class GemmRequest(_Request):
     a: Any
     b: Any
     c: Any = None
-    alpha: float = 1.0
-    beta: float = 0.0
-    trans_a: bool = False
-    trans_b: bool = False
+    alpha: Number = 1.0
+    beta: Number = 0.0
+    trans_a: bool | str = False
+    trans_b: bool | str = False
     overwrite: bool = False
 
     @model_validator(mode="before")
     @classmethod
     def _check(cls, v: dict) -> dict:
-        v = _parsed(cls, v, ("alpha", "beta"), ("trans_a", "trans_b", "overwrite"))
+        v = _parsed(cls, v, ("alpha", "beta"), ("overwrite",), ("trans_a", "trans_b"))
         a, b = operand(v.get("a"), "a"), operand(v.get("b"), "b")
         c = None if v.get("c") is None else operand(v["c"], "c")
         together(a=a, b=b, c=c)
+        _typed(v, a.dtype, ("alpha", "beta"), ("trans_a", "trans_b"))
         ma, ka = _shape(a, v["trans_a"])
         kb, nb_ = _shape(b, v["trans_b"])
         checks = [(ka != kb, lambda i: f"inner dimensions differ: op(a) is {ma[i]} x {ka[i]}, "
@@ -425,12 +448,14 @@ class GemmRequest(_Request):
 class SyrkRequest(_Request):
     """``C := alpha op(A) op(A)^T + beta C`` on one triangle of C (``lower``); op(A) is
     ``A`` (n x k) or, with ``trans``, ``A^T``. ``c=None``: a new output, zero in the other
-    triangle."""
+    triangle. HERK (:class:`HerkRequest`): ``^H`` for ``^T``, alpha and beta real."""
 
+    # The conjugate bit of the views HERK and HER2K transpose (ops/operands.py TRANS).
+    conj: ClassVar[int] = 0
     a: Any
     c: Any = None
-    alpha: float = 1.0
-    beta: float = 0.0
+    alpha: Number = 1.0
+    beta: Number = 0.0
     trans: bool = False
     lower: bool = True
     overwrite: bool = False
@@ -442,6 +467,7 @@ class SyrkRequest(_Request):
         a = operand(v.get("a"), "a")
         c = None if v.get("c") is None else operand(v["c"], "c", square=True)
         together(a=a, c=c)
+        _typed(v, a.dtype, ("alpha", "beta"), real=("alpha", "beta") if cls.conj else ())
         n, _ = _shape(a, v["trans"])
         if c is not None:
             shape_rule([(c.n != n, lambda i: f"c is {c.m[i]} x {c.n[i]} but op(a) has "
@@ -454,13 +480,15 @@ class SyrkRequest(_Request):
 class Syr2kRequest(_Request):
     """``C := alpha (op(A) op(B)^T + op(B) op(A)^T) + beta C`` on one triangle of C
     (``lower``); op(X) is ``X`` (n x k) or, with ``trans``, ``X^T``. ``c=None``: a new output,
-    zero in the other triangle."""
+    zero in the other triangle. HER2K (:class:`Her2kRequest`): ``alpha op(A) op(B)^H +
+    conj(alpha) op(B) op(A)^H + beta C``, beta real."""
 
+    conj: ClassVar[int] = 0
     a: Any
     b: Any
     c: Any = None
-    alpha: float = 1.0
-    beta: float = 0.0
+    alpha: Number = 1.0
+    beta: Number = 0.0
     trans: bool = False
     lower: bool = True
     overwrite: bool = False
@@ -472,6 +500,7 @@ class Syr2kRequest(_Request):
         a, b = operand(v.get("a"), "a"), operand(v.get("b"), "b")
         c = None if v.get("c") is None else operand(v["c"], "c", square=True)
         together(a=a, b=b, c=c)
+        _typed(v, a.dtype, ("alpha", "beta"), real=("beta",) if cls.conj else ())
         n, k = _shape(a, v["trans"])
         nb_, kb = _shape(b, v["trans"])
         checks = [((nb_ != n) | (kb != k),
@@ -486,6 +515,14 @@ class Syr2kRequest(_Request):
         return v
 
 
+class HerkRequest(SyrkRequest):
+    conj: ClassVar[int] = 2
+
+
+class Her2kRequest(Syr2kRequest):
+    conj: ClassVar[int] = 2
+
+
 class TriangularRequest(_Request):
     """``trsm``: ``op(A) X = alpha B`` (``side="left"``) or ``X op(A) = alpha B``; ``trmm``:
     ``X = alpha op(A) B`` or ``alpha B op(A)``. A is triangular (``lower`` or upper), read in
@@ -493,10 +530,10 @@ class TriangularRequest(_Request):
 
     a: Any
     b: Any
-    alpha: float = 1.0
+    alpha: Number = 1.0
     side: str = "left"
     lower: bool = True
-    trans_a: bool = False
+    trans_a: bool | str = False
     unit_diagonal: bool = False
     overwrite: bool = False
 
@@ -505,11 +542,12 @@ class TriangularRequest(_Request):
     def _check(cls, v: dict) -> dict:
         v = _parsed(cls, v, ("alpha",))
         v["side"] = choice(v.get("side", "left"), "side", ("left", "right"))
-        v = _parsed(cls, v, (), ("lower", "trans_a", "unit_diagonal", "overwrite"))
+        v = _parsed(cls, v, (), ("lower", "unit_diagonal", "overwrite"), ("trans_a",))
         a = operand(v.get("a"), "a", square=True)
         left = v["side"] == "left"
         b = operand(v.get("b"), "b", vectors="column" if left else "row")
         together(a=a, b=b)
+        _typed(v, a.dtype, ("alpha",), ("trans_a",))
         need = b.m if left else b.n
         shape_rule([(a.n != need, lambda i: f"a is {a.n[i]} x {a.n[i]} but b is {b.m[i]} x "
                                             f"{b.n[i]} (side={v['side']!r} needs a of order "
@@ -520,11 +558,12 @@ class TriangularRequest(_Request):
 
     def views(self) -> tuple[np.ndarray, np.ndarray, int, int, int]:
         """``(m, n, tt, tx, lower)`` of the left-side form: the triangle's order, the
-        right-hand sides, and whether the triangle's and the right-hand sides' views are
-        transposed; ``lower``: the view's triangle."""
+        right-hand sides, and the triangle's and the right-hand sides' views (transposed,
+        conjugated: ops/operands.py TRANS); ``lower``: the view's triangle. ``X op(A) = B`` is
+        ``op(A)^T X^T = B^T``: op(A)^T is A's view transposed once more."""
         left = self.side == "left"
-        tt = int(self.trans_a != (not left))
-        lower = int(self.lower != bool(tt))
+        tt = view_flag(self.trans_a) ^ (0 if left else 1)
+        lower = int(self.lower != bool(tt & 1))
         if left:
             return self.b.m, self.b.n, tt, 0, lower
         return self.b.n, self.b.m, tt, 1, lower
@@ -543,7 +582,7 @@ def _system(v: dict, t: str, written: tuple[str, ...]) -> tuple:
 
 
 class PotrsRequest(_Request):
-    """``A X = B`` with ``A = L L^T`` given by its Cholesky factor ``l`` (lower triangle read);
+    """``A X = B`` with ``A = L L^H`` given by its Cholesky factor ``l`` (lower triangle read);
     each problem has its own number of right-hand sides (0 allowed)."""
 
     l: Any  # noqa: E741 - LAPACK's name
@@ -563,7 +602,7 @@ def gemm_graph(req: GemmRequest, opts: dict) -> TaskGraph:
     m, n, k = req.sizes()
     has_c = req.c is not None
     c, beta = ("c", "beta") if has_c else ("", "zero")
-    ta, tb = int(req.trans_a), int(req.trans_b)
+    ta, tb = view_flag(req.trans_a), view_flag(req.trans_b)
     out = staged_order(req.c) if has_c else (req.a.order if isinstance(req.a, PackedBatch)
                                              else "C")  # (a new output: Runtime._new_buffer)
     kd = gemm_kind("a", "b", c, "out", ta, tb, 0, "alpha", beta)
@@ -574,11 +613,17 @@ def gemm_graph(req: GemmRequest, opts: dict) -> TaskGraph:
     return single_graph(kd, m, n, k)
 
 
+def _rank_k_views(req) -> tuple[int, int]:
+    """The views of op(A) and op(A)^T (HERK, HER2K: ^H) on A's buffer."""
+    t = int(req.trans)
+    return t | (type(req).conj if t else 0), (1 - t) | (0 if t else type(req).conj)
+
+
 def syrk_graph(req: SyrkRequest, opts: dict) -> TaskGraph:
     n, k = _shape(req.a, req.trans)
-    kd = gemm_kind("a", "a", "c" if req.c is not None else "", "out", req.trans,
-                   not req.trans, 0, "alpha", "beta" if req.c is not None else "zero",
-                   uplo="lower" if req.lower else "upper")
+    ta, tb = _rank_k_views(req)
+    kd = gemm_kind("a", "a", "c" if req.c is not None else "", "out", ta, tb, 0, "alpha",
+                   "beta" if req.c is not None else "zero", uplo="lower" if req.lower else "upper")
     return single_graph(kd, n, n, k)
 
 
@@ -588,10 +633,13 @@ def syr2k_graph(req: Syr2kRequest, opts: dict) -> TaskGraph:
     n, k = _shape(req.a, req.trans)
     has_c = req.c is not None
     uplo = "lower" if req.lower else "upper"
-    first = gemm_kind("a", "b", "c" if has_c else "", "out", req.trans, not req.trans, 0,
-                      "alpha", "beta" if has_c else "zero", uplo=uplo)
-    second = gemm_kind("b", "a", "out", "out", req.trans, not req.trans, 0, "alpha", "one",
-                       uplo=uplo)
+    ta, tb = _rank_k_views(req)
+    first = gemm_kind("a", "b", "c" if has_c else "", "out", ta, tb, 0, "alpha",
+                      "beta" if has_c else "zero", uplo=uplo)
+    # (HER2K's second product takes conj(alpha); the same for real operands)
+    second = gemm_kind("b", "a", "out", "out", ta, tb, 0,
+                       "conj_alpha" if type(req).conj and req.a.dtype.kind == "c" else "alpha",
+                       "one", uplo=uplo)
     return pair_graph(first, second, n, n, k)
 
 
@@ -609,14 +657,15 @@ def triangular_graph(req: TriangularRequest, opts: dict, solve: bool) -> TaskGra
 
 
 def potrs_phases(t: str, x: str, src: str, skip_failed: int = 0) -> list[tuple]:
-    """``L Y = B`` forward, then ``L^T X = Y`` backward (the lower triangle of ``t`` read
-    both times: ``L^T``'s upper triangle is L's lower one, through a transposed view); the
+    """``L Y = B`` forward, then ``L^H X = Y`` backward (the lower triangle of ``t`` read
+    both times: ``L^H``'s upper triangle is L's lower one, through a view transposed and
+    conjugated, which real operands read as ``L^T``); the
     forward solve reads B from ``src``. ``skip_failed``: the solve leaves alone the problems
     whose factorization failed earlier in the same plan (POSV), which keep B as X."""
     sf = int(skip_failed)
     fwd = (diag_kind(TRSM, t, x, 0, 0, 1, 0, sf, src=src),
            gemm_kind(t, x, x, x, 0, 0, 0, "minus", "one", skip_failed=sf, src=src), True, True)
-    bwd = (diag_kind(TRSM, t, x, 1, 0, 0, 0, sf), gemm_kind(t, x, x, x, 1, 0, 0, "minus", "one",
+    bwd = (diag_kind(TRSM, t, x, 3, 0, 0, 0, sf), gemm_kind(t, x, x, x, 3, 0, 0, "minus", "one",
                                                             skip_failed=sf), False, True)
     return [fwd, bwd]
 
@@ -627,45 +676,55 @@ def potrs_graph(req: PotrsRequest, opts: dict) -> TaskGraph:
 
 
 # ----------------------------------------------------------------------------- references
+def view(x: np.ndarray, t: Any) -> np.ndarray:
+    """``x`` as a view flag (:func:`~vbatch.ops.operands.view_flag`) or a trans-like value
+    says: as is, transposed, conjugate transposed."""
+    t = t if type(t) is int else view_flag(transpose(t, "trans"))
+    x = x.T if t & 1 else x
+    return x.conj() if t & 2 else x
+
+
 def gemm_reference(a, b, c=None, alpha=1.0, beta=0.0, trans_a=False, trans_b=False):
-    a = np.asarray(a, np.float64)
-    b = np.asarray(b, np.float64)
-    A = a.T if trans_a else a
-    B = b.T if trans_b else b
-    out = alpha * (A @ B)
+    out = alpha * (view(wide(a), trans_a) @ view(wide(b), trans_b))
     if c is not None and beta != 0.0:
-        out = out + beta * np.asarray(c, np.float64)
+        out = out + beta * wide(c)
     return out
 
 
-def syrk_reference(a, c=None, alpha=1.0, beta=0.0, trans=False, lower=True):
-    """The whole output: the named triangle updated, the other one C's (zeros without C)."""
-    a = np.asarray(a, np.float64)
-    A = a.T if trans else a
-    n = A.shape[0]
-    cc = np.zeros((n, n)) if c is None else np.asarray(c, np.float64)
-    full = alpha * (A @ A.T) + (beta * cc if beta != 0.0 else 0.0)
+def _in_triangle(full, c, beta, lower, herm=False):
+    """``full + beta C`` in one triangle, C's (zeros without C) in the other; ``herm``: the
+    diagonal's imaginary parts 0 (BLAS's HERK and HER2K)."""
+    n = full.shape[0]
+    cc = np.zeros((n, n), full.dtype) if c is None else wide(c)
+    full = full + (beta * cc if beta != 0.0 else 0.0)
+    if herm and full.dtype.kind == "c":
+        full[np.diag_indices(n)] = full.diagonal().real
     tri = np.tril if lower else np.triu
     other = np.triu(cc, 1) if lower else np.tril(cc, -1)
     return tri(full) + other
 
 
-def syr2k_reference(a, b, c=None, alpha=1.0, beta=0.0, trans=False, lower=True):
-    """The whole output: the named triangle updated, the other one C's (zeros without C)."""
-    a = np.asarray(a, np.float64)
-    b = np.asarray(b, np.float64)
-    A, B = (a.T, b.T) if trans else (a, b)
-    n = A.shape[0]
-    cc = np.zeros((n, n)) if c is None else np.asarray(c, np.float64)
-    full = alpha * (A @ B.T + B @ A.T) + (beta * cc if beta != 0.0 else 0.0)
-    tri = np.tril if lower else np.triu
-    other = np.triu(cc, 1) if lower else np.tril(cc, -1)
-    return tri(full) + other
+def syrk_reference(a, c=None, alpha=1.0, beta=0.0, trans=False, lower=True, herm=False):
+    """The whole output: the named triangle updated, the other one C's (zeros without C);
+    ``herm``: HERK's (``^H`` for ``^T``)."""
+    h = 2 if herm else 0
+    A = view(wide(a), int(trans) * (1 | h))
+    return _in_triangle(alpha * (A @ view(A, 1 | h)), c, beta, lower, herm)
+
+
+def syr2k_reference(a, b, c=None, alpha=1.0, beta=0.0, trans=False, lower=True, herm=False):
+    """The whole output: the named triangle updated, the other one C's (zeros without C);
+    ``herm``: HER2K's."""
+    h = 2 if herm else 0
+    A, B = (view(wide(x), int(trans) * (1 | h)) for x in (a, b))
+    other = np.conj(alpha) if herm else alpha
+    return _in_triangle(alpha * (A @ view(B, 1 | h)) + other * (B @ view(A, 1 | h)), c, beta,
+                        lower, herm)
 
 
 def triangle(a, lower=True, unit=False):
-    """The triangle a triangular op reads, as a dense float64 matrix."""
-    a = np.asarray(a, np.float64)
+    """The triangle a triangular op reads, as a dense double-precision matrix."""
+    a = wide(a)
     t = np.tril(a) if lower else np.triu(a)
     if unit:
         np.fill_diagonal(t, 1.0)
@@ -677,34 +736,34 @@ def trsm_reference(a, b, alpha=1.0, side="left", lower=True, trans_a=False,
     from scipy.linalg import solve_triangular
 
     t = triangle(a, lower, unit_diagonal)
-    b = alpha * np.asarray(b, np.float64)
+    b = alpha * wide(b)
     if t.shape[0] == 0 or b.size == 0:
         return b
+    ta = view_flag(transpose(trans_a, "trans_a"))
     if side == "left":
-        return solve_triangular(t, b, lower=lower, trans=1 if trans_a else 0,
+        return solve_triangular(t, b, lower=lower, trans=ta - ta // 3,
                                 unit_diagonal=unit_diagonal, check_finite=False)
-    # X op(T) = B  <=>  op(T)^T X^T = B^T
-    return solve_triangular(t, b.T, lower=lower, trans=0 if trans_a else 1,
+    # X op(T) = B  <=>  op(T)^T X^T = B^T, op(T)^T = view(T, ta ^ 1)
+    return solve_triangular(view(t, ta ^ 1), b.T, lower=lower == bool(ta & 1),
                             unit_diagonal=unit_diagonal, check_finite=False).T
 
 
 def trmm_reference(a, b, alpha=1.0, side="left", lower=True, trans_a=False,
                    unit_diagonal=False):
-    t = triangle(a, lower, unit_diagonal)
-    op = t.T if trans_a else t
-    b = alpha * np.asarray(b, np.float64)
+    op = view(triangle(a, lower, unit_diagonal), trans_a)
+    b = alpha * wide(b)
     return op @ b if side == "left" else b @ op
 
 
 def potrs_reference(l, b):  # noqa: E741 - LAPACK's name
     from scipy.linalg import solve_triangular
 
-    t = np.tril(np.asarray(l, np.float64))
-    b = np.asarray(b, np.float64)
+    t = np.tril(wide(l))
+    b = wide(b)
     if t.shape[0] == 0 or b.size == 0:
         return b.copy()
     y = solve_triangular(t, b, lower=True, check_finite=False)
-    return solve_triangular(t, y, lower=True, trans=1, check_finite=False)
+    return solve_triangular(t, y, lower=True, trans=2, check_finite=False)
 
 
 def _sig(*fields):
@@ -744,72 +803,104 @@ def _one(result):
     return [result]
 
 
-def gemm_example(rng, sizes) -> Example:
-    ops = {f: square(rng, sizes) for f in ("a", "b", "c")}
-    return Example(ops, flips(["trans_a", "trans_b"], {"alpha": 1.0, "beta": 0.5})
-                   + [{"alpha": -2.0, "beta": 0.5}],
-                   _each(gemm_reference, "a", "b", "c"), _one, "c", "c", "beta")
+def _complex(dtype) -> bool:
+    return np.dtype(dtype).kind == "c"
 
 
-def _rank_k_example(fn, two: bool):
+def gemm_example(rng, sizes, dtype=np.float64) -> Example:
+    ops = {f: square(rng, sizes, dtype) for f in ("a", "b", "c")}
+    params = flips(["trans_a", "trans_b"], {"alpha": 1.0, "beta": 0.5}) + \
+        [{"alpha": -2.0, "beta": 0.5}]
+    if _complex(dtype):  # the conjugate transposes, complex scalars
+        params += [{"alpha": 1 - 2j, "beta": 0.5j, "trans_a": "C"},
+                   {"alpha": 1.0, "beta": 0.5, "trans_a": "C", "trans_b": "C"},
+                   {"alpha": 2j, "beta": 0.5, "trans_a": True, "trans_b": "C"}]
+    return Example(ops, params, _each(gemm_reference, "a", "b", "c"), _one, "c", "c", "beta")
+
+
+def _rank_k_example(fn, two: bool, herm: bool = False):
     fields = ("a", "b", "c") if two else ("a", "c")
 
-    def example(rng, sizes) -> Example:
-        ops = {f: square(rng, sizes) for f in fields}
-        return Example(ops, flips(["trans", "lower"], {"alpha": 1.0, "beta": 0.5}),
-                       _each(fn, *fields), _one, "c", "c", "beta")
+    def example(rng, sizes, dtype=np.float64) -> Example:
+        ops = {f: square(rng, sizes, dtype) for f in fields}
+        params = flips(["trans", "lower"], {"alpha": 1.0, "beta": 0.5})
+        if _complex(dtype):  # complex scalars where the op takes them
+            params.append(dict(params[-1], alpha=0.5 - 1j if two or not herm else -0.5,
+                               beta=-0.5 if herm else 0.5 + 0.5j))
+        ref = _each(fn, *fields)
+        if herm:
+            ref = _each(lambda *xs, **p: fn(*xs, **p, herm=True), *fields)
+        return Example(ops, params, ref, _one, "c", "c", "beta")
 
     return example
 
 
 def _triangular_example(fn):
-    def example(rng, sizes) -> Example:
-        ops = {"a": triangular(rng, sizes), "b": square(rng, sizes)}
+    def example(rng, sizes, dtype=np.float64) -> Example:
+        ops = {"a": triangular(rng, sizes, dtype), "b": square(rng, sizes, dtype)}
         params = flips(["lower", "trans_a", "unit_diagonal"], {"alpha": 1.5, "side": "left"})
         params.append(dict(params[-1], side="right"))
+        if _complex(dtype):  # the conjugate transpose, either side; a complex alpha
+            params += [dict(params[-1], trans_a="C", alpha=1 + 1j),
+                       dict(params[-1], trans_a="C", side="left", lower=False)]
         return Example(ops, params, _each(fn, "a", "b"), _one, "b", "b", "alpha")
 
     return example
 
 
-def potrs_example(rng, sizes) -> Example:
-    ops = {"l": [np.linalg.cholesky(x) for x in spd_list(sizes, np.float64, rng)],
-           "b": square(rng, sizes)}
+def potrs_example(rng, sizes, dtype=np.float64) -> Example:
+    ops = {"l": [np.linalg.cholesky(x) for x in spd_list(sizes, dtype, rng)],
+           "b": square(rng, sizes, dtype)}
     return Example(ops, [{}], _each(potrs_reference, "l", "b"), _one, "b")
 
 
 # ----------------------------------------------------------------------------- the public calls
 # Signatures and docstrings only: Runtime methods and module functions are made from them
 # (vbatch.ops.op.caller). Keyword names as scipy.linalg.blas / lapack.
-def gemm(a: Any, b: Any, c: Any = None, *, alpha: float = 1.0, beta: float = 0.0,
-         trans_a: bool = False, trans_b: bool = False):
-    """``C := alpha op(A) op(B) + beta C`` per problem (``op``: transposed when asked).
-    ``c=None``: a new output (``beta`` must be 0). ``result()``: the outputs, in the form of
-    ``c`` (or ``a``)."""
+def gemm(a: Any, b: Any, c: Any = None, *, alpha: float | complex = 1.0,
+         beta: float | complex = 0.0, trans_a: bool | str = False, trans_b: bool | str = False):
+    """``C := alpha op(A) op(B) + beta C`` per problem; ``op``: as is (False, "N"),
+    transposed (True, "T") or conjugate transposed ("C"). ``c=None``: a new output (``beta``
+    must be 0). ``result()``: the outputs, in the form of ``c`` (or ``a``)."""
 
 
-def syrk(a: Any, c: Any = None, *, alpha: float = 1.0, beta: float = 0.0, trans: bool = False,
+def syrk(a: Any, c: Any = None, *, alpha: float | complex = 1.0, beta: float | complex = 0.0,
+         trans: bool = False,
          lower: bool = True):
     """``C := alpha op(A) op(A)^T + beta C`` in one triangle of C (the other is C's, or zeros
     for a new output); op(A) is A (n x k) or, with ``trans``, A^T."""
 
 
-def syr2k(a: Any, b: Any, c: Any = None, *, alpha: float = 1.0, beta: float = 0.0,
-          trans: bool = False, lower: bool = True):
+def syr2k(a: Any, b: Any, c: Any = None, *, alpha: float | complex = 1.0,
+          beta: float | complex = 0.0, trans: bool = False, lower: bool = True):
     """``C := alpha (op(A) op(B)^T + op(B) op(A)^T) + beta C`` in one triangle of C (the
     other is C's, or zeros for a new output)."""
 
 
-def trsm(a: Any, b: Any, *, alpha: float = 1.0, side: str = "left", lower: bool = True,
-         trans_a: bool = False, unit_diagonal: bool = False):
+def herk(a: Any, c: Any = None, *, alpha: float = 1.0, beta: float = 0.0, trans: bool = False,
+         lower: bool = True):
+    """``C := alpha op(A) op(A)^H + beta C`` in one triangle of C (the other is C's, or zeros
+    for a new output), alpha and beta real, the diagonal's imaginary parts set to 0 (as BLAS's
+    ``zherk``); op(A) is A (n x k) or, with ``trans``, A^H. Real operands: :func:`syrk`."""
+
+
+def her2k(a: Any, b: Any, c: Any = None, *, alpha: float | complex = 1.0, beta: float = 0.0,
+          trans: bool = False, lower: bool = True):
+    """``C := alpha op(A) op(B)^H + conj(alpha) op(B) op(A)^H + beta C`` in one triangle of
+    C, beta real, the diagonal's imaginary parts set to 0 (as BLAS's ``zher2k``); op(X) is X
+    or, with ``trans``, X^H. Real operands: :func:`syr2k`."""
+
+
+def trsm(a: Any, b: Any, *, alpha: float | complex = 1.0, side: str = "left",
+         lower: bool = True, trans_a: bool | str = False, unit_diagonal: bool = False):
     """Solve ``op(A) X = alpha B`` (``side="left"``) or ``X op(A) = alpha B`` for X, A
     triangular (``lower`` or upper, that triangle read; ``unit_diagonal``: ones taken, not
-    read). A 1-D right-hand side is a column (left) or a row (right). ``result()``: X, in the
-    form of ``b``."""
+    read; ``op`` as :func:`gemm`'s). A 1-D right-hand side is a column (left) or a row
+    (right). ``result()``: X, in the form of ``b``."""
 
 
-def trmm(a: Any, b: Any, *, alpha: float = 1.0, side: str = "left", lower: bool = True,
-         trans_a: bool = False, unit_diagonal: bool = False):
+def trmm(a: Any, b: Any, *, alpha: float | complex = 1.0, side: str = "left",
+         lower: bool = True, trans_a: bool | str = False, unit_diagonal: bool = False):
     """``X = alpha op(A) B`` (``side="left"``) or ``alpha B op(A)``, A triangular as for
     :func:`trsm`. ``result()``: X, in the form of ``b``."""
 
@@ -845,6 +936,18 @@ SYR2K_OP = register_op(Op(
     scalars=_scalars, families=(FAMILY,),
     doc="C := alpha (op(A) op(B)^T + op(B) op(A)^T) + beta C, one triangle",
 ))
+HERK_OP = register_op(Op(
+    name="herk", api=herk, example=_rank_k_example(syrk_reference, False, True),
+    request=HerkRequest, buffers=SYRK_OP.buffers, graph=syrk_graph,
+    signature=SYRK_OP.signature, result=_first, scalars=_scalars, families=(FAMILY,),
+    doc="C := alpha op(A) op(A)^H + beta C, one triangle",
+))
+HER2K_OP = register_op(Op(
+    name="her2k", api=her2k, example=_rank_k_example(syr2k_reference, True, True),
+    request=Her2kRequest, buffers=SYR2K_OP.buffers, graph=syr2k_graph,
+    signature=SYR2K_OP.signature, result=_first, scalars=_scalars, families=(FAMILY,),
+    doc="C := alpha op(A) op(B)^H + conj(alpha) op(B) op(A)^H + beta C, one triangle",
+))
 TRSM_OP = register_op(Op(
     name="trsm", api=trsm, example=_triangular_example(trsm_reference), request=TriangularRequest,
     buffers=(Buffer("a", "a"), Buffer("b", "b"), Buffer("x", "b", output=True)),
@@ -873,11 +976,12 @@ class SymmRequest(_Request):
     only its ``lower`` (or upper) triangle read. ``c=None``: a new output of B's shape
     (``beta`` must then be 0)."""
 
+    conj: ClassVar[int] = 0  # HEMM (HemmRequest): A Hermitian
     a: Any
     b: Any
     c: Any = None
-    alpha: float = 1.0
-    beta: float = 0.0
+    alpha: Number = 1.0
+    beta: Number = 0.0
     side: str = "left"
     lower: bool = True
     overwrite: bool = False
@@ -892,6 +996,7 @@ class SymmRequest(_Request):
         b = operand(v.get("b"), "b")
         c = None if v.get("c") is None else operand(v["c"], "c")
         together(a=a, b=b, c=c)
+        _typed(v, a.dtype, ("alpha", "beta"))
         need = b.m if v["side"] == "left" else b.n
         checks = [(a.n != need, lambda i: f"a is {a.n[i]} x {a.n[i]} but b is {b.m[i]} x "
                                           f"{b.n[i]} (side={v['side']!r} needs a of order "
@@ -911,41 +1016,61 @@ def symm_graph(req: SymmRequest, opts: dict) -> TaskGraph:
     has_c = req.c is not None
     m, n = req.b.m, req.b.n
     order = req.a.n
-    full = copy_kind("a", "s", 0, "one", sym="lower" if req.lower else "upper")
+    full = copy_kind("a", "s", type(req).conj, "one", sym="lower" if req.lower else "upper")
     x, y = ("s", "b") if req.side == "left" else ("b", "s")
     g = gemm_kind(x, y, "c" if has_c else "", "out", 0, 0, 0, "alpha",
                   "beta" if has_c else "zero")
     return pair_graph(full, g, m, n, order, first=(order, order, order))
 
 
-def symm_reference(a, b, c=None, alpha=1.0, beta=0.0, side="left", lower=True):
-    a = np.asarray(a, np.float64)
+def symm_reference(a, b, c=None, alpha=1.0, beta=0.0, side="left", lower=True, herm=False):
+    """``herm``: HEMM's (A Hermitian: the mirrored half conjugated, the diagonal real)."""
+    a = wide(a)
     tri = np.tril if lower else np.triu
-    full = tri(a) + tri(a, -1 if lower else 1).T
-    b = np.asarray(b, np.float64)
+    full = tri(a) + view(tri(a, -1 if lower else 1), 3 if herm else 1)
+    if herm and a.dtype.kind == "c":
+        full[np.diag_indices(a.shape[0])] = full.diagonal().real
+    b = wide(b)
     out = alpha * (full @ b if side == "left" else b @ full)
     if c is not None and beta != 0.0:
-        out = out + beta * np.asarray(c, np.float64)
+        out = out + beta * wide(c)
     return out
 
 
-def symm(a: Any, b: Any, c: Any = None, *, alpha: float = 1.0, beta: float = 0.0,
-         side: str = "left", lower: bool = True):
+def symm(a: Any, b: Any, c: Any = None, *, alpha: float | complex = 1.0,
+         beta: float | complex = 0.0, side: str = "left", lower: bool = True):
     """``C := alpha A B + beta C`` (``side="left"``) or ``alpha B A + beta C`` per problem,
     A symmetric with only its ``lower`` (or upper) triangle read, as SciPy's ``dsymm``.
     ``c=None``: a new output (``beta`` must be 0). ``result()``: the outputs, in the form of
     ``c`` (or ``b``)."""
 
 
-def symm_example(rng, sizes) -> Example:
-    ops = {f: square(rng, sizes) for f in ("a", "b", "c")}
-    params = flips(["lower"], {"alpha": 1.5, "beta": 0.5, "side": "left"})
-    params.append(dict(params[-1], side="right"))
-    return Example(ops, params, _each(symm_reference, "a", "b", "c"), _one, "c", "c", "beta")
+def hemm(a: Any, b: Any, c: Any = None, *, alpha: float | complex = 1.0,
+         beta: float | complex = 0.0, side: str = "left", lower: bool = True):
+    """:func:`symm` with A Hermitian: its ``lower`` (or upper) triangle read, the other one
+    its conjugate transpose, the diagonal's imaginary parts taken as 0 (as BLAS's ``zhemm``).
+    Real operands: :func:`symm`."""
+
+
+class HemmRequest(SymmRequest):
+    conj: ClassVar[int] = 2
+
+
+def _symm_example(herm: bool):
+    def example(rng, sizes, dtype=np.float64) -> Example:
+        ops = {f: square(rng, sizes, dtype) for f in ("a", "b", "c")}
+        params = flips(["lower"], {"alpha": 1.5, "beta": 0.5, "side": "left"})
+        params.append(dict(params[-1], side="right"))
+        if _complex(dtype):
+            params.append(dict(params[-1], alpha=1 - 1j, beta=0.5j))
+        return Example(ops, params, _each(lambda *xs, **p: symm_reference(*xs, **p, herm=herm),
+                                          "a", "b", "c"), _one, "c", "c", "beta")
+
+    return example
 
 
 SYMM_OP = register_op(Op(
-    name="symm", api=symm, example=symm_example, request=SymmRequest,
+    name="symm", api=symm, example=_symm_example(False), request=SymmRequest,
     buffers=(Buffer("a", "a"), Buffer("b", "b"), Buffer("c", "c"),
              Buffer("s", None, output=True, scratch=True, form="a", complete=True,
                     shape=lambda r: (r.a.n, r.a.n)),
@@ -953,4 +1078,9 @@ SYMM_OP = register_op(Op(
                     complete=True)),
     graph=symm_graph, signature=_sig("a", "b", "c", "side", "lower"), result=_first,
     scalars=_scalars, families=(FAMILY,), doc="C := alpha A B + beta C, A symmetric",
+))
+HEMM_OP = register_op(Op(
+    name="hemm", api=hemm, example=_symm_example(True), request=HemmRequest,
+    buffers=SYMM_OP.buffers, graph=symm_graph, signature=SYMM_OP.signature, result=_first,
+    scalars=_scalars, families=(FAMILY,), doc="C := alpha A B + beta C, A Hermitian",
 ))

@@ -55,7 +55,7 @@ from vbatch.ops.blas import ARGS as BLAS_ARGS, gemm_kind
 from vbatch.core.errors import InputError
 from vbatch.core.kinds import Group, TaskKind, by_rows, register, single
 from vbatch.ops.generate import spd_list
-from vbatch.ops.op import Buffer, Example, Op
+from vbatch.ops.op import Buffer, Example, Op, wide
 from vbatch.ops.op import register as register_op
 from vbatch.core.graph import TaskGraph, chain_edges
 
@@ -93,11 +93,11 @@ PANEL = register(TaskKind(
         "b: its block column (the update reads columns [b, j))",
 ), (FUSED, UPDATE, TRSM))
 
-# A blocked factorization's block update: L[J:, J:J+W] = A[J:, J:J+W] - L[J:, :J] L[J:J+W, :J]^T
-# (blas args r0 = J, mm = n - J, k0 = 0, kk = J, nn = W, c0 = J), the lower triangle of the
-# diagonal block (what lies above it the panels overwrite with zeros). A failed problem is left
-# alone: its later columns are unspecified, and no work is spent on them.
-BLOCK_UPDATE = gemm_kind("l", "l", "a", "l", 0, 1, 0, "minus", "one", "lower", skip_failed=1)
+# A blocked factorization's block update: L[J:, J:J+W] = A[J:, J:J+W] - L[J:, :J] L[J:J+W, :J]^H
+# (blas args r0 = J, mm = n - J, k0 = 0, kk = J, nn = W, c0 = J; real operands read ^H as ^T),
+# the lower triangle of the diagonal block (what lies above it the panels overwrite with zeros).
+# A failed problem is left alone: its later columns are unspecified, and no work is spent on them.
+BLOCK_UPDATE = gemm_kind("l", "l", "a", "l", 0, 3, 0, "minus", "one", "lower", skip_failed=1)
 
 SCHUR_KIND = register(TaskKind(
     name="potrf.schur", op="potrf", args=("p", "tr"), window=by_rows, launches=single(SCHUR),
@@ -313,12 +313,13 @@ def potrf_info(diag: np.ndarray, info: int) -> int:
     """
     if info:
         return int(info)
-    bad = np.flatnonzero(~(np.asarray(diag) > 0))
+    bad = np.flatnonzero(~(np.asarray(diag).real > 0))
     return int(bad[0]) + 1 if len(bad) else 0
 
 
 def reference(a: np.ndarray, npiv: int | None = None) -> tuple[np.ndarray, int]:
-    """Dense reference for one matrix: ``(factor, info)``, computed in float64 with LAPACK.
+    """Dense reference for one matrix: ``(factor, info)``, computed in double precision with
+    LAPACK (``A = L L^H`` for a complex ``a``, the Hermitian matrix its lower triangle gives).
 
     ``factor`` holds L11, L21 and the lower triangle of the Schur complement, zeros above the
     diagonal; ``info`` is LAPACK's (0, or the order of the first leading minor that is not
@@ -332,20 +333,23 @@ def reference(a: np.ndarray, npiv: int | None = None) -> tuple[np.ndarray, int]:
     """
     from scipy.linalg import lapack, solve_triangular
 
-    a = np.asarray(a, dtype=np.float64)
+    a = wide(a)
     n = a.shape[0]
     p = n if npiv is None else int(npiv)
-    low = np.tril(a)
-    sym = low + np.tril(low, -1).T
+    sym = hermitian(a)
     out = np.zeros_like(sym)
     if n == 0:
         return out, 0
+    potrf = lapack.zpotrf if a.dtype.kind == "c" else lapack.dpotrf
+
     def columns(k):  # the first k columns of the partial factorization of k columns
-        c, info = lapack.dpotrf(np.array(sym[:k, :k], order="F"), lower=True, clean=True)
+        c, info = potrf(np.array(sym[:k, :k], order="F"), lower=True, clean=True)
         info = potrf_info(np.diag(c), info)
         if not info:
             out[:k, :k] = c
-            out[k:, :k] = solve_triangular(c, sym[k:, :k].T, lower=True, check_finite=False).T
+            # L21 = A21 L11^-H: L11 L21^H = A21^H = A12
+            out[k:, :k] = solve_triangular(c, sym[:k, k:], lower=True,
+                                           check_finite=False).conj().T
         return info
 
     info = columns(p) if p else 0
@@ -353,31 +357,40 @@ def reference(a: np.ndarray, npiv: int | None = None) -> tuple[np.ndarray, int]:
         g = info - 1
         out[:] = 0.0
         columns(g)
-        out[g, g] = sym[g, g] - out[g, :g] @ out[g, :g]
+        out[g, g] = (sym[g, g] - out[g, :g] @ out[g, :g].conj()).real
         return out, info
     l21 = out[p:, :p]
-    out[p:, p:] = np.tril(sym[p:, p:] - l21 @ l21.T)
+    out[p:, p:] = np.tril(sym[p:, p:] - l21 @ l21.conj().T)
     return out, 0
 
 
-def residual(a: np.ndarray, factor: np.ndarray, npiv: int | None = None) -> float:
-    """Normwise backward error ``||A - L L^T||_F / ||A||_F`` of a (partial) factor, in float64.
+def hermitian(a: np.ndarray) -> np.ndarray:
+    """The symmetric (complex: Hermitian) matrix whose lower triangle is ``a``'s; a Hermitian
+    matrix's diagonal is real, so the imaginary parts there are not read (LAPACK's ZPOTRF)."""
+    low = np.tril(a)
+    out = low + np.tril(low, -1).conj().T
+    if out.dtype.kind == "c":
+        out[np.diag_indices(a.shape[0])] = out.diagonal().real
+    return out
 
-    For a partial factor, ``L L^T`` is taken with the trailing block's Schur complement added
+
+def residual(a: np.ndarray, factor: np.ndarray, npiv: int | None = None) -> float:
+    """Normwise backward error ``||A - L L^H||_F / ||A||_F`` of a (partial) factor, in double
+    precision.
+
+    For a partial factor, ``L L^H`` is taken with the trailing block's Schur complement added
     back, so the measure is the same for both. ``NaN`` in the factor gives ``NaN`` (a failure).
     """
-    a = np.asarray(a, dtype=np.float64)
-    f = np.asarray(factor, dtype=np.float64)
+    a = wide(a)
+    f = wide(factor)
     n = a.shape[0]
     if n == 0:
         return 0.0
     p = n if npiv is None else int(npiv)
-    low = np.tril(a)
-    sym = low + np.tril(low, -1).T
+    sym = hermitian(a)
     lk = f[:, :p]
-    rebuilt = lk @ lk.T
-    s = np.tril(f[p:, p:])
-    rebuilt[p:, p:] += s + np.tril(s, -1).T
+    rebuilt = lk @ lk.conj().T
+    rebuilt[p:, p:] += hermitian(f[p:, p:])
     den = np.linalg.norm(sym)
     num = np.linalg.norm(sym - rebuilt)
     if den == 0:
@@ -406,20 +419,21 @@ class CholeskyResult:
 
 
 def cholesky(mats: Any, npiv: Any = None):
-    """Factor a batch, ``A = L L^T`` per problem: ``mats`` is a list of square arrays or a
+    """Factor a batch, ``A = L L^H`` per problem (``L L^T`` for real ``A``; a complex ``A`` is
+    Hermitian, its diagonal's imaginary parts not read): ``mats`` is a list of square arrays or a
     :class:`~vbatch.PackedBatch`. ``npiv`` factors only the first ``npiv[i]`` columns of
     problem ``i`` and leaves the Schur complement in the trailing block. ``result()``: a
     :class:`~vbatch.CholeskyResult`; a problem whose factorization fails at column j gets
     ``info = j`` and LAPACK's leading j x j block, and does not disturb the others."""
 
 
-def cholesky_example(rng, sizes) -> Example:
+def cholesky_example(rng, sizes, dtype=np.float64) -> Example:
     def ref(o, p):
         npiv = p.get("npiv")
         return [[reference(x, None if npiv is None else npiv[i])[0]
                  for i, x in enumerate(o["batch"])]]
 
-    return Example({"batch": spd_list(sizes, np.float64, rng)},
+    return Example({"batch": spd_list(sizes, dtype, rng)},
                    [{}, {"npiv": [min(5, n) for n in sizes]}, {"npiv": [n // 2 for n in sizes]},
                     {}], ref, lambda r: [r.factors], "batch", mask=np.tril)
 

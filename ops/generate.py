@@ -37,23 +37,36 @@ def sizes(dist: str, count: int, nmax: int, rng: np.random.Generator) -> np.ndar
 
 def spd(n: int, dtype=np.float64, rng: np.random.Generator | None = None,
         cond: float | None = None) -> np.ndarray:
-    """One SPD matrix (C order, both triangles filled).
+    """One SPD matrix (C order, both triangles filled); Hermitian positive definite for a complex
+    ``dtype``.
 
-    Without ``cond``: off-diagonal entries uniform on [-1, 1] and ``n`` on the diagonal, which is
-    SPD by Gershgorin with a condition number below ``2n`` and costs O(n^2) to make. With
-    ``cond``: ``Q diag(logspace(0, -log10(cond))) Q^T`` for a random orthogonal ``Q`` (O(n^3)).
+    Without ``cond``: off-diagonal entries uniform on [-1, 1] (complex: of magnitude at most 1)
+    and ``n`` on the diagonal, which is positive definite by Gershgorin with a condition number
+    below ``2n`` and costs O(n^2) to make. With ``cond``: ``Q diag(logspace(0, -log10(cond)))
+    Q^H`` for a random orthogonal (unitary) ``Q`` (O(n^3)).
     """
     rng = rng or np.random.default_rng()
     if cond is None:
-        r = rng.uniform(-1.0, 1.0, size=(n, n))
-        a = (r + r.T) * 0.5
+        r = uniform(rng, (n, n), dtype)
+        a = (r + r.conj().T) * 0.5
         a[np.diag_indices(n)] = n
     else:
-        q, _ = np.linalg.qr(rng.standard_normal((n, n)))
+        g = rng.standard_normal((n, n))
+        if np.dtype(dtype).kind == "c":
+            g = g + 1j * rng.standard_normal((n, n))
+        q, _ = np.linalg.qr(g)
         d = np.logspace(0, -np.log10(cond), n) if n > 1 else np.ones(n)
-        a = (q * d) @ q.T
-        a = (a + a.T) * 0.5
+        a = (q * d) @ q.conj().T
+        a = (a + a.conj().T) * 0.5
     return a.astype(dtype)
+
+
+def uniform(rng: np.random.Generator, shape, dtype=np.float64) -> np.ndarray:
+    """Entries uniform on [-1, 1]; for a complex ``dtype``, uniform on the unit disc's square
+    [-1, 1]^2 scaled by 1/sqrt(2) (magnitude at most 1), in double precision."""
+    if np.dtype(dtype).kind != "c":
+        return rng.uniform(-1.0, 1.0, shape)
+    return (rng.uniform(-1.0, 1.0, shape) + 1j * rng.uniform(-1.0, 1.0, shape)) / np.sqrt(2)
 
 
 def spd_list(ns, dtype=np.float64, rng: np.random.Generator | None = None,
@@ -90,20 +103,27 @@ def make_indefinite(a: np.ndarray, col: int) -> np.ndarray:
 
 # ----------------------------------------------------------------------------- op examples
 # The conformance suite's operands (each op's ``example``, vbatch.ops.op.Example).
-def square(rng: np.random.Generator, ns) -> list[np.ndarray]:
-    """Square matrices with entries uniform on [-1, 1]."""
-    return [rng.uniform(-1, 1, (int(n), int(n))) for n in ns]
+def square(rng: np.random.Generator, ns, dtype=np.float64) -> list[np.ndarray]:
+    """Square matrices with entries uniform on [-1, 1] (:func:`uniform`)."""
+    return [uniform(rng, (int(n), int(n)), dtype) for n in ns]
 
 
-def triangular(rng: np.random.Generator, ns) -> list[np.ndarray]:
+def triangular(rng: np.random.Generator, ns, dtype=np.float64) -> list[np.ndarray]:
     """Well-conditioned triangles, both halves filled (an op reads only its own)."""
     out = []
     for n in ns:
         n = int(n)
-        t = rng.uniform(-1, 1, (n, n)) / max(n, 1)
-        np.fill_diagonal(t, rng.uniform(1, 2, n) * rng.choice([-1, 1], n))
+        t = uniform(rng, (n, n), dtype) / max(n, 1)
+        np.fill_diagonal(t, rng.uniform(1, 2, n) * signs(rng, n, dtype))
         out.append(t)
     return out
+
+
+def signs(rng: np.random.Generator, n: int, dtype) -> np.ndarray:
+    """Random unit numbers: +-1, or e^(i theta) for a complex ``dtype``."""
+    if np.dtype(dtype).kind != "c":
+        return rng.choice([-1.0, 1.0], n)
+    return np.exp(2j * np.pi * rng.uniform(0, 1, n))
 
 
 def flips(flags: list[str], base: dict) -> list[dict]:

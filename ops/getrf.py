@@ -45,7 +45,8 @@ from vbatch.core.kinds import Group, TaskKind, by_log2, by_rows, kind, register,
 from vbatch.ops.blas import ARGS as BLAS_ARGS
 from vbatch.ops.blas import _parsed, _Request, _sig, _written, gemm_kind
 from vbatch.ops.cholesky import CholeskyResult
-from vbatch.ops.op import Buffer, Example, Op
+from vbatch.ops.generate import signs, uniform
+from vbatch.ops.op import Buffer, Example, Op, wide
 from vbatch.ops.op import register as register_op
 from vbatch.ops.operands import operand
 
@@ -187,7 +188,7 @@ class GetrfRequest(_Request):
 def lu_nopivot(a: np.ndarray) -> tuple[np.ndarray, int]:
     """LU without pivoting in float64, as the kernels do it: ``(factors, info)``; a zero
     pivot sets ``info`` (the first) and leaves its column unscaled."""
-    f = np.array(a, dtype=np.float64)
+    f = wide(a)
     m, n = f.shape
     info = 0
     for c in range(min(m, n)):
@@ -201,19 +202,19 @@ def lu_nopivot(a: np.ndarray) -> tuple[np.ndarray, int]:
 
 
 def reference(a: np.ndarray, pivot: bool = True) -> tuple[np.ndarray, np.ndarray, int]:
-    """Dense reference for one matrix: ``(factors, ipiv, info)``, computed in float64 with
-    LAPACK's ``dgetrf`` (0-based pivots, as SciPy gives them), or without pivoting
-    (:func:`lu_nopivot`)."""
+    """Dense reference for one matrix: ``(factors, ipiv, info)``, computed in double precision
+    with LAPACK's ``dgetrf`` or ``zgetrf`` (0-based pivots, as SciPy gives them), or without
+    pivoting (:func:`lu_nopivot`)."""
     from scipy.linalg import lapack
 
-    a = np.asarray(a, dtype=np.float64)
+    a = wide(a)
     r = min(a.shape)
     if r == 0:
         return a.copy(), np.zeros(0, np.int32), 0
     if not pivot:
         f, info = lu_nopivot(a)
         return f, np.arange(r, dtype=np.int32), info
-    lu, piv, info = lapack.dgetrf(a)
+    lu, piv, info = (lapack.zgetrf if a.dtype.kind == "c" else lapack.dgetrf)(a)
     return lu, piv.astype(np.int32), int(info)
 
 
@@ -226,9 +227,9 @@ def permutation(ipiv: np.ndarray, m: int) -> np.ndarray:
 
 
 def residual(a: np.ndarray, factors: np.ndarray, ipiv: np.ndarray) -> float:
-    """Normwise backward error ``||P A - L U||_F / ||A||_F`` in float64 (NaN: a failure)."""
-    a = np.asarray(a, np.float64)
-    f = np.asarray(factors, np.float64)
+    """Normwise backward error ``||P A - L U||_F / ||A||_F`` in double precision (NaN: a
+    failure)."""
+    a, f = wide(a), wide(factors)
     m, n = a.shape
     r = min(m, n)
     if r == 0:
@@ -378,7 +379,7 @@ def getrf(a: Any, *, pivot: bool = True):
     problem with an exactly zero pivot gets ``info`` and does not disturb the others."""
 
 
-def lu_matrices(rng, shapes) -> list[np.ndarray]:
+def lu_matrices(rng, shapes, dtype=np.float64) -> list[np.ndarray]:
     """``A = L U`` for each ``(m, n)``, whose pivots partial pivoting finds with a margin: L
     is unit lower with 1.5 below every other diagonal entry (the rows of each 2 x 2 block
     change places), its rows past ``min(m, n)`` at most 0.25; U has a diagonal of magnitude 1-2
@@ -390,9 +391,10 @@ def lu_matrices(rng, shapes) -> list[np.ndarray]:
         lo = np.eye(m, r)
         idx = np.arange(0, r - 1, 2)
         lo[idx + 1, idx] = 1.5
-        lo[r:, :] = rng.uniform(-0.25, 0.25, (m - r, r))
-        up = np.triu(rng.uniform(-1, 1, (r, n)) / max(r, 1), 1)
-        up[np.arange(r), np.arange(r)] = rng.choice([-1.0, 1.0], r) * rng.uniform(1, 2, r)
+        lo = lo.astype(np.result_type(dtype, np.float64))
+        lo[r:, :] = uniform(rng, (m - r, r), dtype) * 0.25
+        up = np.triu(uniform(rng, (r, n), dtype) / max(r, 1), 1)
+        up[np.arange(r), np.arange(r)] = signs(rng, r, dtype) * rng.uniform(1, 2, r)
         out.append(lo @ up)
     return out
 
@@ -404,12 +406,12 @@ def example_shapes(sizes) -> list[tuple[int, int]]:
             + [(s, s + 5) for s in sizes])
 
 
-def getrf_example(rng, sizes) -> Example:
+def getrf_example(rng, sizes, dtype=np.float64) -> Example:
     def ref(o, p):
         refs = [reference(x, p.get("pivot", True)) for x in o["a"]]
         return [[f[1].astype(np.float64) for f in refs], [f[0] for f in refs]]
 
-    return Example({"a": lu_matrices(rng, example_shapes(sizes))},
+    return Example({"a": lu_matrices(rng, example_shapes(sizes), dtype)},
                    [{}, {"pivot": False}], ref, lambda r: [r.ipiv, r.factors], "a",
                    any_shape=True)
 

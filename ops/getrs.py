@@ -7,8 +7,8 @@ lower solve by L and the upper one by U, both chains of the ``blas`` family's tr
 recursion (:func:`~vbatch.ops.blas.chain_graph`) on views of the one factor buffer: L's
 strict lower triangle with a unit diagonal, U's upper triangle. ``A^T X = B`` is
 ``U^T L^T P X = B``: the solves by ``U^T`` (reading B) and ``L^T`` (transposed views), then
-the interchanges in reverse order. Real matrices have ``A^H = A^T``, so ``trans="C"`` is
-``"T"``.
+the interchanges in reverse order; ``A^H X = B`` the same with conjugated views (real
+matrices have ``A^H = A^T``, so for them ``trans="C"`` is ``"T"``).
 
 ``gesv``'s graph is getrf's, then the solve's, one after the other per problem
 (:func:`~vbatch.core.graph.sequence`): a small problem's solve runs while a large one still
@@ -25,7 +25,6 @@ from typing import Any
 import numpy as np
 from pydantic import model_validator
 
-from vbatch.core.errors import InputError
 from vbatch.core.graph import TaskGraph, sequence
 from vbatch.ops.blas import (
     TRSM,
@@ -39,7 +38,7 @@ from vbatch.ops.blas import (
     rows_wise,
     single_graph,
 )
-from vbatch.ops.generate import square
+from vbatch.ops.generate import signs, square, uniform
 from vbatch.ops.getrf import (
     GetrfResult,
     getrf_graph,
@@ -50,23 +49,15 @@ from vbatch.ops.getrf import (
     reference,
     swap_kind,
 )
-from vbatch.ops.op import Buffer, Example, Op
+from vbatch.ops.op import Buffer, Example, Op, wide
 from vbatch.ops.op import register as register_op
+from vbatch.ops.operands import fit_trans, transpose, view_flag
 
-TRANS = {False: False, True: True, "n": False, "t": True, "c": True}
-
-
-def _trans(v: Any) -> bool:
-    key = v.lower() if isinstance(v, str) else v
-    if isinstance(key, (bool, np.bool_, str)) and key in TRANS:
-        return TRANS[bool(key) if isinstance(key, np.bool_) else key]
-    raise InputError([(None, f"trans must be False, True, 'N', 'T' or 'C', got {v!r}")])
-
-
-def solve_graph(n: np.ndarray, nrhs: np.ndarray, trans: bool, x_rows: bool, opts: dict,
+def solve_graph(n: np.ndarray, nrhs: np.ndarray, trans: int, x_rows: bool, opts: dict,
                 skip_failed: int = 0) -> TaskGraph:
     """``op(A) X = B`` from the factors ``lu`` and pivots ``ipiv``, B read from ``b``, X
-    written to ``x`` (``x_rows``: X is read row by row, :func:`~vbatch.ops.blas.rows_wise`)."""
+    written to ``x`` (``x_rows``: X is read row by row, :func:`~vbatch.ops.blas.rows_wise`);
+    ``trans``: False, True or "C" (:func:`~vbatch.ops.operands.transpose`)."""
     sf = int(skip_failed)
     nb, whole = int(opts["blas_nb"]), int(opts.get("blas_whole_rhs", 0))
     if not trans:  # X := P B, then L Y = X forward (unit diagonal), U X = Y backward
@@ -79,11 +70,12 @@ def solve_graph(n: np.ndarray, nrhs: np.ndarray, trans: bool, x_rows: bool, opts
                    False, True)]
         return sequence([swap, chain_graph(n, nrhs, phases, nb, whole, swap=x_rows)])
     # U^T Y = B forward (reading B), L^T Z = Y backward (unit diagonal), then X := P^T Z
-    phases = [(diag_kind(TRSM, "lu", "x", 1, 0, 1, 0, sf, src="b"),
-               gemm_kind("lu", "x", "x", "x", 1, 0, 0, "minus", "one", skip_failed=sf,
+    t = view_flag(trans)
+    phases = [(diag_kind(TRSM, "lu", "x", t, 0, 1, 0, sf, src="b"),
+               gemm_kind("lu", "x", "x", "x", t, 0, 0, "minus", "one", skip_failed=sf,
                          src="b"), True, True),
-              (diag_kind(TRSM, "lu", "x", 1, 0, 0, 1, sf),
-               gemm_kind("lu", "x", "x", "x", 1, 0, 0, "minus", "one", skip_failed=sf),
+              (diag_kind(TRSM, "lu", "x", t, 0, 0, 1, sf),
+               gemm_kind("lu", "x", "x", "x", t, 0, 0, "minus", "one", skip_failed=sf),
                False, True)]
     return sequence([chain_graph(n, nrhs, phases, nb, whole, swap=x_rows),
                      single_graph(swap_kind("x", "", False, sf), n, nrhs, nrhs)])
@@ -95,15 +87,15 @@ class GetrsRequest(_Request):
     lu: Any
     ipiv: Any
     b: Any
-    trans: Any = False
+    trans: bool | str = False
     overwrite: bool = False
 
     @model_validator(mode="before")
     @classmethod
     def _check(cls, v: dict) -> dict:
-        v = _parsed(cls, v, (), ("overwrite",))
-        v["trans"] = _trans(v.get("trans", False))
+        v = _parsed(cls, v, (), ("overwrite",), ("trans",))
         v["lu"], v["b"] = _system(v, "lu", ("b",))
+        fit_trans(v, v["lu"].dtype, ("trans",))
         v["ipiv"] = pivot_operand(v.get("ipiv"), v["lu"].n, v["lu"].kind)
         return v
 
@@ -113,20 +105,22 @@ def getrs_graph(req: GetrsRequest, opts: dict) -> TaskGraph:
 
 
 def getrs_reference(lu, ipiv, b, trans=False):
-    """``op(A) X = B`` in float64 from LU factors and 0-based pivots, as SciPy's ``lu_solve``."""
+    """``op(A) X = B`` in double precision from LU factors and 0-based pivots, as SciPy's
+    ``lu_solve``."""
     from scipy.linalg import solve_triangular
 
-    f = np.asarray(lu, np.float64)
-    b = np.asarray(b, np.float64)
+    f, b = wide(lu), wide(b)
     n = f.shape[0]
     if n == 0 or b.size == 0:
         return b.copy()
     perm = permutation(ipiv, n)
-    if not _trans(trans):
+    t = view_flag(transpose(trans, "trans"))
+    if not t:
         y = solve_triangular(f, b[perm], lower=True, unit_diagonal=True, check_finite=False)
         return solve_triangular(f, y, lower=False, check_finite=False)
-    y = solve_triangular(f, b, lower=False, trans=1, check_finite=False)
-    z = solve_triangular(f, y, lower=True, unit_diagonal=True, trans=1, check_finite=False)
+    y = solve_triangular(f, b, lower=False, trans=t - t // 3, check_finite=False)
+    z = solve_triangular(f, y, lower=True, unit_diagonal=True, trans=t - t // 3,
+                         check_finite=False)
     x = np.empty_like(z)
     x[perm] = z
     return x
@@ -136,18 +130,19 @@ def getrs(lu: Any, ipiv: Any, b: Any, *, trans: Any = False):
     """Solve ``op(A) X = B`` per problem, given getrf's ``factors`` (``lu``, square) and
     ``ipiv`` (its result's, or a list of 1-D integer arrays of 0-based pivots, as SciPy's
     ``lu_solve`` takes them), each problem with its own number of right-hand sides (a 1-D
-    ``b`` is one). ``trans``: False or "N" (``A X = B``), True, "T" or "C" (``A^T X = B``).
+    ``b`` is one). ``trans``: False or "N" (``A X = B``), True or "T" (``A^T X = B``), "C"
+    (``A^H X = B``).
     ``result()``: X, in the form of ``b``."""
 
 
-def lu_factors(rng, sizes) -> list[np.ndarray]:
+def lu_factors(rng, sizes, dtype=np.float64) -> list[np.ndarray]:
     """Factors as getrf stores them, well conditioned: L unit lower with entries below the
     diagonal of at most 0.5 / n, U with a diagonal of magnitude 1-2."""
     out = []
     for n in sizes:
-        f = np.tril(rng.uniform(-0.5, 0.5, (n, n)), -1) / max(n, 1)
-        f += np.triu(rng.uniform(-1, 1, (n, n)), 1) / max(n, 1)
-        f[np.arange(n), np.arange(n)] = rng.choice([-1.0, 1.0], n) * rng.uniform(1, 2, n)
+        f = np.tril(uniform(rng, (n, n), dtype) * 0.5, -1) / max(n, 1)
+        f += np.triu(uniform(rng, (n, n), dtype), 1) / max(n, 1)
+        f[np.arange(n), np.arange(n)] = signs(rng, n, dtype) * rng.uniform(1, 2, n)
         out.append(f)
     return out
 
@@ -162,7 +157,7 @@ def example_pivots(sizes) -> list[np.ndarray]:
     return out
 
 
-def getrs_example(rng, sizes) -> Example:
+def getrs_example(rng, sizes, dtype=np.float64) -> Example:
     # The pivots as getrf's result gives them, host memory: the suite passes such an operand
     # as it is in every form (host pivots go with factors of every array kind).
     piv = pivots(pivot_operand(example_pivots(sizes), np.asarray(sizes, np.int64), "numpy"))
@@ -172,7 +167,8 @@ def getrs_example(rng, sizes) -> Example:
         return [[getrs_reference(f, q, x, p["trans"]) for f, q, x in zip(o["lu"], o["ipiv"],
                                                                            o["b"])]]
 
-    return Example({"lu": lu_factors(rng, sizes), "ipiv": piv, "b": square(rng, sizes)},
+    return Example({"lu": lu_factors(rng, sizes, dtype), "ipiv": piv,
+                    "b": square(rng, sizes, dtype)},
                    params, ref, lambda r: [r], "b")
 
 
@@ -236,20 +232,21 @@ def gesv(a: Any, b: Any):
 
 
 def gesv_reference(a, b):
-    """``(factors, ipiv, x)`` in float64: LAPACK's ``dgetrf`` and, unless a pivot is zero,
+    """``(factors, ipiv, x)`` in double precision: LAPACK's getrf and, unless a pivot is zero,
     the solve; else ``x`` is ``b``."""
     f, piv, info = reference(a)
-    b = np.asarray(b, np.float64)
+    b = wide(b)
     return f, piv, (b.copy() if info else getrs_reference(f, piv, b))
 
 
-def gesv_example(rng, sizes) -> Example:
+def gesv_example(rng, sizes, dtype=np.float64) -> Example:
     def ref(o, p):
         refs = [gesv_reference(x, y) for x, y in zip(o["a"], o["b"])]
         return [[r[1].astype(np.float64) for r in refs], [r[0] for r in refs],
                 [r[2] for r in refs]]
 
-    return Example({"a": lu_matrices(rng, [(s, s) for s in sizes]), "b": square(rng, sizes)},
+    return Example({"a": lu_matrices(rng, [(s, s) for s in sizes], dtype),
+                    "b": square(rng, sizes, dtype)},
                    [{}], ref, lambda r: [r.ipiv, r.factors, r.solutions], "b")
 
 

@@ -32,6 +32,8 @@ import inspect
 from dataclasses import dataclass
 from typing import Any, Callable
 
+import numpy as np
+
 OPS: dict[str, "Op"] = {}
 
 
@@ -138,6 +140,12 @@ class Example:
     zero: str | None = None
     mask: Callable | None = None
     any_shape: bool = False
+
+
+def wide(a: Any) -> np.ndarray:
+    """``a`` in double precision for a reference: float64, or complex128 for complex ``a``."""
+    a = np.asarray(a)
+    return a.astype(np.complex128 if a.dtype.kind == "c" else np.float64)
 
 
 def replaced(req: Any, operand: str | None) -> Any:

@@ -101,15 +101,52 @@ def shape_rule(checks: list[tuple[np.ndarray, str]]) -> None:
         raise InputError(problems)
 
 
-def finite_scalar(v: Any, name: str) -> float:
-    """``alpha``/``beta``: a real, finite number (bools refused: ``True`` is not ``1.0``)."""
-    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer,
-                                                                np.floating)):
-        raise InputError([(None, f"{name} must be a real number, got {type(v).__name__}")])
-    f = float(v)
-    if not math.isfinite(f):
-        raise InputError([(None, f"{name} must be finite, got {f}")])
-    return f
+def finite_scalar(v: Any, name: str) -> float | complex:
+    """``alpha``/``beta``: a finite real or complex number (bools refused: ``True`` is not
+    ``1.0``); a complex one with no imaginary part is taken as real. Whether the call's dtype
+    takes a complex one is :func:`fit_scalars`'s to say, once the operands are known."""
+    if isinstance(v, (bool, np.bool_)) or not isinstance(
+            v, (int, float, complex, np.integer, np.floating, np.complexfloating)):
+        raise InputError([(None, f"{name} must be a number, got {type(v).__name__}")])
+    z = complex(v)
+    if not (math.isfinite(z.real) and math.isfinite(z.imag)):
+        raise InputError([(None, f"{name} must be finite, got {v}")])
+    return z.real if z.imag == 0 else z
+
+
+def fit_scalars(v: dict, dtype: Any, names: tuple[str, ...], real: tuple[str, ...] = ()) -> None:
+    """A complex scalar needs complex operands, and the scalars named ``real`` are real for
+    every dtype (HERK's alpha and beta: its output's diagonal stays real)."""
+    cplx = np.dtype(dtype).kind == "c"
+    for name in names:
+        if isinstance(v[name], complex) and (name in real or not cplx):
+            why = f"{name} is real for this op" if name in real else \
+                f"the operands are {np.dtype(dtype)}"
+            raise InputError([(None, f"{name} = {v[name]} is complex, but {why}")])
+
+
+def transpose(v: Any, name: str) -> bool | str:
+    """``trans``-like parameters as LAPACK takes them: False or "N", True or "T", "C" (the
+    conjugate transpose), as False, True or "C" (:func:`fit_trans` makes "C" True for real
+    operands; :func:`view_flag` gives a view's flag)."""
+    if isinstance(v, (bool, np.bool_)):
+        return bool(v)
+    if isinstance(v, str) and v.upper() in ("N", "T", "C"):
+        return {"N": False, "T": True, "C": "C"}[v.upper()]
+    raise InputError([(None, f"{name} must be False, True, 'N', 'T' or 'C', got {v!r}")])
+
+
+def fit_trans(v: dict, dtype: Any, names: tuple[str, ...]) -> None:
+    """Real operands: "C" is "T" (one plan for both, as LAPACK's real routines read them)."""
+    if np.dtype(dtype).kind != "c":
+        for name in names:
+            v[name] = bool(v[name])
+
+
+def view_flag(trans: bool | str) -> int:
+    """A view's flag from a :func:`transpose` value: bit 0 transposes the view, bit 1
+    conjugates it ("C": both)."""
+    return 3 if trans == "C" else int(trans)
 
 
 def flag(v: Any, name: str) -> bool:

@@ -75,13 +75,14 @@ class PosvResult:
 
 
 def posv(a: Any, b: Any):
-    """Factor SPD ``A`` and solve ``A X = B``, in one task graph. ``result()``: a
+    """Factor SPD (complex: Hermitian positive definite) ``A`` and solve ``A X = B``, in one
+    task graph. ``result()``: a
     :class:`~vbatch.PosvResult` (factors, solutions, info; a problem whose factorization fails
     keeps ``B`` as its solution and gets its ``info``)."""
 
 
-def posv_example(rng, sizes) -> Example:
-    ops = {"a": spd_list(sizes, np.float64, rng), "b": square(rng, sizes)}
+def posv_example(rng, sizes, dtype=np.float64) -> Example:
+    ops = {"a": spd_list(sizes, dtype, rng), "b": square(rng, sizes, dtype)}
 
     def ref(o, p):
         ls = [reference(x)[0] for x in o["a"]]

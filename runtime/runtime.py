@@ -162,12 +162,22 @@ class Runtime:
         o = self._op(op)
         return self._plan(o, validated(o.request, **fields))
 
+    def _takes(self, op: Op, req) -> np.dtype:
+        """The call's dtype, which this runtime's backend must take (else an InputError,
+        before any work)."""
+        dtype = getattr(req, op._ins[0][1]).dtype
+        if dtype not in self.backend.dtypes:
+            have = ", ".join(d.name for d in self.backend.dtypes)
+            raise InputError([(None, f"{op._ins[0][1]}: the {self.backend.name} backend does "
+                                     f"not take {dtype} (it takes {have})")])
+        return dtype
+
     def _plan(self, op: Op, req) -> Plan:
         """The plan for ``req``: reused for every call with the same size signature."""
         # (the operands' orders in the key too: a graph may take another form for another
         # layout)
         orders = tuple(staged_order(getattr(req, operand)) for _, operand, _ in op._ins)
-        opts = self.plan_options(getattr(req, op._ins[0][1]).dtype, op.name, orders[0])
+        opts = self.plan_options(self._takes(op, req), op.name, orders[0])
         sig = (op.name, id(opts), op.signature(req), orders)
         with self._lock:
             plan = self._plans.get(sig)
@@ -222,6 +232,7 @@ class Runtime:
         req = validated(o.request, **fields)
         overwrite = bool(getattr(req, "overwrite", False))
         if self._coalescer is not None:
+            self._takes(o, req)
             part = self._coalescer.offer(o, req, _deps(after), overwrite)
             if part is not None:
                 return part
@@ -507,8 +518,8 @@ class Runtime:
         self._tail(completion)
 
 
-_PLAIN = frozenset({bool, int, float, str, np.float64, np.float32, np.int64, np.int32,
-                    np.bool_})
+_PLAIN = frozenset({bool, int, float, complex, str, np.float64, np.float32, np.complex128,
+                    np.complex64, np.int64, np.int32, np.bool_})
 
 
 def _key(op: Op, fields: dict) -> tuple | None:
@@ -606,7 +617,11 @@ def pack(mats: Any, order: str = "C") -> PackedBatch:
     from vbatch.core.batch import pack as pack_on
 
     ml = mats if isinstance(mats, MatrixList) else validated(MatrixList, mats=mats)
-    return pack_on(ml, order, None if ml.kind == "numpy" else get_backend("cuda"))
+    backend = None if ml.kind == "numpy" else get_backend("cuda")
+    if backend is not None and ml.dtype not in backend.dtypes:
+        raise InputError([(None, f"the cuda backend does not take {ml.dtype} (it takes "
+                                 f"{', '.join(d.name for d in backend.dtypes)})")])
+    return pack_on(ml, order, backend)
 
 
 def default_runtime() -> Runtime:

@@ -398,7 +398,7 @@ def test_upper_triangle_of_the_input_is_never_read(device):
 
 
 @pytest.mark.parametrize("order", ["F", "C"])
-@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.complex128])
 @pytest.mark.parametrize("overwrite", [False, True])
 def test_cpu_small_problems_compiled_equal_lapack(monkeypatch, order, dtype, overwrite):
     """The CPU backend factors whole problems of at most SMALL_FLOPS as one compiled loop
@@ -411,9 +411,10 @@ def test_cpu_small_problems_compiled_equal_lapack(monkeypatch, order, dtype, ove
         pytest.skip("numba is not installed: the CPU backend keeps to its LAPACK calls")
     rng = np.random.default_rng(21)
     sizes = [0, 1, 2, 7, 16, 31, 32, 33, 45]
-    mats = [spd(n, np.float64, rng) for n in sizes]
-    mats += [make_indefinite(spd(n, np.float64, rng), c) for n, c in [(9, 0), (20, 7), (33, 32)]]
-    inf = spd(12, np.float64, rng)
+    wide = np.complex128 if np.dtype(dtype).kind == "c" else np.float64
+    mats = [spd(n, wide, rng) for n in sizes]
+    mats += [make_indefinite(spd(n, wide, rng), c) for n, c in [(9, 0), (20, 7), (33, 32)]]
+    inf = spd(12, wide, rng)
     inf[5, 5] = np.inf
     mats.append(inf)
     mats = [m + np.triu(np.full_like(m, np.nan), 1) for m in mats]  # never read
@@ -432,7 +433,7 @@ def test_cpu_small_problems_compiled_equal_lapack(monkeypatch, order, dtype, ove
         monkeypatch.setattr(pc, "SMALL_FLOPS", small)
         b = packed_from([m.astype(dtype) for m in mats], order, "cpu")
         res = Runtime("cpu").cholesky(b, npiv, overwrite=overwrite).result()
-        outs.append((res.info.tolist(), [to_host(f).astype(np.float64)
+        outs.append((res.info.tolist(), [to_host(f).astype(wide)
                                           for f in res.factors.unpack()]))
     assert calls and sum(calls) >= len(mats) - 2, calls
     (info, got), (want_info, want) = outs

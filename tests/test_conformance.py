@@ -33,6 +33,7 @@ import pytest
 
 from _check import to_host
 from conftest import DEVICES
+import vbatch
 from vbatch import InputError, PackedBatch, Runtime
 from vbatch.core.batch import Views
 from vbatch.kernels.cpu import CpuBackend
@@ -119,8 +120,19 @@ class Case:
         return rt.plan_for(self.name, **operands, **params)
 
 
-def make_case(op: str, rng, sizes) -> Case:
-    return Case(op, REGISTERED[op].example(rng, list(sizes)))
+def make_case(op: str, rng, sizes, dtype=np.float64) -> Case:
+    """The op's example; for a complex ``dtype``, of complex operands (with the parameters
+    only they take: "C", complex scalars)."""
+    return Case(op, REGISTERED[op].example(rng, list(sizes), dtype))
+
+
+COMPLEX = [np.complex64, np.complex128]
+
+
+def _complex_on(device, dtype) -> bool:
+    """Whether the backend takes this dtype; the CUDA backend takes no complex type yet, and
+    :func:`test_a_backend_refuses_a_dtype_it_does_not_take_before_any_work` checks that."""
+    return device == "cpu" or np.dtype(dtype).kind != "c"
 
 
 def _check(case, res, params, dtype, where):
@@ -130,7 +142,8 @@ def _check(case, res, params, dtype, where):
     for g_list, w_list in zip(got, want):
         assert len(g_list) == len(w_list), where
         for i, (g, w) in enumerate(zip(g_list, w_list)):
-            g = np.asarray(g, np.float64)
+            g = np.asarray(g)
+            g = g.astype(np.result_type(g.dtype, np.float64))
             assert g.shape == w.shape, f"{where}, problem {i}: shape {g.shape} != {w.shape}"
             assert not np.isnan(g).any(), f"{where}, problem {i}: NaN in the output"
             err = np.linalg.norm(g - w) / max(np.linalg.norm(w), 1.0)
@@ -143,13 +156,16 @@ KINDS = ["native"] + [k for k in ("torch",) if importlib.util.find_spec(k)]
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("form", ["list", "packedF", "packedC"])
-@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64] + COMPLEX)
 @pytest.mark.parametrize("op", OPS)
 def test_every_op_in_every_dtype_form_and_array_kind(device, kind, form, dtype, op):
-    """Sizes 0, 1, tile - 1, tile, tile + 1 and past the tile in one batch, against the float64
-    reference; the device's own arrays (numpy, cupy) or torch's, where installed, in and out."""
+    """Sizes 0, 1, tile - 1, tile, tile + 1 and past the tile in one batch, against the
+    double-precision reference; the device's own arrays (numpy, cupy) or torch's, where
+    installed, in and out."""
+    if not _complex_on(device, dtype):
+        pytest.skip("the cuda backend takes no complex type yet")
     rng = np.random.default_rng(7)
-    case = make_case(op, rng, SIZES)
+    case = make_case(op, rng, SIZES, dtype)
     operands = {k: _form(v, form, device, dtype) for k, v in case.operands.items()}
     if kind == "torch":
         import torch
@@ -177,15 +193,20 @@ def test_every_op_in_every_dtype_form_and_array_kind(device, kind, form, dtype, 
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("form", ["list", "packedF", "packedC"])
+@pytest.mark.parametrize("dtype", [np.float64, np.complex128])
 @pytest.mark.parametrize("op", OPS)
-def test_a_parameter_changed_on_the_same_shapes_gives_its_own_result(device, form, op):
+def test_a_parameter_changed_on_the_same_shapes_gives_its_own_result(device, form, dtype, op):
+    """Complex operands add their own parameters: "C" where the op takes a trans, and complex
+    alpha and beta (real ones where the op takes only those, HERK's)."""
+    if not _complex_on(device, dtype):
+        pytest.skip("the cuda backend takes no complex type yet")
     rng = np.random.default_rng(1)
-    case = make_case(op, rng, SIZES)
+    case = make_case(op, rng, SIZES, dtype)
     rt = Runtime(device)
-    operands = {k: _form(v, form, device, np.float64) for k, v in case.operands.items()}
+    operands = {k: _form(v, form, device, dtype) for k, v in case.operands.items()}
     for step, params in enumerate(case.params):
         res = case.call(rt, operands, params).result()
-        _check(case, res, params, np.float64, f"{op} {form}, call {step} with {params}")
+        _check(case, res, params, dtype, f"{op} {form}, call {step} with {params}")
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -233,14 +254,16 @@ NAN_SIZES = [0, 1, 5, 32, 33, 70, 100, 130, 200]  # past the compiled small path
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("form", ["list", "packedF", "packedC"])
-@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.complex128])
 @pytest.mark.parametrize("op", [o.name for o in public()
                                 if o.example(np.random.default_rng(0), [1]).zero])
 def test_a_zero_scalar_reads_nothing_it_multiplies(device, form, dtype, op):
     """alpha = 0 in trsm/trmm gives zeros without reading b; beta = 0 in gemm/syrk/syr2k does
     not read c: NaN there never reaches the output."""
+    if not _complex_on(device, dtype):
+        pytest.skip("the cuda backend takes no complex type yet")
     rng = np.random.default_rng(4)
-    case = make_case(op, rng, NAN_SIZES)
+    case = make_case(op, rng, NAN_SIZES, dtype)
     params = dict(case.params[1], **{case.zero: 0.0})
     nan = {k: ([np.full_like(x, np.nan) for x in v] if k == case.read else v)
            for k, v in case.operands.items()}
@@ -250,7 +273,7 @@ def test_a_zero_scalar_reads_nothing_it_multiplies(device, form, dtype, op):
     want = case.reference(clean, params)
     tol = 50 * max(NAN_SIZES) * np.finfo(dtype).eps
     for i, (g, w) in enumerate(zip(_host_list(case.outputs(res)[0]), want[0])):
-        g = np.asarray(g, np.float64)
+        g = np.asarray(g).astype(w.dtype)
         if case.zero == "beta" and "lower" in params:  # the other triangle: c's own, NaN
             keep = np.tril(np.ones(g.shape, bool)) if params["lower"] else \
                 np.triu(np.ones(g.shape, bool))
@@ -363,6 +386,66 @@ def test_bad_input_is_named_before_any_work(device, op, monkeypatch):
             case.call(rt, operands, case.params[0])
         if len(case.operands) > 1 and how == "dtype":
             assert f"{first}:" in str(err.value), str(err.value)
+    assert not began
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("op", OPS)
+def test_real_and_complex_do_not_mix_and_complex_parameters_need_complex_operands(
+        device, op, monkeypatch):
+    """A complex problem among real ones, a complex operand beside real ones, a complex
+    scalar for real operands (or for one the op takes real), an unknown ``trans``: each an
+    InputError naming the problem or the operand, and nothing reaches the backend. A backend
+    that takes no complex type (CUDA, so far) says so before any work."""
+    from vbatch import InputError
+
+    rt = Runtime(device)
+    began = []
+    real = type(rt.backend).begin
+    monkeypatch.setattr(type(rt.backend), "begin",
+                        lambda self, *a, **kw: began.append(1) or real(self, *a, **kw))
+    xp = _xp(device)
+    case = make_case(op, np.random.default_rng(12), [3, 4, 5])
+    names = [k for k, v in case.operands.items() if not _fixed(v)]
+    first = names[0]
+
+    def given(dtype, mixed=None):
+        out = {k: v if _fixed(v) else [xp.asarray(a.astype(dtype)) for a in v]
+               for k, v in case.operands.items()}
+        if mixed is not None:
+            out[first][1] = xp.asarray(case.operands[first][1].astype(mixed))
+        return out
+
+    # (one operand: its name is not needed)
+    named = f"{first}: " if len(case.operands) > 1 else f"({first}: )?"
+    with pytest.raises(InputError, match=rf"problem 1: {named}dtype complex128 differs"):
+        case.call(rt, given(np.float64, np.complex128), case.params[0])
+    if len(names) > 1:
+        ops = given(np.float64)
+        ops[names[1]] = [xp.asarray(a.astype(np.complex128)) for a in case.operands[names[1]]]
+        with pytest.raises(InputError, match=rf"{names[1]} is complex128 but {first} is float64"):
+            case.call(rt, ops, case.params[0])
+    params = case.params[0]
+    for scalar in [s for s in ("alpha", "beta") if s in params]:
+        with pytest.raises(InputError, match=rf"{scalar} = \(?1\+1j\)? is complex, but (the "
+                                             rf"operands are float64|{scalar} is real for this "
+                                             "op)"):
+            case.call(rt, given(np.float64), dict(params, **{scalar: 1 + 1j}))
+        if op in ("herk",) or (op == "her2k" and scalar == "beta"):
+            with pytest.raises(InputError, match=rf"{scalar} .* is complex, but {scalar} is "
+                                                 "real for this op"):
+                case.call(rt, given(np.complex128), dict(params, **{scalar: 1 + 1j}))
+    for t in [t for t in ("trans", "trans_a", "trans_b") if t in params]:
+        # (a rank-k update's trans is a flag: op(A) is A^T, or A^H for HERK and HER2K)
+        with pytest.raises(InputError, match=rf"{t} must be (True or False|False, True, 'N', "
+                                             "'T' or 'C'), got 'H'"):
+            case.call(rt, given(np.complex128), dict(params, **{t: "H"}))
+    if device == "cuda":
+        with pytest.raises(InputError, match=rf"{first}: the cuda backend does not take "
+                                             "complex128"):
+            case.call(rt, given(np.complex128), params)
+        with pytest.raises(InputError, match="the cuda backend does not take complex64"):
+            vbatch.pack([xp.ones((2, 2), np.complex64)])
     assert not began
 
 

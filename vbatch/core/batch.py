@@ -32,7 +32,8 @@ from pydantic import BaseModel, ConfigDict, field_validator, model_validator
 from vbatch.core.errors import InputError, constructed, validated
 from vbatch.core.frontends import adopt, frontend_of, give, give_all
 
-SUPPORTED_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+SUPPORTED_DTYPES = (np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.complex64),
+                    np.dtype(np.complex128))
 
 
 _KIND_OF_TYPE: dict[type, str | None] = {np.ndarray: "numpy"}
@@ -81,7 +82,7 @@ def _adopt_data(data: Any) -> tuple[Any, str | None]:
 def _dtype_problem(dt: np.dtype) -> str | None:
     if dt in SUPPORTED_DTYPES:
         return None
-    return f"unsupported dtype {dt} (supported: float32, float64)"
+    return f"unsupported dtype {dt} (supported: float32, float64, complex64, complex128)"
 
 
 def _index_array(v: Any, name: str) -> np.ndarray:

@@ -7,7 +7,7 @@ clear message such as::
 
     InputError: invalid batch (2 errors):
       problem 3: not square: shape (3, 4)
-      problem 7: unsupported dtype complex128 (supported: float32, float64)
+      problem 7: unsupported dtype float16 (supported: float32, float64, complex64, complex128)
 """
 
 from __future__ import annotations
