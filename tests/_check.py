@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from vbatch.ops.cholesky import reference, residual
+from vbatch.ops.op import wide
 from vbatch.runtime.cli import RESIDUAL_C
 
 
@@ -27,7 +28,8 @@ def check_factor(a, f, dtype, npiv=None, where: str = "") -> float:
     assert np.all(np.isfinite(f)), f"{where}: NaN or inf in the factor"
     upper = np.triu(f, 1)
     assert not np.any(upper), f"{where}: non-zero above the diagonal at {np.argwhere(upper)[:3]}"
-    assert np.all(np.diag(f)[:p] > 0), f"{where}: non-positive diagonal in L11"
+    d = np.diag(f)[:p]  # (complex: a Hermitian factor's diagonal is real)
+    assert np.all(d.real > 0) and not np.any(d.imag), f"{where}: diagonal of L11 not positive"
     r = residual(a, f, p)
     tol = tolerance(n, dtype)
     assert r <= tol, f"{where}: residual {r:.3e} > tolerance {tol:.3e} (n={n}, p={p})"
@@ -35,8 +37,8 @@ def check_factor(a, f, dtype, npiv=None, where: str = "") -> float:
         # The trailing block against a dense Schur complement computed in float64.
         ref, info = reference(a, p)
         assert info == 0
-        s, s_ref = np.tril(f[p:, p:]).astype(np.float64), ref[p:, p:]
-        scale = max(np.linalg.norm(a.astype(np.float64)), 1.0)
+        s, s_ref = wide(np.tril(f[p:, p:])), ref[p:, p:]
+        scale = max(np.linalg.norm(wide(a)), 1.0)
         err = np.linalg.norm(s - s_ref) / scale
         assert err <= tol, f"{where}: Schur complement error {err:.3e} > {tol:.3e}"
     return r / (max(n, 1) * np.finfo(dtype).eps)
