@@ -103,7 +103,6 @@ class _Args:
         self.i = (ctypes.c_int * 8)()
         self.s = Scalars(dtype, 2)
         self.ia = ctypes.addressof(self.i)
-        self.sa = self.s.addr
         self.f = routines(dtype)
 
     def ints(self, *vals) -> list[int]:
