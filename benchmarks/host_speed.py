@@ -1,10 +1,12 @@
 """Host-side speed: planning time, and the CPU backend against a scipy loop, side by side.
 
     python benchmarks/host_speed.py [--reps 9] [--json FILE] [--only cpu|planning|tiny|lists]
+                                    [--dtype float64|complex128]
 
 Planning: k = 5,000 sizes uniform on [1, 512], both policies, nb 32 and 64, full and partial.
 
-CPU backend (float64, default BLAS settings): vbatch's packed and list forms against
+CPU backend (float64, or complex128 Hermitian matrices with ``--dtype``; default BLAS
+settings): vbatch's packed and list forms against
 ``scipy.linalg.cholesky`` called once per matrix, for k = 2,000 at Nmax 128 and k = 500 at Nmax
 512, every size distribution of ``ops/generate.py``, full and partial (npiv = n // 2; the loop
 then does what a user would: potrf of the leading block, a triangular solve, the Schur update).
@@ -68,32 +70,34 @@ def planning(reps: int) -> list[dict]:
 
 
 def scipy_loop(mats, npiv=None):
-    """What a user writes without vbatch: one scipy call (or three, for a partial) per matrix.
+    """What a user writes without vbatch: one scipy call (or three, for a partial) per matrix
+    (complex: the Hermitian factor, ``L21 = A21 L11^-H`` and ``A22 - L21 L21^H``).
 
-    The partial loop forms L21 L21^T with scipy's gemm, not numpy's ``@``: numpy and scipy
+    The partial loop forms L21 L21^H with scipy's gemm, not numpy's ``@``: numpy and scipy
     carry separate OpenBLAS builds whose thread pools fight when a loop alternates between them
     (seconds instead of milliseconds on 2 cores), and the baseline should not pay for that."""
     if npiv is None:
         return [scipy.linalg.cholesky(a, lower=True) for a in mats]
-    gemm = scipy.linalg.blas.dgemm
+    cplx = bool(mats) and mats[0].dtype.kind == "c"
+    gemm, trans = (scipy.linalg.blas.zgemm, 2) if cplx else (scipy.linalg.blas.dgemm, 1)
     out = []
     for a, p in zip(mats, npiv):
         l11 = scipy.linalg.cholesky(a[:p, :p], lower=True)
-        l21 = scipy.linalg.solve_triangular(l11, a[p:, :p].T, lower=True).T
-        out.append((l11, l21, gemm(-1.0, l21, l21, 1.0, a[p:, p:], trans_b=True)))
+        l21 = scipy.linalg.solve_triangular(l11, a[:p, p:], lower=True).conj().T
+        out.append((l11, l21, gemm(-1.0, l21, l21, 1.0, a[p:, p:], trans_b=trans)))
     return out
 
 
 CASES = [(2000, 128), (500, 512)]
 
 
-def cpu_backend(reps: int, nbs=(None,)) -> list[dict]:
+def cpu_backend(reps: int, nbs=(None,), dtype=np.float64) -> list[dict]:
     rows = []
     for k, nmax in CASES:
         for dist in DISTRIBUTIONS:
             rng = np.random.default_rng(1)
             ns = sizes(dist, k, nmax, rng)
-            mats = spd_list(ns, np.float64, rng)
+            mats = spd_list(ns, dtype, rng)
             packed = vbatch.pack(mats)
             for partial in (False, True):
                 npiv = (ns // 2) if partial else None
@@ -209,6 +213,9 @@ def main() -> None:
                     help="where --only lists runs (cuda: lists of cupy arrays)")
     ap.add_argument("--nb", type=int, nargs="+", help="CPU panel widths to compare "
                                                      "(default: the backend's)")
+    ap.add_argument("--dtype", choices=("float64", "complex128"), default="float64",
+                    help="the CPU backend's factorizations (--only cpu): real SPD or complex "
+                         "Hermitian matrices")
     args = ap.parse_args()
     out: dict = {"machine": f"{platform.machine()}, {os.cpu_count()} cores, "
                             f"numpy {np.__version__}, scipy {scipy.__version__}"}
@@ -233,8 +240,9 @@ def main() -> None:
             print(f"  {r['policy']} nb={r['nb']:<3} {r['npiv']:<7} {r['ms']:7.2f} ms  "
                   f"{r['launches']:4d} launches")
     if args.only in (None, "cpu"):
-        out["cpu_backend"] = cpu_backend(args.reps, tuple(args.nb) if args.nb else (None,))
-        print("CPU backend vs a scipy.linalg.cholesky loop, float64 (median ms; ratio = "
+        out["cpu_backend"] = cpu_backend(args.reps, tuple(args.nb) if args.nb else (None,),
+                                         np.dtype(args.dtype))
+        print(f"CPU backend vs a scipy.linalg.cholesky loop, {args.dtype} (median ms; ratio = "
               "vbatch / loop)")
         print(f"  {'k':>5} {'Nmax':>5} {'dist':<8} {'npiv':<5} {'nb':>4} {'packed':>8} "
               f"{'list':>8} {'loop':>8} {'packed/loop':>12} {'list/loop':>10}")

@@ -208,6 +208,7 @@ def _potrf_small(rows, info, A, ao, al, acol, L, lo, ll, lcol, inplace):
     trailing block and in the block above it. Only the input's lower triangle is read."""
     # (in double precision, of A's kind: real or complex)
     col = np.zeros(max(rows[:, 1].max(), 1) if rows.shape[0] else 1) + A[:0].sum()
+    z = col[:0].sum()  # (a zero of col's type: _column's sums in its precision)
     for t in range(rows.shape[0]):
         q, n, p = rows[t, 0], rows[t, 1], rows[t, 2]
         if info[q] != 0:
@@ -221,7 +222,7 @@ def _potrf_small(rows, info, A, ao, al, acol, L, lo, ll, lcol, inplace):
         d = 0.0
         for jj in range(p):
             j = np.uint64(jj)
-            _column(A, a0, uar, uac, L, l0, ulr, ulc, j, un, j, col)
+            _column(A, a0, uar, uac, L, l0, ulr, ulc, j, un, j, col, z)
             d = col[j].real  # (a Hermitian matrix's diagonal is real: its imaginary part unread)
             if not d > 0.0:
                 info[q] = jj + 1
@@ -248,18 +249,17 @@ def _potrf_small(rows, info, A, ao, al, acol, L, lo, ll, lcol, inplace):
         for j in range(np.uint64(p), un):  # the Schur complement, lower triangle; zeros above
             for i in range(j):
                 L[l0 + i * ulr + j * ulc] = 0.0
-            _column(A, a0, uar, uac, L, l0, ulr, ulc, j, un, np.uint64(p), col)
+            _column(A, a0, uar, uac, L, l0, ulr, ulc, j, un, np.uint64(p), col, z)
             for i in range(j, un):
                 L[l0 + i * ulr + j * ulc] = col[i]
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _column(A, a0, ar, ac, L, l0, lr, lc, j, n, kend, col):
+def _column(A, a0, ar, ac, L, l0, lr, lc, j, n, kend, col, z):
     """``col[i] := A[i, j] - sum_{k < kend} L[i, k] conj(L[j, k])`` for ``i`` in ``[j, n)``, in
     double precision (unsigned indices: see blas_cpu._gemm_block). Where L's columns are
     contiguous, as sums of its columns (the inner loop down a column, vectorized); else as a
     dot product per entry, along L's rows."""
-    z = col[:0].sum()  # (a zero of col's type: the sums' precision)
     if lr == 1:
         for i in range(j, n):
             col[i] = A[a0 + i * ar + j * ac]
