@@ -11,9 +11,11 @@
 // offset[K] then ld[K] at meta[2 K s]: A's is s = 0, LU's s = 1, ipiv's s = 2.
 //
 // One step of a right-looking LU is two launches (the trailing GEMM is the blas family's):
-// getrf_factor (a block a panel) or getrf_warp (a warp a panel of at most 32 rows) factors the
-// panel's columns [j, j + w), rows [j, m); getrf_rows applies the step's row swaps to every
-// other column and solves U12 = L11^-1 A12 right of the panel. Out of place, the first step
+// getrf_factor (a block a panel), getrf_warp (a warp a panel of at most 32 rows) or getrf_regs
+// (a block a column-major panel of at most 32 W rows, a row a thread) factors the panel's
+// columns [j, j + w), rows [j, m); getrf_rows_cm (column-major) or getrf_rows (row-major)
+// applies the step's row swaps to every other column and solves U12 = L11^-1 A12 right of the
+// panel. Out of place, the first step
 // (j = 0) reads A: the factor kernel its panel's columns, the rows kernel the others, so every
 // later step reads LU alone.
 //
@@ -152,9 +154,10 @@ getrf_factor(const unsigned long long* tbl, const long long* meta, const int* im
 // swap exchanges two rows' rids instead of their data (each row is written to its final place
 // at the end). The pivot search and the pivot row's broadcast are warp shuffles. NB is the
 // launch's widest panel rounded up to 8 (no dead columns unrolled); WARPS panels a block
-// (kernels/getrf_cuda.py PANEL_WARPS).
+// (kernels/getrf_cuda.py PANEL_WARPS). At 32 columns the bound asks for four blocks a
+// multiprocessor (128 registers: 114 used, no spill; unbounded it took 140, three blocks).
 template <typename T, int NB, bool ROW, bool PIVOT>
-__global__ void __launch_bounds__(128)
+__global__ void __launch_bounds__(128, NB >= 32 ? 4 : 1)
 getrf_warp(const unsigned long long* tbl, const long long* meta, const int* imeta,
            const int* tasks, int K, int lo, int hi, int unused) {
   constexpr int WARPS = 4;
@@ -231,13 +234,120 @@ getrf_warp(const unsigned long long* tbl, const long long* meta, const int* imet
   }
 }
 
-// The step's swaps move whole rows: the w rows [j, j + w) end up holding rows `from` (a
-// permutation worked out once by warp 0 from the step's pivots), and each row below them that a
-// swap touched ends up holding one of the w rows (`out_to` <- `out_from`). The block's CT
-// columns of the w final rows are gathered into shared memory, the touched rows below are
-// written, and right of the panel the columns are solved with L11 (a thread a column) before
-// the w rows are written back. Every global access runs in memory order (down a column when
-// column-major, along a row when row-major), so a warp's accesses share sectors.
+// A panel of at most 32 W rows factored by a block of W warps, a row a thread in registers
+// (getrf_warp's scheme past one warp): the pivot search is a warp reduction, then one barrier
+// and each thread combines the W warps' winners; the pivot row's owner puts it in shared
+// memory, one more barrier, and every row below updates itself from there. Two barriers a
+// column, the shared buffers alternating by column parity (a buffer is written again only
+// after a barrier that every reader of its last use has passed). Column-major. Past 64 rows it
+// takes only launches of few panels (kernels/getrf_cuda.py REGS_FEW): with many, the
+// shared-memory getrf_factor was faster.
+template <typename T, int NB, int W, bool PIVOT>
+__global__ void __launch_bounds__(32 * W)
+getrf_regs(const unsigned long long* tbl, const long long* meta, const int* imeta,
+           const int* tasks, int K, int lo, int hi, int unused) {
+  const int row = lo + (int)blockIdx.x;
+  if (row >= hi) return;
+  const int* tk = tasks + (long long)row * VB_TASK_COLS;
+  const int q = tk[0], j = tk[1], w = tk[2], m = tk[3];
+  const T* A = reinterpret_cast<const T*>(tbl[0]) + meta[q];
+  const long long lda = meta[K + q];
+  T* L = reinterpret_cast<T*>(tbl[1]) + meta[2LL * K + q];
+  const long long ld = meta[3LL * K + q];
+  int* ipiv = reinterpret_cast<int*>(tbl[2]) + meta[4LL * K + q];
+  int* info = reinterpret_cast<int*>(tbl[3]);
+  __shared__ T s_row[2][NB];
+  __shared__ T sv[2][W];
+  __shared__ int si[2][W];
+  const int tid = threadIdx.x, lane = tid & 31, wp = tid >> 5;
+  const int pm = m - j;  // (the panel's rows)
+  const bool copy = j == 0 && static_cast<const void*>(A) != static_cast<const void*>(L);
+  const T* src = copy ? A : L;
+  const long long lds = copy ? lda : ld;
+  T a[NB];
+  int rid = tid;
+#pragma unroll
+  for (int c = 0; c < NB; ++c) {
+    a[c] = (tid < pm && c < w) ? src[at<false>(j + tid, j + c, lds)] : T(0);
+  }
+  int first_zero = 0;
+#pragma unroll
+  for (int c = 0; c < NB; ++c) {
+    if (c >= w) continue;
+    const int b = c & 1;
+    int p = c;
+    if (PIVOT) {
+      const bool in = rid >= c && rid < pm;
+      T best = in ? fabs(a[c]) : T(-1);
+      int bi = in && best == best ? rid : 0x7fffffff;
+      if (bi == 0x7fffffff) best = T(-1);
+#pragma unroll
+      for (int off = 16; off > 0; off >>= 1) {
+        const T ov = __shfl_xor_sync(0xffffffffu, best, off);
+        const int oi = __shfl_xor_sync(0xffffffffu, bi, off);
+        if (ov > best || (ov == best && oi < bi)) {
+          best = ov;
+          bi = oi;
+        }
+      }
+      if (lane == 0) {
+        sv[b][wp] = best;
+        si[b][wp] = bi;
+      }
+      __syncthreads();
+      best = sv[b][0];
+      bi = si[b][0];
+#pragma unroll
+      for (int v = 1; v < W; ++v) {
+        const T ov = sv[b][v];
+        const int oi = si[b][v];
+        if (ov > best || (ov == best && oi < bi)) {
+          best = ov;
+          bi = oi;
+        }
+      }
+      if (bi != 0x7fffffff) p = bi;  // (a column of NaN keeps its diagonal)
+    }
+    if (rid == p) {
+#pragma unroll
+      for (int k = c; k < NB; ++k) {
+        if (k < w) s_row[b][k] = a[k];
+      }
+    }
+    __syncthreads();
+    const T d = s_row[b][c];
+    if (d == T(0) && first_zero == 0) first_zero = j + c + 1;
+    if (tid == 0) ipiv[j + c] = j + p;
+    if (rid == p) rid = c;
+    else if (rid == c) rid = p;
+    const bool below = rid > c;
+    T l = a[c];
+    if (below && d != T(0)) {
+      l = l / d;
+      a[c] = l;
+    }
+#pragma unroll
+    for (int k = c + 1; k < NB; ++k) {
+      if (k < w && below) a[k] = fma(-l, s_row[b][k], a[k]);
+    }
+  }
+  if (tid == 0 && first_zero != 0 && info[q] == 0) info[q] = first_zero;
+  if (rid < pm) {
+#pragma unroll
+    for (int c = 0; c < NB; ++c) {
+      if (c < w) L[at<false>(j + rid, j + c, ld)] = a[c];
+    }
+  }
+}
+
+// The rows kernel for row-major factors (getrf_rows_cm below takes column-major ones; ROW =
+// false is kept general). The step's swaps move whole rows: the w rows [j, j + w) end up
+// holding rows `from` (a permutation worked out once by warp 0 from the step's pivots), and
+// each row below them that a swap touched ends up holding one of the w rows (`out_to` <-
+// `out_from`). The block's CT columns of the w final rows are gathered into shared memory, the
+// touched rows below are written, and right of the panel the columns are solved with L11 (a
+// thread a column) before the w rows are written back. Every global access runs in memory
+// order (along a row when row-major), so a warp's accesses share sectors.
 template <typename T, int NB, bool ROW, bool PIVOT>
 __global__ void __launch_bounds__(64)
 getrf_rows(const unsigned long long* tbl, const long long* meta, const int* imeta,
@@ -356,6 +466,155 @@ getrf_rows(const unsigned long long* tbl, const long long* meta, const int* imet
   for (int e = tid; e < w * cols; e += CT) {
     const int r = ROW ? e / cols : e % w, c = ROW ? e % cols : e / w;
     L[at<ROW>(j + r, col(c), ld)] = tile[r][c];
+  }
+}
+
+// Column-major: the same step's work with one block barrier. Warp 0 replays the step's swaps
+// (as getrf_rows) into shared memory while the other warps read L11 there (and, out of place at
+// the first step, copy their columns' rows [w, m) from A); after the barrier a warp owns its
+// columns outright: U a lane, 32 / NB an instruction, lane r of a segment row j + r. Its loads
+// come first, U columns' worth a lane in flight, then __syncwarp (the rows below the w that a
+// swap touched are read before they are written), the writes, and right of the panel the
+// solve by L11 in NB - 1 shuffle steps a column. Without pivoting the columns left of the
+// panel are not touched.
+template <typename T, int NB, bool PIVOT>
+__global__ void __launch_bounds__(256)
+getrf_rows_cm(const unsigned long long* tbl, const long long* meta, const int* imeta,
+              const int* tasks, int K, int lo, int hi, int unused) {
+  constexpr int WARPS = 8, U = 4, S = 32 / NB;
+  constexpr int CB = WARPS * S * U;  // columns a block (kernels/getrf_cuda.py rows_cols)
+  const int row = lo + (int)blockIdx.x;
+  if (row >= hi) return;
+  const int* tk = tasks + (long long)row * VB_TASK_COLS;
+  const int q = tk[0], j = tk[1], w = tk[2], m = tk[3], n = tk[4];
+  const int outside = n - w;  // columns [0, j) and [j + w, n), numbered 0 .. outside - 1
+  const int c0 = (int)blockIdx.y * CB;
+  const int cend = min(c0 + CB, outside);
+  if (c0 >= outside || (!PIVOT && cend <= j)) return;  // (the whole block: before the barrier)
+  const T* A = reinterpret_cast<const T*>(tbl[0]) + meta[q];
+  const long long lda = meta[K + q];
+  T* L = reinterpret_cast<T*>(tbl[1]) + meta[2LL * K + q];
+  const long long ld = meta[3LL * K + q];
+  const int* ipiv = reinterpret_cast<const int*>(tbl[2]) + meta[4LL * K + q];
+  __shared__ T l11[NB][NB + 1];
+  __shared__ int s_from[NB], s_to[NB], s_ofrom[NB];
+  __shared__ int s_out;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int r = lane % NB, s = lane / NB;
+  const bool solve = cend > j;  // (some column of the block is right of the panel)
+  const bool copy = j == 0 && static_cast<const void*>(A) != static_cast<const void*>(L);
+  int gc[U];
+  bool ok[U];
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    const int c = c0 + (warp * U + u) * S + s;
+    ok[u] = c < outside && (PIVOT || c >= j);
+    gc[u] = c < j ? c : c + w;
+  }
+  if (warp == 0) {
+    // The swaps replayed on row numbers: lane l < w ends up with what row j + l holds; lane
+    // k < out with the k-th row below the w that a swap touched (op) and what it holds (oc).
+    int content = j + lane, op = -1, oc = -1, out = 0;
+    if (PIVOT) {
+      const int pv = lane < w ? ipiv[j + lane] : 0;
+      for (int i = 0; i < w; ++i) {
+        const int p = __shfl_sync(0xffffffffu, pv, i);
+        if (p == j + i) continue;
+        const int a = __shfl_sync(0xffffffffu, content, i);
+        if (p < j + w) {
+          const int b = __shfl_sync(0xffffffffu, content, p - j);
+          if (lane == i) content = b;
+          if (lane == p - j) content = a;
+        } else {
+          const unsigned hit = __ballot_sync(0xffffffffu, op == p);
+          const int k = hit ? __ffs(hit) - 1 : out;
+          const int b = __shfl_sync(0xffffffffu, oc, k);
+          if (lane == i) content = hit ? b : p;
+          if (lane == k) {
+            op = p;
+            oc = a;
+          }
+          out += hit ? 0 : 1;
+        }
+      }
+    }
+    if (lane < NB) {
+      s_from[lane] = content;
+      s_to[lane] = op;
+      s_ofrom[lane] = oc;
+    }
+    if (lane == 0) s_out = out;
+  } else {
+    if (solve) {
+      constexpr int PER = (NB * NB + 32 * (WARPS - 1) - 1) / (32 * (WARPS - 1));
+      T v[PER];
+#pragma unroll
+      for (int t = 0; t < PER; ++t) {
+        const int e = (int)threadIdx.x - 32 + t * 32 * (WARPS - 1), rr = e % NB, cc = e / NB;
+        if (e < NB * NB && rr < w && cc < rr) v[t] = L[at<false>(j + rr, j + cc, ld)];
+      }
+#pragma unroll
+      for (int t = 0; t < PER; ++t) {
+        const int e = (int)threadIdx.x - 32 + t * 32 * (WARPS - 1), rr = e % NB, cc = e / NB;
+        if (e < NB * NB && rr < w && cc < rr) l11[rr][cc] = v[t];
+      }
+    }
+  }
+  if (copy) {  // (rows [0, w) are written below)
+    for (int i0 = w + r; i0 < m; i0 += 2 * NB) {
+      T v[U][2];
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+#pragma unroll
+        for (int t = 0; t < 2; ++t) {
+          const int i = i0 + t * NB;
+          if (ok[u] && i < m) v[u][t] = A[at<false>(i, gc[u], lda)];
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+#pragma unroll
+        for (int t = 0; t < 2; ++t) {
+          const int i = i0 + t * NB;
+          if (ok[u] && i < m) L[at<false>(i, gc[u], ld)] = v[u][t];
+        }
+      }
+    }
+  }
+  __syncthreads();  // (the permutation and l11; the copy written before the rows below)
+  const T* src = copy ? A : L;
+  const long long lds = copy ? lda : ld;
+  const int out = s_out, from = s_from[r];
+  T x[U], o[U];
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    x[u] = ok[u] && r < w ? src[at<false>(from, gc[u], lds)] : T(0);
+    o[u] = ok[u] && r < out ? src[at<false>(s_ofrom[r], gc[u], lds)] : T(0);
+  }
+  __syncwarp();  // (every source row of the warp's columns read before any is written)
+  if (r < out) {
+    const int to = s_to[r];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      if (ok[u]) L[at<false>(to, gc[u], ld)] = o[u];
+    }
+  }
+  if (solve) {  // (right of the panel: U12 = L11^-1 A12; lanes r <= k keep theirs)
+#pragma unroll
+    for (int k = 0; k < NB - 1; ++k) {
+      if (k + 1 < w) {
+        const T lk = r > k && r < w ? l11[r][k] : T(0);
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+          const T xk = __shfl_sync(0xffffffffu, x[u], k, NB);
+          if (r > k && gc[u] >= j + w) x[u] = fma(-lk, xk, x[u]);
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    if (ok[u] && r < w) L[at<false>(j + r, gc[u], ld)] = x[u];
   }
 }
 

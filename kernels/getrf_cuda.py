@@ -5,14 +5,19 @@ The kernels are ``getrf.cu`` beside this file; its header comment defines the ta
 updates are the ``blas`` family's GEMMs (:mod:`vbatch.kernels.blas_cuda`).
 
 * ``getrf.factor``: panels of at most 32 rows (the launch's tallest) a warp each, a row a
-  lane in registers; taller ones a block each, ``FACTOR_THREADS`` threads (the fewest that
-  give the tallest panel of the launch a row each, at most the last): a block reduction finds
+  lane in registers; column-major ones of at most ``REGS_ROWS`` (at most 256 in a launch of few
+  panels, ``REGS_FEW``) a block of ``REGS_WARPS`` warps, a row a thread in registers; others a
+  block each, ``FACTOR_THREADS`` threads (the fewest that give the tallest panel of the launch
+  a row each, at most the last): a block reduction finds
   each column's pivot, the panel's rows are swapped, scaled and updated, in shared memory where
   the launch's tallest panel fits ``FACTOR_SMEM``, else in global memory;
-* ``getrf.rows``: ``ROWS_COLS`` columns outside the panel a block (the grid's second
-  dimension): the step's swaps as one permutation of rows (the panel's ``w`` rows gathered
-  into shared memory, the rows below them that a swap touched written), then for columns right
-  of the panel the unit lower solve by L11, a thread a column;
+* ``getrf.rows``: the step's swaps as one permutation of rows (the panel's ``w`` final rows
+  gathered, the rows below them that a swap touched written) on the columns outside the panel,
+  then for columns right of it the unit lower solve by L11. Column-major (``getrf_rows_cm``):
+  :func:`rows_cols` columns a block of ``ROWS_CM_WARPS`` warps, each warp its own columns with a
+  lane a row, the solve in shuffles; row-major (``getrf_rows``): ``ROWS_COLS`` columns a block,
+  the rows gathered into shared memory, a thread a column for the solve. Both take the grid's
+  second dimension for the column blocks;
 * ``getrf.swap`` (getrs, gesv): a thread per right-hand side, ``SWAP_COLS`` a block: the copy
   of B into X where the kind has a source, then the interchanges, one after another; the
   buffers' slots travel in ``extra`` (:func:`swap_extra`).
@@ -30,7 +35,8 @@ from vbatch.ops.getrf import FACTOR, ROWS, SWAP
 
 OP = "getrf"
 SOURCE = "getrf.cu"
-TEMPLATES = ("vb::getrf_factor", "vb::getrf_warp", "vb::getrf_rows", "vb::getrf_swap")
+TEMPLATES = ("vb::getrf_factor", "vb::getrf_warp", "vb::getrf_regs", "vb::getrf_rows",
+             "vb::getrf_rows_cm", "vb::getrf_swap")
 NB_SUPPORTED = (8, 16, 32)  # getrf_rows keeps a column's w <= NB entries in registers
 FACTOR_THREADS = (64, 128, 256)
 # A launch whose panels have at most 32 rows is factored a warp a panel, PANEL_WARPS panels a
@@ -38,10 +44,19 @@ FACTOR_THREADS = (64, 128, 256)
 # WARP_WIDTHS (getrf.cu getrf_warp; decisions.md#getrf-warp-panel).
 WARP_WIDTHS = (8, 16, 24, 32)
 PANEL_WARPS = 4
+# Column-major panels of 33 to REGS_ROWS rows, and in a launch of at most REGS_FEW panels up to
+# 32 * REGS_WARPS[-1] rows: a block of the fewest REGS_WARPS warps that give each row a thread,
+# the row in registers (getrf.cu getrf_regs). Many taller panels ran faster in shared memory;
+# a few (skewed sizes' largest, a chain of latency) faster so (decisions.md#getrf-rows-cm).
+REGS_WARPS = (2, 4, 8)
+REGS_ROWS = 64
+REGS_FEW = 128
 # A panel of at most this many bytes (its tallest rows x nb) is factored in shared memory: read
 # once, its columns' steps there, written once; a taller one step by step where it lies.
 FACTOR_SMEM = 64 * 1024
-ROWS_COLS = 64
+ROWS_COLS = 64  # (getrf_rows, row-major)
+# getrf_rows_cm (column-major): 8 warps a block, 4 columns a lane, 32 / nb columns an instruction
+ROWS_CM_WARPS, ROWS_CM_COLS = 8, 4
 SWAP_COLS = 64  # (getrf_swap: a thread per right-hand side)
 ABSENT = 7  # (a swap's slot of no buffer)
 MAX_GRID_Y = 65535
@@ -96,6 +111,19 @@ def rows_name(T: str, nb: int, R: str, P: str) -> str:
     return f"vb::getrf_rows<{T},{nb},{R},{P}>"
 
 
+def regs_name(T: str, nb: int, warps: int, P: str) -> str:
+    return f"vb::getrf_regs<{T},{nb},{warps},{P}>"
+
+
+def rows_cm_name(T: str, nb: int, P: str) -> str:
+    return f"vb::getrf_rows_cm<{T},{nb},{P}>"
+
+
+def rows_cols(nb: int, order: str) -> int:
+    """Columns outside the panel a rows block takes (the grid's second dimension)."""
+    return ROWS_CM_WARPS * (32 // nb) * ROWS_CM_COLS if order == "F" else ROWS_COLS
+
+
 def factor_threads(rows: int) -> int:
     return next((nt for nt in FACTOR_THREADS if rows <= nt), FACTOR_THREADS[-1])
 
@@ -110,6 +138,11 @@ def select(lc, nb: int, dtype, order: str, pivot: bool) -> Selection:
             wb = next(b for b in WARP_WIDTHS if b >= min(lc.width, nb))
             return Selection(warp_name(T, wb, R, P), (math.ceil(lc.count / PANEL_WARPS),),
                              (32 * PANEL_WARPS,), 0, source=SOURCE)
+        if order == "F" and (lc.rows[1] <= REGS_ROWS or (
+                lc.count <= REGS_FEW and lc.rows[1] <= 32 * REGS_WARPS[-1])):
+            wb = next(b for b in WARP_WIDTHS if b >= min(lc.width, nb))
+            nw = next(v for v in REGS_WARPS if 32 * v >= lc.rows[1])
+            return Selection(regs_name(T, wb, nw, P), (lc.count,), (32 * nw,), 0, source=SOURCE)
         nt = factor_threads(lc.rows[1])
         smem = lc.rows[1] * nb * np.dtype(dtype).itemsize
         if smem <= FACTOR_SMEM:  # (the panel staged in shared memory)
@@ -117,10 +150,13 @@ def select(lc, nb: int, dtype, order: str, pivot: bool) -> Selection:
                              source=SOURCE)
         return Selection(factor_name(T, nt, R, P), (lc.count,), (nt,), 0, source=SOURCE)
     if lc.kind == ROWS:
-        tiles = max(1, math.ceil(lc.cols[1] / ROWS_COLS))
+        tiles = max(1, math.ceil(lc.cols[1] / rows_cols(nb, order)))
         if tiles > MAX_GRID_Y:
             raise InputError([(None, f"launch {lc.index} (getrf rows) needs {tiles} column "
                                      f"blocks, more than the grid allows ({MAX_GRID_Y})")])
+        if order == "F":
+            return Selection(rows_cm_name(T, nb, P), (lc.count, tiles), (32 * ROWS_CM_WARPS,),
+                             0, source=SOURCE)
         return Selection(rows_name(T, nb, R, P), (lc.count, tiles), (ROWS_COLS,), 0,
                          source=SOURCE)
     raise ValueError(f"cuda backend: getrf has no launch kind {lc.kind!r}")
@@ -160,6 +196,11 @@ def kernel_names(dtypes=DTYPES, nbs=NB_SUPPORTED, orders=ORDERS) -> list[str]:
                 out += [factor_name(T, nt, R, P, SH) for nt in FACTOR_THREADS
                         for SH in ("false", "true")]
                 out += [warp_name(T, b, R, P) for b in WARP_WIDTHS if b <= max(nbs)]
-                out += [rows_name(T, nb, R, P) for nb in nbs]
+                if order == "F":
+                    out += [rows_cm_name(T, nb, P) for nb in nbs]
+                    out += [regs_name(T, b, v, P) for b in WARP_WIDTHS if b <= max(nbs)
+                            for v in REGS_WARPS]
+                else:
+                    out += [rows_name(T, nb, R, P) for nb in nbs]
             out.append(swap_name(T, R))
     return out
