@@ -28,6 +28,41 @@
 
 namespace vb {
 
+// The step's swaps replayed on row numbers by one warp (ipiv: the step's, 0-based, absolute):
+// lane l < w ends up with what row j + l holds (`content`); lane k < the count returned with
+// the k-th row below the w that a swap touched (`op`) and what it holds (`oc`).
+template <bool PIVOT>
+__device__ __forceinline__ int replay_swaps(const int* ipiv, int j, int w, int lane,
+                                            int& content, int& op, int& oc) {
+  content = j + lane;
+  op = oc = -1;
+  int out = 0;
+  if (PIVOT) {
+    const int pv = lane < w ? ipiv[j + lane] : 0;
+    for (int i = 0; i < w; ++i) {
+      const int p = __shfl_sync(0xffffffffu, pv, i);
+      if (p == j + i) continue;
+      const int a = __shfl_sync(0xffffffffu, content, i);
+      if (p < j + w) {
+        const int b = __shfl_sync(0xffffffffu, content, p - j);
+        if (lane == i) content = b;
+        if (lane == p - j) content = a;
+      } else {
+        const unsigned hit = __ballot_sync(0xffffffffu, op == p);
+        const int k = hit ? __ffs(hit) - 1 : out;
+        const int b = __shfl_sync(0xffffffffu, oc, k);
+        if (lane == i) content = hit ? b : p;
+        if (lane == k) {
+          op = p;
+          oc = a;
+        }
+        out += hit ? 0 : 1;
+      }
+    }
+  }
+  return out;
+}
+
 // Block reduction of (|value|, row) pairs to the largest value, the lowest row among equals:
 // LAPACK's idamax. Threads with no row pass (-1, INT_MAX). Returns the winner in every thread.
 template <typename T, int NT>
@@ -397,32 +432,9 @@ getrf_rows(const unsigned long long* tbl, const long long* meta, const int* imet
     }
   }
   if (tid < 32) {
-    // The swaps replayed on row numbers: lane l < w holds what row j + l holds; lane k < out
-    // the k-th row below the w that a swap touched (`op`) and what it holds (`oc`).
     const int l = tid;
-    int content = j + l, op = -1, oc = -1, out = 0;
-    if (PIVOT) {
-      for (int i = 0; i < w; ++i) {
-        const int p = ipiv[j + i];
-        if (p == j + i) continue;
-        const int a = __shfl_sync(0xffffffffu, content, i);
-        if (p < j + w) {
-          const int b = __shfl_sync(0xffffffffu, content, p - j);
-          if (l == i) content = b;
-          if (l == p - j) content = a;
-        } else {
-          const unsigned hit = __ballot_sync(0xffffffffu, op == p);
-          const int k = hit ? __ffs(hit) - 1 : out;
-          const int b = __shfl_sync(0xffffffffu, oc, k);
-          if (l == i) content = hit ? b : p;
-          if (l == k) {
-            op = p;
-            oc = a;
-          }
-          out += hit ? 0 : 1;
-        }
-      }
-    }
+    int content, op, oc;
+    const int out = replay_swaps<PIVOT>(ipiv, j, w, l, content, op, oc);
     if (l < w) from[l] = content;
     if (l < out) {
       out_to[l] = op;
@@ -512,32 +524,8 @@ getrf_rows_cm(const unsigned long long* tbl, const long long* meta, const int* i
     gc[u] = c < j ? c : c + w;
   }
   if (warp == 0) {
-    // The swaps replayed on row numbers: lane l < w ends up with what row j + l holds; lane
-    // k < out with the k-th row below the w that a swap touched (op) and what it holds (oc).
-    int content = j + lane, op = -1, oc = -1, out = 0;
-    if (PIVOT) {
-      const int pv = lane < w ? ipiv[j + lane] : 0;
-      for (int i = 0; i < w; ++i) {
-        const int p = __shfl_sync(0xffffffffu, pv, i);
-        if (p == j + i) continue;
-        const int a = __shfl_sync(0xffffffffu, content, i);
-        if (p < j + w) {
-          const int b = __shfl_sync(0xffffffffu, content, p - j);
-          if (lane == i) content = b;
-          if (lane == p - j) content = a;
-        } else {
-          const unsigned hit = __ballot_sync(0xffffffffu, op == p);
-          const int k = hit ? __ffs(hit) - 1 : out;
-          const int b = __shfl_sync(0xffffffffu, oc, k);
-          if (lane == i) content = hit ? b : p;
-          if (lane == k) {
-            op = p;
-            oc = a;
-          }
-          out += hit ? 0 : 1;
-        }
-      }
-    }
+    int content, op, oc;
+    const int out = replay_swaps<PIVOT>(ipiv, j, w, lane, content, op, oc);
     if (lane < NB) {
       s_from[lane] = content;
       s_to[lane] = op;
