@@ -131,7 +131,8 @@ COMPLEX = [np.complex64, np.complex128]
 
 def _complex_on(device, dtype) -> bool:
     """Whether the backend takes this dtype; the CUDA backend takes no complex type yet, and
-    :func:`test_a_backend_refuses_a_dtype_it_does_not_take_before_any_work` checks that."""
+    :func:`test_real_and_complex_do_not_mix_and_complex_parameters_need_complex_operands`
+    checks that it refuses them."""
     return device == "cpu" or np.dtype(dtype).kind != "c"
 
 
