@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from vbatch.core.batch import SUPPORTED_DTYPES, MatrixList, PackedBatch
+from vbatch.core.errors import InputError
 from vbatch.scheduler.plan import Launch, Plan
 
 
@@ -99,8 +100,17 @@ class Backend(ABC):
     tracer: list | None = None
     # {op name: its kernel module for this backend}; each backend fills it.
     kernels: dict = {}
-    # The dtypes its kernels take (the runtime refuses others before any work).
+    # The dtypes its kernels take (the runtime refuses others before any work: check_dtype).
     dtypes: tuple = SUPPORTED_DTYPES
+
+    def check_dtype(self, dtype, operand: str | None = None) -> None:
+        """An InputError (naming ``operand``) where this backend's kernels do not take
+        ``dtype``."""
+        if np.dtype(dtype) not in self.dtypes:
+            what = f"{operand}: " if operand else ""
+            have = ", ".join(d.name for d in self.dtypes)
+            raise InputError([(None, f"{what}the {self.name} backend does not take "
+                                     f"{np.dtype(dtype)} (it takes {have})")])
 
     def tune_key(self) -> str:
         """What a tune file's entry must have been measured on (:mod:`vbatch.runtime.tune`):

@@ -166,10 +166,7 @@ class Runtime:
         """The call's dtype, which this runtime's backend must take (else an InputError,
         before any work)."""
         dtype = getattr(req, op._ins[0][1]).dtype
-        if dtype not in self.backend.dtypes:
-            have = ", ".join(d.name for d in self.backend.dtypes)
-            raise InputError([(None, f"{op._ins[0][1]}: the {self.backend.name} backend does "
-                                     f"not take {dtype} (it takes {have})")])
+        self.backend.check_dtype(dtype, op._ins[0][1])
         return dtype
 
     def _plan(self, op: Op, req) -> Plan:
@@ -618,9 +615,8 @@ def pack(mats: Any, order: str = "C") -> PackedBatch:
 
     ml = mats if isinstance(mats, MatrixList) else validated(MatrixList, mats=mats)
     backend = None if ml.kind == "numpy" else get_backend("cuda")
-    if backend is not None and ml.dtype not in backend.dtypes:
-        raise InputError([(None, f"the cuda backend does not take {ml.dtype} (it takes "
-                                 f"{', '.join(d.name for d in backend.dtypes)})")])
+    if backend is not None:
+        backend.check_dtype(ml.dtype)
     return pack_on(ml, order, backend)
 
 

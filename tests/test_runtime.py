@@ -601,3 +601,24 @@ def test_a_frontal_request_keeps_its_own_read_only_arrays():
     req = validated(FrontalRequest, a=a, rel=rel, parent=parent, npiv=npiv)
     for mine, theirs in ((req.npiv, npiv), (req.parent, parent)):
         assert not np.shares_memory(mine, theirs) and not mine.flags.writeable
+
+
+@pytest.mark.parametrize("coalesce", [False, True], ids=["direct", "coalesced"])
+def test_a_dtype_the_backend_does_not_take_is_refused_before_any_work(monkeypatch, coalesce):
+    """Backend.dtypes (the CUDA backend's has no complex type): a call of another dtype is an
+    InputError naming the operand and the backend, raised before anything reaches the backend,
+    coalescing or not, and by prepare as well. Checked on the CPU backend, its dtypes narrowed."""
+    monkeypatch.setattr(CpuBackend, "dtypes", (np.dtype(np.float64),))
+    began = []
+    real = CpuBackend.begin
+    monkeypatch.setattr(CpuBackend, "begin", lambda self, *a, **kw: began.append(1)
+                        or real(self, *a, **kw))
+    rt = Runtime("cpu", **({"coalesce_us": 1000} if coalesce else {}))
+    a = [np.eye(3, dtype=np.complex128)]
+    want = r"a: the cpu backend does not take complex128 \(it takes float64\)"
+    with pytest.raises(vbatch.InputError, match=want):
+        rt.gemm(a, a)
+    with pytest.raises(vbatch.InputError, match=want):
+        rt.prepare("gemm", a=a, b=a)
+    assert not began
+    rt.gemm([np.eye(3)], [np.eye(3)]).result()  # (float64: taken)
