@@ -375,7 +375,7 @@ def _written(overwrite: bool, **targets) -> None:
 def _parsed(cls, v: dict, scalars: tuple[str, ...] = (), flags: tuple[str, ...] = (),
             trans: tuple[str, ...] = ()) -> dict:
     """A request's fields with its scalars checked finite, its flags checked bool and its
-    ``trans`` fields read as a view's flag (:func:`~vbatch.ops.operands.transpose`), in that
+    ``trans`` fields read as False, True or "C" (:func:`~vbatch.ops.operands.transpose`), in that
     order (a field not given takes the request's default)."""
     v = dict(v)
     for name in scalars:
@@ -450,7 +450,7 @@ class SyrkRequest(_Request):
     ``A`` (n x k) or, with ``trans``, ``A^T``. ``c=None``: a new output, zero in the other
     triangle. HERK (:class:`HerkRequest`): ``^H`` for ``^T``, alpha and beta real."""
 
-    # The conjugate bit of the views HERK and HER2K transpose (ops/operands.py TRANS).
+    # The conjugate bit of the views HERK and HER2K transpose (ops/operands.py view_flag).
     conj: ClassVar[int] = 0
     a: Any
     c: Any = None
