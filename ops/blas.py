@@ -559,7 +559,7 @@ class TriangularRequest(_Request):
     def views(self) -> tuple[np.ndarray, np.ndarray, int, int, int]:
         """``(m, n, tt, tx, lower)`` of the left-side form: the triangle's order, the
         right-hand sides, and the triangle's and the right-hand sides' views (transposed,
-        conjugated: ops/operands.py TRANS); ``lower``: the view's triangle. ``X op(A) = B`` is
+        conjugated: ops/operands.py view_flag); ``lower``: the view's triangle. ``X op(A) = B`` is
         ``op(A)^T X^T = B^T``: op(A)^T is A's view transposed once more."""
         left = self.side == "left"
         tt = view_flag(self.trans_a) ^ (0 if left else 1)
