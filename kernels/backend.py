@@ -103,14 +103,21 @@ class Backend(ABC):
     # The dtypes its kernels take (the runtime refuses others before any work: check_dtype).
     dtypes: tuple = SUPPORTED_DTYPES
 
-    def check_dtype(self, dtype, operand: str | None = None) -> None:
-        """An InputError (naming ``operand``) where this backend's kernels do not take
-        ``dtype``."""
-        if np.dtype(dtype) not in self.dtypes:
+    def dtypes_for(self, families) -> tuple:
+        """The dtypes the kernels of every one of ``families`` take."""
+        return self.dtypes
+
+    def check_dtype(self, dtype, operand: str | None = None, families=(),
+                    op: str | None = None) -> None:
+        """An InputError (naming ``operand``) where this backend's kernels (of ``families``,
+        for ``op``) do not take ``dtype``."""
+        have = self.dtypes_for(families)
+        if np.dtype(dtype) not in have:
             what = f"{operand}: " if operand else ""
-            have = ", ".join(d.name for d in self.dtypes)
+            names = ", ".join(d.name for d in have)
             raise InputError([(None, f"{what}the {self.name} backend does not take "
-                                     f"{np.dtype(dtype)} (it takes {have})")])
+                                     f"{np.dtype(dtype)}{f' for {op}' if op else ''} "
+                                     f"(it takes {names})")])
 
     def tune_key(self) -> str:
         """What a tune file's entry must have been measured on (:mod:`vbatch.runtime.tune`):

@@ -2,7 +2,8 @@
 //
 // Every kernel takes (tbl, meta, imeta, tasks, K, lo, hi, extra), like every vbatched kernel
 // (vbatched.cuh). The family's section of the per-call table is: tbl[0] alpha, tbl[1] beta (the
-// call's, as float64 bits), tbl[2] info, tbl[3 + s] the op's buffer s. meta holds, per buffer s,
+// call's, as float64 bits), tbl[2] info, tbl[3] and tbl[4] alpha's and beta's imaginary parts
+// (zero for real types), tbl[BLAS_BUF + s] the op's buffer s. meta holds, per buffer s,
 // offset[K] then ld[K] (meta + s * 2K). A task row is (q, r0, mm, k0, kk, nn, c0, src): a GEMM's
 // output columns are [c0, c0 + nn) (0 but in a blocked Cholesky's block updates); src = 1 marks
 // the first task to write its rows of a triangular op's X, which reads their values from the
@@ -18,23 +19,41 @@
 //   bits 16-17: GEMM: the triangle of the output written (0 all, 1 lower, 2 upper);
 //               diagonal blocks: bit 16 lower, bit 17 unit diagonal;
 //               copies: the source is symmetric, that triangle read (0 none, 1 lower, 2 upper)
-//   bits 18-19: alpha (0 the call's, 1 -1, 2 +1); bits 20-21: beta (0 the call's, 1 0, 2 +1)
+//   bits 18-19: alpha (0 the call's, 1 -1, 2 +1, 3 the call's conjugated); bits 20-21: beta
+//               (0 the call's, 1 0, 2 +1)
 //   bit 22: skip problems whose info is set (a solve after a failed factorization)
 //   bits 23-25: the source buffer (7: absent), bit 26: its view has contiguous rows, bits 27-28:
 //               its scale (as alpha's bits); read by the tasks whose src is 1
+//   bits 29-30: operand 0's and operand 1's views are conjugated (complex types only). A GEMM
+//               on one triangle with a conjugated operand is Hermitian (HERK, HER2K, a
+//               Hermitian Cholesky's update): its diagonal's imaginary parts are zeroed, as
+//               zherk's are. A copy from a symmetric source with the bit reads it as Hermitian:
+//               the mirrored half conjugated, the diagonal's imaginary parts zero (HEMM).
 
 namespace vb {
+
+constexpr int BLAS_BUF = 5;  // the table's first buffer entry
 
 struct BlasLaunch {
   int slot[4];
   bool row[4];
   int tri;
-  double alpha, beta;
+  cx<double> alpha, beta;
   bool skip;
   int src;
   bool src_row;
-  double scale;
+  cx<double> scale;
+  bool conj[2];
+  __device__ __forceinline__ bool herm() const { return tri != 0 && (conj[0] || conj[1]); }
 };
+
+// A scale code of `extra` (alpha's bits) as a number: the call's alpha, -1, +1 or conj(alpha).
+__device__ __forceinline__ cx<double> blas_scale(const unsigned long long* tbl, int code) {
+  if (code == 1) return cx<double>(-1.0);
+  if (code == 2) return cx<double>(1.0);
+  const double im = __longlong_as_double((long long)tbl[3]);
+  return {__longlong_as_double((long long)tbl[0]), code == 3 ? -im : im};
+}
 
 __device__ __forceinline__ BlasLaunch blas_launch(const unsigned long long* tbl, int extra) {
   BlasLaunch b;
@@ -44,34 +63,42 @@ __device__ __forceinline__ BlasLaunch blas_launch(const unsigned long long* tbl,
     b.row[i] = (extra >> (12 + i)) & 1;
   }
   b.tri = (extra >> 16) & 3;
-  const int am = (extra >> 18) & 3, bm = (extra >> 20) & 3;
-  b.alpha = am == 1 ? -1.0 : am == 2 ? 1.0 : __longlong_as_double((long long)tbl[0]);
-  b.beta = bm == 1 ? 0.0 : bm == 2 ? 1.0 : __longlong_as_double((long long)tbl[1]);
+  const int bm = (extra >> 20) & 3;
+  b.alpha = blas_scale(tbl, (extra >> 18) & 3);
+  b.beta = bm == 1 ? cx<double>(0.0) : bm == 2 ? cx<double>(1.0)
+         : cx<double>(__longlong_as_double((long long)tbl[1]),
+                      __longlong_as_double((long long)tbl[4]));
   b.skip = (extra >> 22) & 1;
   b.src = (extra >> 23) & 7;
   b.src_row = (extra >> 26) & 1;
-  const int sm = (extra >> 27) & 3;
-  b.scale = sm == 1 ? -1.0 : sm == 2 ? 1.0 : __longlong_as_double((long long)tbl[0]);
+  b.scale = blas_scale(tbl, (extra >> 27) & 3);
+  b.conj[0] = (extra >> 29) & 1;
+  b.conj[1] = (extra >> 30) & 1;
   return b;
 }
 
+// A buffer's view; get() reads it conjugated where the view is (cj: complex types only).
 template <typename T>
 struct View {
   T* p;
   long long ld;
-  bool row;
+  bool row, cj;
   __device__ __forceinline__ T& operator()(long long r, long long c) const {
     return p[row ? r * ld + c : r + c * ld];
+  }
+  __device__ __forceinline__ T get(long long r, long long c) const {
+    return conj_if((*this)(r, c), cj);
   }
 };
 
 template <typename T>
 __device__ __forceinline__ View<T> view_of(const unsigned long long* tbl, const long long* meta,
-                                           int K, int q, int slot, bool row) {
+                                           int K, int q, int slot, bool row, bool cj = false) {
   View<T> v;
-  v.p = reinterpret_cast<T*>(tbl[3 + slot]) + meta[(long long)slot * 2 * K + q];
+  v.p = reinterpret_cast<T*>(tbl[BLAS_BUF + slot]) + meta[(long long)slot * 2 * K + q];
   v.ld = meta[(long long)slot * 2 * K + K + q];
   v.row = row;
+  v.cj = cj;
   return v;
 }
 
@@ -104,7 +131,7 @@ struct FirstValues {
                                          int K, int q, const BlasLaunch& L, int src,
                                          const View<T>& X)
       : S(src && L.src != 7 ? view_of<T>(tbl, meta, K, q, L.src, L.src_row) : X),
-        scale(src && L.src != 7 ? T(L.scale) : T(1)), fresh(src && L.src != 7) {}
+        scale(src && L.src != 7 ? scalar<T>(L.scale) : T(1)), fresh(src && L.src != 7) {}
   __device__ __forceinline__ T operator()(long long r, long long c) const {
     return !fresh ? S(r, c) : scale != T(0) ? scale * S(r, c) : T(0);
   }
@@ -128,18 +155,20 @@ __device__ void bring_in(const View<T>& X, const FirstValues<T>& F, int r0, int 
 
 // Writing one element of a GEMM tile: O(R, c) = alpha acc + beta C(R, c) inside the triangle
 // written; outside it O gets C's value (out of place) or zero (no C), so an output is complete.
-// beta = 0 does not read C (BLAS: NaN there is not propagated).
+// beta = 0 does not read C (BLAS: NaN there is not propagated). A Hermitian output's diagonal
+// is real (BlasLaunch::herm).
 template <typename T>
 struct GemmOut {
   View<T> O, C;
   T alpha, beta;
   int tri;
-  bool has_c, read_c, same;
+  bool has_c, read_c, same, herm;
   __device__ __forceinline__ GemmOut(const BlasLaunch& L, const View<T>& O_, const View<T>& C_,
                                      bool has_c_)
-      : O(O_), C(C_), alpha(T(L.alpha)), beta(T(L.beta)), tri(L.tri), has_c(has_c_),
-        read_c(has_c_ && L.beta != 0.0),
-        same(has_c_ && C_.p == O_.p && C_.row == O_.row) {}  // C is O itself (in place)
+      : O(O_), C(C_), alpha(scalar<T>(L.alpha)), beta(scalar<T>(L.beta)), tri(L.tri),
+        has_c(has_c_), read_c(has_c_ && L.beta != 0.0),
+        same(has_c_ && C_.p == O_.p && C_.row == O_.row),  // C is O itself (in place)
+        herm(is_cx<T>::value && L.herm()) {}
   __device__ __forceinline__ bool inside(int R, int c) const {
     return tri == 0 || (tri == 1 ? R >= c : R <= c);
   }
@@ -152,7 +181,7 @@ struct GemmOut {
     if (inside(R, c)) {
       T v = alpha * acc;
       if (read_c) v += beta * cv;
-      O(R, c) = v;
+      O(R, c) = herm && R == c ? real_part(v) : v;
     } else if (!same) {
       O(R, c) = cv;
     }
@@ -238,21 +267,21 @@ blas_gemm(const unsigned long long* tbl, const long long* meta, const int* imeta
 #pragma unroll
     for (int b = 0; b < TN; ++b) acc[a][b] = T(0);
   if (g.multiplies()) {
-    const View<T> A = view_of<T>(tbl, meta, K, q, L.slot[0], L.row[0]);
-    const View<T> B = view_of<T>(tbl, meta, K, q, L.slot[1], L.row[1]);
+    const View<T> A = view_of<T>(tbl, meta, K, q, L.slot[0], L.row[0], L.conj[0]);
+    const View<T> B = view_of<T>(tbl, meta, K, q, L.slot[1], L.row[1], L.conj[1]);
     for (int l0 = 0; l0 < kk; l0 += BK) {
       // Threads run along the view's contiguous dimension, so loads coalesce either way.
       for (int e = tid; e < BM * BK; e += NT) {
         int i, l;
         if (A.row) { l = e % BK; i = e / BK; } else { i = e % BM; l = e / BM; }
         const int gi = i0 + i, gl = l0 + l;
-        As[l][i] = (gi < mm && gl < kk) ? A(r0 + gi, k0 + gl) : T(0);
+        As[l][i] = (gi < mm && gl < kk) ? A.get(r0 + gi, k0 + gl) : T(0);
       }
       for (int e = tid; e < BN * BK; e += NT) {
         int c, l;
         if (B.row) { c = e % BN; l = e / BN; } else { l = e % BK; c = e / BK; }
         const int gc = c0 + c, gl = l0 + l;
-        Bs[l][c] = (gc < nn && gl < kk) ? B(k0 + gl, gc) : T(0);
+        Bs[l][c] = (gc < nn && gl < kk) ? B.get(k0 + gl, gc) : T(0);
       }
       __syncthreads();
 #pragma unroll
@@ -330,7 +359,8 @@ __device__ __forceinline__ void store_tile(const GemmTile<T, BM, BN>& g, const T
   const bool whole = g.L.tri == 0 ||
                      (g.L.tri == 1 ? R0 >= g.c0 + cols - 1 : R0 + rows - 1 <= g.c0);
   if (whole && (!g.has_c || g.C.row == orow)) {
-    const T alpha = T(g.L.alpha), beta = T(g.L.beta);
+    static_assert(!is_cx<T>::value, "the whole-tile path writes no Hermitian diagonal");
+    const T alpha = scalar<T>(g.L.alpha), beta = scalar<T>(g.L.beta);
     const auto at = [&](const View<T>& v) {  // element (s0, f) of the tile in v
       return v.p + (orow ? (long long)(R0 + s0) * v.ld + g.c0 + f
                          : (long long)(R0 + f) + (long long)(g.c0 + s0) * v.ld);
@@ -390,9 +420,9 @@ struct GemmOperands {
     lda = meta[(long long)L.slot[0] * 2 * K + K + g.q];
     ldb = meta[(long long)L.slot[1] * 2 * K + K + g.q];
     const long long ra = g.r0 + g.i0, cb = g.c0, k0 = g.k0;
-    A = reinterpret_cast<const T*>(tbl[3 + L.slot[0]]) + meta[(long long)L.slot[0] * 2 * K + g.q] +
+    A = reinterpret_cast<const T*>(tbl[BLAS_BUF + L.slot[0]]) + meta[(long long)L.slot[0] * 2 * K + g.q] +
         (arow ? ra * lda + k0 : ra + k0 * lda);
-    B = reinterpret_cast<const T*>(tbl[3 + L.slot[1]]) + meta[(long long)L.slot[1] * 2 * K + g.q] +
+    B = reinterpret_cast<const T*>(tbl[BLAS_BUF + L.slot[1]]) + meta[(long long)L.slot[1] * 2 * K + g.q] +
         (brow ? k0 * ldb + cb : k0 + cb * ldb);
   }
 };
@@ -672,7 +702,7 @@ __device__ __forceinline__ void diag_cols(const View<T>& Tv, const View<T>& X,
   // written: they only reach rows past w, which are never stored.
   T* sT = sw;
   T* sD = sw + NB * SP;
-  const T d = (unit || lane >= w) ? T(1) : Tv(o + rev(lane), o + rev(lane));
+  const T d = (unit || lane >= w) ? T(1) : Tv.get(o + rev(lane), o + rev(lane));
   const bool tr = Tv.row;
   const T* tp = tr ? &Tv(o, o + lane) : &Tv(o + lane, o);
   const int t0 = tr ? rev(lane) * SP + (lower ? 0 : w - 1)
@@ -684,7 +714,8 @@ __device__ __forceinline__ void diag_cols(const View<T>& Tv, const View<T>& X,
 #pragma unroll
     for (int k = 0; k < B; ++k) {
       const int u = u0 + k, a = tr ? u : lane, b = tr ? lane : u;
-      v[k] = (u < w && lane < w && (lower ? b < a : b > a)) ? tp[u * Tv.ld] : T(0);
+      v[k] = (u < w && lane < w && (lower ? b < a : b > a)) ? conj_if(tp[u * Tv.ld], Tv.cj)
+                                                             : T(0);
     }
 #pragma unroll
     for (int k = 0; k < B; ++k) {
@@ -727,8 +758,11 @@ __device__ __forceinline__ void diag_cols(const View<T>& Tv, const View<T>& X,
   }
 }
 
+// (complex128: half the blocks a multiprocessor, for registers: at six, the NB = 32 build spilled
+// 1 KB a thread)
 template <typename T, int WARPS, int NB, bool MUL>
-__global__ void __launch_bounds__(WARPS * 32, (NB > 16 ? 12 : 16) / WARPS)
+__global__ void __launch_bounds__(WARPS * 32,
+                                  (NB > 16 ? 12 : 16) / WARPS / (sizeof(T) > 8 ? 2 : 1))
 blas_diag_cols(const unsigned long long* tbl, const long long* meta, const int* imeta,
                const int* tasks, int K, int lo, int hi, int extra) {
   static_assert(NB % 8 == 0 && NB <= 32, "a lane a row of the block (column-major X, sD)");
@@ -744,7 +778,7 @@ blas_diag_cols(const unsigned long long* tbl, const long long* meta, const int* 
   const BlasLaunch L = blas_launch(tbl, extra);
   const int ncol = min(32, nn - c0);
   const bool lower = (extra >> 16) & 1, unit = (extra >> 17) & 1;
-  const View<T> Tv = view_of<T>(tbl, meta, K, q, L.slot[0], L.row[0]);
+  const View<T> Tv = view_of<T>(tbl, meta, K, q, L.slot[0], L.row[0], L.conj[0]);
   const View<T> X = view_of<T>(tbl, meta, K, q, L.slot[1], L.row[1]);
   const FirstValues<T> F(tbl, meta, K, q, L, t[7], X);
   if (L.skip && failed(tbl, q)) {
@@ -790,7 +824,7 @@ blas_trsv(const unsigned long long* tbl, const long long* meta, const int* imeta
   if (c0 >= nn) return;
   const int ncol = min(NCOL, nn - c0);
   const bool lower = (extra >> 16) & 1, unit = (extra >> 17) & 1;
-  const View<T> Tv = view_of<T>(tbl, meta, K, q, L.slot[0], L.row[0]);
+  const View<T> Tv = view_of<T>(tbl, meta, K, q, L.slot[0], L.row[0], L.conj[0]);
   const View<T> X = view_of<T>(tbl, meta, K, q, L.slot[1], L.row[1]);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   if (t[7] && L.src != 7) {
@@ -823,7 +857,7 @@ blas_trsv(const unsigned long long* tbl, const long long* meta, const int* imeta
       int i, j;
       if (Tv.row) { j = e % BS; i = e / BS; } else { i = e % BS; j = e / BS; }
       const bool in = i < bw && j < bw && (lower ? j <= i : j >= i) && !(unit && i == j);
-      sT[i][j] = in ? Tv(o + b0 + i, o + b0 + j) : T(0);
+      sT[i][j] = in ? Tv.get(o + b0 + i, o + b0 + j) : T(0);
     }
     // The block's rows: in place (XS), else staged (zeros past its rows and columns).
     T* const xb = XS ? sXa + b0 * XP : sXb;
@@ -846,7 +880,7 @@ blas_trsv(const unsigned long long* tbl, const long long* meta, const int* imeta
         // latency-bound otherwise, a few warps a multiprocessor)
 #pragma unroll 4
         for (int j = s0 + lane; j < s1; j += 32) {
-          const T tij = Tv(o + b0 + i, o + j);
+          const T tij = Tv.get(o + b0 + i, o + j);
 #pragma unroll
           for (int c = 0; c < NCOL; ++c)
             if (XS || c < ncol) acc[c] += tij * xs(j, c);
@@ -855,7 +889,7 @@ blas_trsv(const unsigned long long* tbl, const long long* meta, const int* imeta
         for (int c = 0; c < NCOL; ++c) {
           T v = acc[c];
 #pragma unroll
-          for (int d = 16; d > 0; d >>= 1) v += __shfl_xor_sync(0xffffffffu, v, d);
+          for (int d = 16; d > 0; d >>= 1) v += shfl_xor(v, d);
           if (lane == 0 && c < ncol) xb[i * XP + c] -= v;
         }
       }
@@ -872,7 +906,7 @@ blas_trsv(const unsigned long long* tbl, const long long* meta, const int* imeta
       for (int jj = 0; jj < bw; ++jj) {
         const int j = lower ? jj : bw - 1 - jj;
         if (lane == j) x *= dinv;
-        const T xj = __shfl_sync(0xffffffffu, x, j);
+        const T xj = shfl(x, j);
         if (lower ? lane > j : lane < j) x -= sT[lane][j] * xj;
       }
       xb[lane * XP + c] = x;
@@ -894,7 +928,7 @@ blas_trsv(const unsigned long long* tbl, const long long* meta, const int* imeta
         for (int c = 0; c < NCOL; ++c) acc[c] = T(0);
 #pragma unroll 8
         for (int jj = 0; jj < bw; ++jj) {
-          const T trj = Tv(o + r, o + b0 + jj);
+          const T trj = Tv.get(o + r, o + b0 + jj);
 #pragma unroll
           for (int c = 0; c < NCOL; ++c) acc[c] += trj * xb[jj * XP + c];
         }
@@ -916,10 +950,10 @@ blas_trsv(const unsigned long long* tbl, const long long* meta, const int* imeta
 
 // X[:mm, :nn] := alpha S[:mm, :nn] on views (operand 0 S, operand 1 X); alpha = 0 writes zeros
 // without reading S (BLAS), and a copy onto itself with alpha = 1 does nothing. A symmetric
-// source (L.tri) is read in its one triangle: S(c, i) stands for S(i, c) outside it. Tiles of CT x CT
-// (a multiple of 32; blas_cuda.COPY_TILE)
-// (blockIdx.y), threads along the destination's contiguous dimension, every load of a thread in
-// flight before its stores. Tiles of 32 x 32 (4 elements a thread) spent most of a block in
+// source (L.tri) is read in its one triangle: S(c, i) stands for S(i, c) outside it (for a
+// Hermitian one, conj(S(c, i)), and the diagonal's real part). Tiles of CT x CT (a multiple of
+// 32; blas_cuda.COPY_TILE) (blockIdx.y), threads along the destination's contiguous dimension,
+// every load of a thread in flight before its stores. Tiles of 32 x 32 (4 elements a thread) spent most of a block in
 // its start (the task's row, its views): 2.8x the copy's floor in trsm512 (H200, 2026-11-24).
 template <typename T, int CT>
 __global__ void __launch_bounds__(256)
@@ -930,13 +964,14 @@ blas_copy(const unsigned long long* tbl, const long long* meta, const int* imeta
   if (!blas_task(tasks, lo, hi, t)) return;
   const int q = t[0], mm = t[2], nn = t[5];
   const BlasLaunch L = blas_launch(tbl, extra);
-  const View<T> S = view_of<T>(tbl, meta, K, q, L.slot[0], L.row[0]);
+  const View<T> S = view_of<T>(tbl, meta, K, q, L.slot[0], L.row[0], L.conj[0]);
   const View<T> X = view_of<T>(tbl, meta, K, q, L.slot[1], L.row[1]);
-  if (L.alpha == 1.0 && S.p == X.p && S.row == X.row && L.tri == 0) return;
+  if (L.alpha == 1.0 && S.p == X.p && S.row == X.row && L.tri == 0 && !S.cj) return;
   const int tiles_n = (nn + CT - 1) / CT;
   const int tm = blockIdx.y / tiles_n, tn = blockIdx.y % tiles_n;
   if (tm * CT >= mm) return;
-  const T alpha = T(L.alpha);
+  const T alpha = scalar<T>(L.alpha);
+  const bool herm = is_cx<T>::value && L.tri != 0 && S.cj;  // (HEMM's source)
   const int fast = threadIdx.x % 32, slow = threadIdx.x / 32;
   T v[E][F];
 #pragma unroll
@@ -946,7 +981,10 @@ blas_copy(const unsigned long long* tbl, const long long* meta, const int* imeta
       const int i = tm * CT + (X.row ? slow + 8 * e : fast + 32 * f);
       const int c = tn * CT + (X.row ? fast + 32 * f : slow + 8 * e);
       const bool mirror = L.tri != 0 && (L.tri == 1 ? i < c : i > c);
-      v[e][f] = (i < mm && c < nn && L.alpha != 0.0) ? (mirror ? S(c, i) : S(i, c)) : T(0);
+      v[e][f] = (i < mm && c < nn && L.alpha != 0.0)
+                    ? (!herm ? (mirror ? S(c, i) : S.get(i, c))
+                             : mirror ? S.get(c, i) : i == c ? real_part(S(i, c)) : S(i, c))
+                    : T(0);
     }
 #pragma unroll
   for (int e = 0; e < E; ++e)

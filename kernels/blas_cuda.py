@@ -22,7 +22,7 @@ OP = "blas"
 SOURCE = "blas.cu"
 TEMPLATES = ("vb::blas_gemm", "vb::blas_gemm_mma", "vb::blas_gemm_simt", "vb::blas_diag_cols",
              "vb::blas_trsv", "vb::blas_copy")
-DTYPES = ("float64", "float32")
+DTYPES = ("float64", "float32", "complex128", "complex64")
 # Recursion base of triangular ops: a diagonal block has at most DIAG_NB rows, and
 # blas_diag_cols takes it, a warp per block and a lane per right-hand-side column (32 a block of
 # the grid's second dimension), in code unrolled for the narrowest of DIAG_COLS_NBS rows that
@@ -32,7 +32,7 @@ DTYPES = ("float64", "float32")
 # 0.66x / 0.70x uniform, 0.82x / 0.87x skewed, 0.69x / 0.71x lognormal (H200;
 # docs/decisions.md#blas-diag-cols).
 DIAG_NB = 32
-DIAG_WARPS = 4
+DIAG_WARPS = 4  # (2 for complex128: four warps' tiles would pass 48 KB of static shared memory)
 DIAG_COLS_NBS = (8, 16, 24, 32)  # blas_diag_cols' unrolled widths
 # (the widest covers every diagonal block: cols_nb finds one for any launch)
 assert DIAG_COLS_NBS[-1] == DIAG_NB
@@ -91,14 +91,15 @@ MAX_GRID_X = 2**31 - 1
 ABSENT = 7
 NB_SUPPORTED = None  # no panel width: cuda_build.kernel_names passes None through
 
-_CTYPE = {np.dtype(np.float64): "double", np.dtype(np.float32): "float"}
-_ALPHA = {"alpha": 0, "minus": 1, "one": 2}
+_CTYPE = {np.dtype(np.float64): "double", np.dtype(np.float32): "float",
+          np.dtype(np.complex128): "vb::cx<double>", np.dtype(np.complex64): "vb::cx<float>"}
+_ALPHA = {"alpha": 0, "minus": 1, "one": 2, "conj_alpha": 3}
 _BETA = {"beta": 0, "zero": 1, "one": 2}
 
 
 def section(names: tuple[str, ...]) -> list[str]:
     """This family's part of the per-call pointer table (blas.cu's header)."""
-    return ["alpha", "beta", "info", *names]
+    return ["alpha", "beta", "info", "alpha_im", "beta_im", *names]
 
 
 def plan_defaults(dtype) -> dict:
@@ -166,8 +167,12 @@ def _b(v: bool) -> str:
     return "true" if v else "false"
 
 
+def diag_warps(T: str) -> int:
+    return 2 if T == "vb::cx<double>" else DIAG_WARPS
+
+
 def cols_name(T: str, nb: int, mul: bool) -> str:
-    return f"vb::blas_diag_cols<{T},{DIAG_WARPS},{nb},{_b(mul)}>"
+    return f"vb::blas_diag_cols<{T},{diag_warps(T)},{nb},{_b(mul)}>"
 
 
 def cols_nb(mm: int) -> int:
@@ -197,7 +202,7 @@ def kernel_names(dtypes=DTYPES, nbs=None, orders=None) -> list[str]:
         if T == "double":
             out += [mma_name(tile, ar, br) for tile in MMA_TILES
                     for ar in (False, True) for br in (False, True)]
-        else:
+        elif T == "float":
             out += [simt_name(tile, ar, br) for tile in SIMT_TILES
                     for ar in (False, True) for br in (False, True)]
         out += [cols_name(T, nb, mul) for nb in DIAG_COLS_NBS for mul in (False, True)]
@@ -208,10 +213,10 @@ def kernel_names(dtypes=DTYPES, nbs=None, orders=None) -> list[str]:
 
 
 def encode(slots, rows, tri: int = 0, alpha: str = "one", beta: str = "one",
-           skip: int = 0, source: tuple = (ABSENT, False, "one")) -> int:
-    """``extra``: up to four operand slots and view orientations, and the source (its slot,
-    orientation and scale) that a task whose ``src`` arg is set reads first (blas.cu's
-    header)."""
+           skip: int = 0, source: tuple = (ABSENT, False, "one"), conj: tuple = ()) -> int:
+    """``extra``: up to four operand slots and view orientations, the source (its slot,
+    orientation and scale) that a task whose ``src`` arg is set reads first, and whether
+    operands 0 and 1 are conjugated (blas.cu's header)."""
     word = 0
     for i, s in enumerate(slots):
         word |= (s & 7) << (3 * i)
@@ -221,7 +226,8 @@ def encode(slots, rows, tri: int = 0, alpha: str = "one", beta: str = "one",
         word |= int(bool(r)) << (12 + i)
     slot, row, scale = source
     return (word | (tri << 16) | (_ALPHA[alpha] << 18) | (_BETA[beta] << 20) | (int(skip) << 22)
-            | ((slot & 7) << 23) | (int(bool(row)) << 26) | (_ALPHA[scale] << 27))
+            | ((slot & 7) << 23) | (int(bool(row)) << 26) | (_ALPHA[scale] << 27)
+            | sum(int(bool(c)) << (29 + i) for i, c in enumerate(conj)))
 
 
 @dataclass(frozen=True)
@@ -241,8 +247,14 @@ def _slot(plan, name: str) -> int:
 
 
 def _row(layouts: dict, name: str, t: int) -> bool:
-    # (t's bit 1, a conjugate, is nothing to real operands: the only ones this backend takes)
+    # (t's bit 1, a conjugate, goes to extra's conjugate bits: _conj)
     return (layouts.get(name) == "C") != bool(t & 1)
+
+
+def _conj(dtype, *ts: int) -> tuple:
+    """The conjugate bits of operands 0 and 1 (views ``ts``): set for complex types only, so a
+    real launch's ``extra`` is what it was before complex types."""
+    return tuple(bool(t & 2) for t in ts) if np.dtype(dtype).kind == "c" else ()
 
 
 def _source(plan, layouts: dict, p: dict, t: int) -> tuple:
@@ -299,7 +311,7 @@ def selection(lc, plan, dtype, layouts: dict, config) -> Selection:
         rows = [_row(layouts, p["a"], p["ta"]), _row(layouts, p["b"], p["tb"]),
                 _row(layouts, p["c"], p["tc"]), _row(layouts, p["o"], p["tc"])]
         extra = encode(slots, rows, tri, p["alpha"], p["beta"], p["skip_failed"],
-                       _source(plan, layouts, p, p["tc"]))
+                       _source(plan, layouts, p, p["tc"]), _conj(dtype, p["ta"], p["tb"]))
         if T == "double" and config.fp64_gemm == "mma":
             tile = mma_tile(mm, nn, int(a[:, 3].max()))
             sel = Selection(mma_name(tile, rows[0], rows[1]), (lc.count * _tiles(a, tile),),
@@ -319,7 +331,8 @@ def selection(lc, plan, dtype, layouts: dict, config) -> Selection:
         tri = int(p["lower"]) | (int(p["unit"]) << 1)
         extra = encode([_slot(plan, p["t"]), _slot(plan, p["x"])],
                        [_row(layouts, p["t"], p["tt"]), _row(layouts, p["x"], p["tx"])],
-                       tri, "one", "one", p["skip_failed"], _source(plan, layouts, p, p["tx"]))
+                       tri, "one", "one", p["skip_failed"], _source(plan, layouts, p, p["tx"]),
+                       _conj(dtype, p["tt"]))
         kernel, cols = diag_kernel(mm, nn)
         if kernel == "trsv":  # whole triangles (a solve: products recurse)
             if lc.kind == TRMM:
@@ -330,14 +343,16 @@ def selection(lc, plan, dtype, layouts: dict, config) -> Selection:
             sel = Selection(trsv_name(T, cols, xs), (lc.count, math.ceil(nn / cols)), (256,),
                             smem if xs else 0, extra)
         else:
+            warps = diag_warps(T)
             sel = Selection(cols_name(T, cols_nb(mm), lc.kind == TRMM),
-                            (math.ceil(lc.count / DIAG_WARPS), math.ceil(nn / cols)),
-                            (32 * DIAG_WARPS,), 0, extra)
+                            (math.ceil(lc.count / warps), math.ceil(nn / cols)),
+                            (32 * warps,), 0, extra)
     elif lc.kind == COPY:
         tiles = _tiles(a, (COPY_TILE, COPY_TILE))
         extra = encode([_slot(plan, p["src"]), _slot(plan, p["dst"])],
                        [_row(layouts, p["src"], p["t"]), _row(layouts, p["dst"], p["t"])],
-                       {"": 0, "lower": 1, "upper": 2}[p["sym"]], p["alpha"], "one")
+                       {"": 0, "lower": 1, "upper": 2}[p["sym"]], p["alpha"], "one",
+                       conj=_conj(dtype, p["t"]))
         sel = Selection(copy_name(T), (lc.count, tiles), (256,), 0, extra)
     else:
         raise ValueError(f"cuda backend: the blas family has no launch kind {lc.kind!r}")

@@ -282,7 +282,8 @@ def _upload(arrays) -> tuple:
 
 def sections(plan: Plan, modules: dict) -> tuple[list, dict]:
     """The per-call pointer table: each kernel family's section, one after another (entries:
-    the op's buffer names, ``info``, ``alpha``, ``beta``), and each family's first entry."""
+    the op's buffer names, ``info``, the scalars: SCALAR_ENTRIES), and each family's first
+    entry."""
     entries, start = [], {}
     for fam in plan.families:
         start[fam] = len(entries)
@@ -297,6 +298,9 @@ def sections(plan: Plan, modules: dict) -> tuple[list, dict]:
 # wait for the previous call and the lock cost ~3.5 us of a ~35 us call. Each fixed table costs a
 # graph capture, so only plans whose host time matters (few launches: small problems) get them.
 FIXED_TABLES = 4
+# The table's scalar entries: the call's scalar each holds, and which part (0 real, 1 imaginary).
+SCALAR_ENTRIES = {"alpha": ("alpha", 0), "beta": ("beta", 0), "alpha_im": ("alpha", 1),
+                  "beta_im": ("beta", 1)}
 FIXED_MAX_LAUNCHES = 8
 
 
@@ -525,8 +529,8 @@ class _Staging:
 class CudaBackend(Backend):
     name = "cuda"
     kind = "cupy"
-    # (complex types: the CPU backend's so far)
-    dtypes = (np.dtype(np.float32), np.dtype(np.float64))
+    # (every dtype some family takes; an op takes those all of its families take: dtypes_for)
+    dtypes = tuple(np.dtype(d) for d in ("float32", "float64", "complex64", "complex128"))
     asynchronous = True
     memory_name = "GPU"
 
@@ -540,6 +544,10 @@ class CudaBackend(Backend):
         self._seen: dict[tuple, None] = {}  # list layouts seen once (_in_place)
         self._place_lock = threading.Lock()
         self.kernels = launchers()
+
+    def dtypes_for(self, families) -> tuple:
+        return tuple(d for d in self.dtypes
+                     if all(d.name in self._op(f).DTYPES for f in families))
 
     def _stage(self) -> _Staging:
         dev = cupy.cuda.runtime.getDevice()
@@ -841,9 +849,9 @@ class CudaBackend(Backend):
         prep = _Prepared(plan, (dev_tables,), cupy.empty(max(len(entries), 1), dtype=np.uint64),
                          [], entries)
         prep.fill = (tuple((i, e) for i, e in enumerate(entries)
-                           if e not in ("info", "alpha", "beta")),
+                           if e != "info" and e not in SCALAR_ENTRIES),
                      tuple(i for i, e in enumerate(entries) if e == "info"),
-                     tuple((i, e) for i, e in enumerate(entries) if e in ("alpha", "beta")))
+                     tuple((i, e) for i, e in enumerate(entries) if e in SCALAR_ENTRIES))
         prep.start = start
         prep.nptr = max(len(entries), 1)
         for fam in plan.families:
@@ -948,7 +956,9 @@ class CudaBackend(Backend):
             for i in infos:
                 table[i] = slot.info_ptr
             for i, e in scal:
-                table[i] = np.float64((scalars or {}).get(e, 0.0)).view(np.uint64)
+                name, part = SCALAR_ENTRIES[e]
+                v = complex((scalars or {}).get(name, 0.0))
+                table[i] = np.float64(v.imag if part else v.real).view(np.uint64)
             slot.owner, slot.scalars = prep.token, scalars
         for (i, _), p in zip(bufs, ptrs):
             table[i] = p

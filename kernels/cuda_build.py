@@ -45,11 +45,14 @@ HEADERS = ("vbatched.cuh", "pipeline.cuh")
 # Constants the kernels and Python share, written into the preamble.
 TASK_COLS = 8  # a task row: problem and up to seven args (vbatched.cuh; cuda.tables())
 CONSTANTS = {"VB_TASK_COLS": TASK_COLS}
-DTYPES = ("float64", "float32")
+# Every dtype some family takes (each family's module says which: its DTYPES).
+DTYPES = ("float64", "float32", "complex128", "complex64")
+REAL = ("float64", "float32")
 ORDERS = ("F", "C")
 # Kernels every op shares, by template, and the file each is in.
 SHARED = {"vb::copy_matrices": "copy.cu", "vb::spd_fill": "generate.cu"}
-_CTYPE = {"float64": "double", "float32": "float"}
+_CTYPE = {"float64": "double", "float32": "float", "complex128": "vb::cx<double>",
+          "complex64": "vb::cx<float>"}
 # Architectures a build leaves cubins for: Ampere, Hopper, Blackwell (data centre, then
 # workstation). A cubin also runs on a later minor revision of its major (sm_80 on sm_86 and
 # sm_89); any other device compiles through NVRTC.
@@ -98,9 +101,9 @@ def kernel_names(dtypes=DTYPES, nbs=None, orders=ORDERS) -> list[str]:
     out = []
     for _, mod in sorted(launchers().items()):
         widths = getattr(mod, "NB_SUPPORTED", None) if nbs is None else nbs
-        out += mod.kernel_names(dtypes, widths, orders)
+        out += mod.kernel_names([d for d in dtypes if d in mod.DTYPES], widths, orders)
     for dt in dtypes:
-        out += [copy_name(dt), spd_fill_name(dt)]
+        out += [copy_name(dt)] + ([spd_fill_name(dt)] if dt in REAL else [])
     return out
 
 
@@ -154,9 +157,11 @@ def unit_of(name: str) -> str:
     argument is one (``vb::fused_step<double,8,96,false>``: ``fused_step_double``). Units this
     small keep nvcc's processes short and parallel, and a plan loads only what it launches."""
     template, args = name.split("<", 1)
-    first = args.split(",", 1)[0].rstrip(">")
     stem = template.removeprefix("vb::")
-    return f"{stem}_{first}" if first in _CTYPE.values() else stem
+    for dt, ct in _CTYPE.items():
+        if args.startswith(ct) and args[len(ct):len(ct) + 1] in (",", ">"):
+            return f"{stem}_{ct if dt in REAL else dt}"
+    return stem
 
 
 def units(names: list[str]) -> dict[str, list[str]]:
@@ -193,13 +198,14 @@ def elf_functions(image: bytes) -> list[str]:
     return out
 
 
-_ARG = re.compile(r"([df])|L([a-z])(n?)(\d+)E")
+_ARG = re.compile(r"([df])|NS_2cxI([df])EE|L([a-z])(n?)(\d+)E")
 
 
 def kernel_of(symbol: str) -> str | None:
     """A kernel's name as :func:`kernel_names` spells it, from its mangled symbol: a function
-    template in namespace ``vb`` whose arguments are ``double``, ``float``, integers and
-    booleans (``_ZN2vb10small_stepIfLi4ELb0ELi16EEEv...``: ``vb::small_step<float,4,false,16>``).
+    template in namespace ``vb`` whose arguments are ``double``, ``float``, their complex types
+    (``NS_2cxIdEE``: ``vb::cx<double>``), integers and booleans
+    (``_ZN2vb10small_stepIfLi4ELb0ELi16EEEv...``: ``vb::small_step<float,4,false,16>``).
     None for any other symbol."""
     m = re.match(r"_ZN2vb(\d+)", symbol)
     if m is None:
@@ -210,9 +216,11 @@ def kernel_of(symbol: str) -> str | None:
         return None
     args, at = [], at + 1
     while (a := _ARG.match(symbol, at)) is not None:
-        typ, code, neg, digits = a.groups()
+        typ, cx, code, neg, digits = a.groups()
         if typ:
             args.append(_CTYPE["float64" if typ == "d" else "float32"])
+        elif cx:
+            args.append(_CTYPE["complex128" if cx == "d" else "complex64"])
         elif code == "b":
             args.append("true" if digits == "1" else "false")
         else:

@@ -53,6 +53,102 @@ __device__ __forceinline__ Matrix matrix_of(const long long* meta, const int* im
   return m;
 }
 
+// Complex numbers (numpy's complex64 and complex128: re then im). Trivially constructible, so
+// that arrays of them can live in shared memory; every operation a kernel templated on T uses
+// (T(0), +, *, fma, comparisons with zero) is defined for them, and the helpers below (conj,
+// real parts, shuffles) are identities or plain for real types.
+using ::fma;  // (beside the complex one below, which would hide it)
+
+template <typename R>
+struct __align__(2 * sizeof(R)) cx {
+  R re, im;
+  cx() = default;
+  __device__ __forceinline__ constexpr cx(R r, R i = R(0)) : re(r), im(i) {}
+};
+template <typename R>
+__device__ __forceinline__ cx<R> operator+(cx<R> a, cx<R> b) { return {a.re + b.re, a.im + b.im}; }
+template <typename R>
+__device__ __forceinline__ cx<R> operator-(cx<R> a, cx<R> b) { return {a.re - b.re, a.im - b.im}; }
+template <typename R>
+__device__ __forceinline__ cx<R> operator-(cx<R> a) { return {-a.re, -a.im}; }
+template <typename R>
+__device__ __forceinline__ cx<R> operator*(cx<R> a, cx<R> b) {
+  return {fma(a.re, b.re, -a.im * b.im), fma(a.re, b.im, a.im * b.re)};
+}
+template <typename R>
+__device__ __forceinline__ cx<R> operator/(cx<R> a, cx<R> b) {
+  // (Smith's scaling: no overflow of |b|^2 for large b)
+  if (fabs(b.re) >= fabs(b.im)) {
+    const R r = b.im / b.re, d = b.re + b.im * r;
+    return {(a.re + a.im * r) / d, (a.im - a.re * r) / d};
+  }
+  const R r = b.re / b.im, d = b.re * r + b.im;
+  return {(a.re * r + a.im) / d, (a.im * r - a.re) / d};
+}
+template <typename R>
+__device__ __forceinline__ cx<R>& operator+=(cx<R>& a, cx<R> b) { return a = a + b; }
+template <typename R>
+__device__ __forceinline__ cx<R>& operator-=(cx<R>& a, cx<R> b) { return a = a - b; }
+template <typename R>
+__device__ __forceinline__ cx<R>& operator*=(cx<R>& a, cx<R> b) { return a = a * b; }
+template <typename R>
+__device__ __forceinline__ bool operator==(cx<R> a, cx<R> b) { return a.re == b.re && a.im == b.im; }
+template <typename R>
+__device__ __forceinline__ bool operator!=(cx<R> a, cx<R> b) { return !(a == b); }
+template <typename R>
+__device__ __forceinline__ bool operator==(cx<R> a, R b) { return a.re == b && a.im == R(0); }
+template <typename R>
+__device__ __forceinline__ bool operator!=(cx<R> a, R b) { return !(a == b); }
+template <typename R>
+__device__ __forceinline__ cx<R> fma(cx<R> a, cx<R> b, cx<R> c) {
+  return {fma(a.re, b.re, fma(-a.im, b.im, c.re)), fma(a.re, b.im, fma(a.im, b.re, c.im))};
+}
+
+template <typename T>
+struct is_cx { static constexpr bool value = false; };
+template <typename R>
+struct is_cx<cx<R>> { static constexpr bool value = true; };
+
+// v conjugated where c says (real types: v).
+template <typename T>
+__device__ __forceinline__ T conj_if(T v, bool c) { return v; }
+template <typename R>
+__device__ __forceinline__ cx<R> conj_if(cx<R> v, bool c) { return {v.re, c ? -v.im : v.im}; }
+// v's real part, as a T (a Hermitian matrix's diagonal).
+template <typename T>
+__device__ __forceinline__ T real_part(T v) { return v; }
+template <typename R>
+__device__ __forceinline__ cx<R> real_part(cx<R> v) { return {v.re, R(0)}; }
+
+// A scalar of the call (alpha, beta: held as complex double) in the kernel's type: its real part
+// for a real type (a real call's imaginary parts are zero).
+template <typename T>
+__device__ __forceinline__ T scalar(cx<double> a) { return T(a.re); }
+template <>
+__device__ __forceinline__ cx<float> scalar<cx<float>>(cx<double> a) {
+  return {float(a.re), float(a.im)};
+}
+template <>
+__device__ __forceinline__ cx<double> scalar<cx<double>>(cx<double> a) { return a; }
+
+// Warp shuffles of any element type (a complex one moves its two halves).
+template <typename T>
+__device__ __forceinline__ T shfl(T v, int lane, unsigned mask = 0xffffffffu) {
+  return __shfl_sync(mask, v, lane);
+}
+template <typename R>
+__device__ __forceinline__ cx<R> shfl(cx<R> v, int lane, unsigned mask = 0xffffffffu) {
+  return {__shfl_sync(mask, v.re, lane), __shfl_sync(mask, v.im, lane)};
+}
+template <typename T>
+__device__ __forceinline__ T shfl_xor(T v, int d, unsigned mask = 0xffffffffu) {
+  return __shfl_xor_sync(mask, v, d);
+}
+template <typename R>
+__device__ __forceinline__ cx<R> shfl_xor(cx<R> v, int d, unsigned mask = 0xffffffffu) {
+  return {__shfl_xor_sync(mask, v.re, d), __shfl_xor_sync(mask, v.im, d)};
+}
+
 // Element (r, c) of a matrix with leading dimension ld: row-major (ROW) or column-major.
 template <bool ROW>
 __device__ __forceinline__ long long at(int r, int c, long long ld) {

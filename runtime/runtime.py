@@ -166,7 +166,7 @@ class Runtime:
         """The call's dtype, which this runtime's backend must take (else an InputError,
         before any work)."""
         dtype = getattr(req, op._ins[0][1]).dtype
-        self.backend.check_dtype(dtype, op._ins[0][1])
+        self.backend.check_dtype(dtype, op._ins[0][1], op.families, op.name)
         return dtype
 
     def _plan(self, op: Op, req) -> Plan:

@@ -242,8 +242,9 @@ def test_bad_input_is_named_before_any_work(device, monkeypatch):
     with pytest.raises(InputError, match=r"problem 1: a: dtype complex128 differs from "
                                          r"problem 0's float64"):
         rt.getrf([_xp(device).asarray(x) for x in (good, good.astype(np.complex128))])
-    if device == "cuda":  # (complex types: the CPU backend's so far)
-        with pytest.raises(InputError, match="a: the cuda backend does not take complex128"):
+    if device == "cuda":  # (complex getrf: the CPU backend's so far)
+        with pytest.raises(InputError, match="a: the cuda backend does not take complex128 "
+                                             "for getrf"):
             rt.getrf([_xp(device).asarray(good.astype(np.complex128))])
     assert not began
 

@@ -605,9 +605,10 @@ def test_a_frontal_request_keeps_its_own_read_only_arrays():
 
 @pytest.mark.parametrize("coalesce", [False, True], ids=["direct", "coalesced"])
 def test_a_dtype_the_backend_does_not_take_is_refused_before_any_work(monkeypatch, coalesce):
-    """Backend.dtypes (the CUDA backend's has no complex type): a call of another dtype is an
-    InputError naming the operand and the backend, raised before anything reaches the backend,
-    coalescing or not, and by prepare as well. Checked on the CPU backend, its dtypes narrowed."""
+    """Backend.dtypes_for (the CUDA backend's factorizations take no complex type): a call of
+    another dtype is an InputError naming the operand, the backend and the op, raised before
+    anything reaches the backend, coalescing or not, and by prepare as well. Checked on the CPU
+    backend, its dtypes narrowed."""
     monkeypatch.setattr(CpuBackend, "dtypes", (np.dtype(np.float64),))
     began = []
     real = CpuBackend.begin
@@ -615,7 +616,7 @@ def test_a_dtype_the_backend_does_not_take_is_refused_before_any_work(monkeypatc
                         or real(self, *a, **kw))
     rt = Runtime("cpu", **({"coalesce_us": 1000} if coalesce else {}))
     a = [np.eye(3, dtype=np.complex128)]
-    want = r"a: the cpu backend does not take complex128 \(it takes float64\)"
+    want = r"a: the cpu backend does not take complex128 for gemm \(it takes float64\)"
     with pytest.raises(vbatch.InputError, match=want):
         rt.gemm(a, a)
     with pytest.raises(vbatch.InputError, match=want):
