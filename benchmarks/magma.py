@@ -33,9 +33,12 @@ lists: ``src/z{getrf,getrf_nopiv,getf2,getf2_nopiv}_vbatched.cpp``,
 ``zgetf2{,_nopiv}_devicefunc.cuh``, ``zlaswp_device.cuh``): 72 units, about 80 s on 16 cores.
 GEMM and TRSM are what the BLAS harness (``cuda_blas.py --magma``) runs and checks against
 numpy; their signatures were re-read against ``magmablas/dgemm_vbatched.cpp`` and
-``dtrsm_vbatched.cpp`` (argument count, order and types match). SYRK is still an unused,
-untested binding. MAGMA has no ``potrs_vbatched`` (its headers declare only the fixed-size
-``magma_Xpotrs_batched``), so the BLAS harness solves with two TRSM calls.
+``dtrsm_vbatched.cpp`` (argument count, order and types match). Complex GEMM and TRSM (z, c:
+the same signatures with ``magmaDoubleComplex``/``magmaFloatComplex`` scalars, passed as structs)
+need a subset extracted in all four precisions for MAGMA's BLAS files (their z sources kept,
+codegen's c, s and d beside them; ``zherk_vbatched_core.cu`` for complex SYRK). SYRK is still
+an unused, untested binding. MAGMA has no ``potrs_vbatched`` (its headers declare only the
+fixed-size ``magma_Xpotrs_batched``), so the BLAS harness solves with two TRSM calls.
 """
 
 from __future__ import annotations
@@ -55,13 +58,27 @@ SIDE = {"L": 141, "R": 142}
 _INT = ctypes.c_int  # magma_int_t, and every MAGMA enum
 _PTR = ctypes.c_void_p  # device pointers, pointer arrays, queues, streams, handles
 _STR = ctypes.c_char_p
-_REAL = {"d": ctypes.c_double, "s": ctypes.c_float}
-_PREFIX = {np.dtype(np.float64): "d", np.dtype(np.float32): "s"}
+class _Complex(ctypes.Structure):
+    """magmaDoubleComplex (cuDoubleComplex: two doubles, passed by value as a struct)."""
+
+    _fields_ = [("re", ctypes.c_double), ("im", ctypes.c_double)]
+
+
+class _ComplexFloat(ctypes.Structure):
+    """magmaFloatComplex (cuFloatComplex)."""
+
+    _fields_ = [("re", ctypes.c_float), ("im", ctypes.c_float)]
+
+
+_REAL = {"d": ctypes.c_double, "s": ctypes.c_float, "z": _Complex, "c": _ComplexFloat}
+_PREFIX = {np.dtype(np.float64): "d", np.dtype(np.float32): "s",
+           np.dtype(np.complex128): "z", np.dtype(np.complex64): "c"}
 _INT_MAX = 2**31 - 1
 
 
 def _signatures(x: str) -> dict[str, tuple[Any, list]]:
-    """restype and argtypes of precision ``x`` ("d" or "s") routines, from their definitions."""
+    """restype and argtypes of precision ``x`` ("d", "s", "z", "c") routines, from their
+    definitions (z and c: gemm, syrk, trsm, with complex scalars)."""
     real = _REAL[x]
     return {
         # src/zpotrf_vbatched.cpp: magma_int_t magma_Xpotrf_vbatched_max_nocheck(
@@ -141,6 +158,19 @@ class Prepared:
     info: Any = None
 
 
+def _args(args: tuple, types: list) -> tuple:
+    """``args`` as ``types`` (a complex scalar as MAGMA's struct; a queue as it is)."""
+    def one(v, t):
+        if isinstance(v, _PTR):
+            return v
+        if isinstance(t, type) and issubclass(t, ctypes.Structure):
+            z = complex(v)
+            return t(z.real, z.imag)
+        return t(v)
+
+    return tuple(one(v, t) for v, t in zip(args, types))
+
+
 def _dev_ints(values: np.ndarray, what: str):
     """A device magma_int_t array of length len(values) + 1 (the last slot: the maximum)."""
     import cupy
@@ -171,7 +201,8 @@ def _check_cupy(*batches) -> str:
         raise ValueError(f"operands differ in dtype or batch size: {dts}, {ks}")
     dt = dts.pop()
     if dt not in _PREFIX:
-        raise ValueError(f"MAGMA binding supports float64 and float32, got {dt}")
+        raise ValueError(f"MAGMA binding supports float64, float32 and their complex types, "
+                         f"got {dt}")
     for b in batches:
         if b.kind != "cupy":
             raise ValueError("MAGMA needs device (cupy) batches")
@@ -235,7 +266,7 @@ class Magma:
     @staticmethod
     def routine_name(op: str, dtype) -> str:
         """The C name of ``op``'s (potrf, gemm, syrk, trsm) ``*_vbatched_max_nocheck`` routine."""
-        x = dtype if isinstance(dtype, str) and dtype in ("d", "s") else _PREFIX[np.dtype(dtype)]
+        x = dtype if isinstance(dtype, str) and dtype in _REAL else _PREFIX[np.dtype(dtype)]
         if op == "getrf":  # (the variant given its workspace: nothing allocated per call)
             return f"magma_{x}getrf_vbatched_max_nocheck_work"
         lib = "magma" if op == "potrf" else "magmablas"
@@ -306,7 +337,7 @@ class Magma:
         name, fn = self._routine(x, "potrf")
         args = (UPLO["L"], d_n.data.ptr, d_a.data.ptr, d_ld.data.ptr, info.data.ptr, batch.k,
                 _maxi(n), self.queue)
-        args = tuple(a if isinstance(a, _PTR) else t(a) for a, t in zip(args, fn.argtypes))
+        args = _args(args, fn.argtypes)
         return Prepared(name, fn, args, (batch.data, d_n, d_ld, d_a, info), batch.k, info)
 
     def potrf_vbatched(self, call: Prepared):
@@ -385,7 +416,7 @@ class Magma:
         args = (TRANS[trans_a], TRANS[trans_b], d_m.data.ptr, d_n.data.ptr, d_k.data.ptr, alpha,
                 pa.data.ptr, lda.data.ptr, pb.data.ptr, ldb.data.ptr, beta, pc.data.ptr,
                 ldc.data.ptr, c.k, _maxi(m), _maxi(n), _maxi(ka), self.queue)
-        args = tuple(v if isinstance(v, _PTR) else t(v) for v, t in zip(args, fn.argtypes))
+        args = _args(args, fn.argtypes)
         keep = (a.data, b.data, c.data, d_m, d_n, d_k, lda, ldb, ldc, pa, pb, pc)
         return Prepared(name, fn, args, keep, c.k)
 
@@ -414,7 +445,7 @@ class Magma:
         args = (UPLO[uplo], TRANS[trans], d_n.data.ptr, d_k.data.ptr, alpha, pa.data.ptr,
                 lda.data.ptr, beta, pc.data.ptr, ldc.data.ptr, c.k, _maxi(n), _maxi(kk),
                 self.queue)
-        args = tuple(v if isinstance(v, _PTR) else t(v) for v, t in zip(args, fn.argtypes))
+        args = _args(args, fn.argtypes)
         return Prepared(name, fn, args, (a.data, c.data, d_n, d_k, lda, ldc, pa, pc), c.k)
 
     # ------------------------------------------------------------------ TRSM
@@ -441,7 +472,7 @@ class Magma:
         args = (SIDE[side], UPLO[uplo], TRANS[trans], DIAG[diag], _maxi(m), _maxi(n),
                 d_m.data.ptr, d_n.data.ptr, alpha, pa.data.ptr, lda.data.ptr, pb.data.ptr,
                 ldb.data.ptr, b.k, self.queue)
-        args = tuple(v if isinstance(v, _PTR) else t(v) for v, t in zip(args, fn.argtypes))
+        args = _args(args, fn.argtypes)
         return Prepared(name, fn, args, (a.data, b.data, d_m, d_n, lda, ldb, pa, pb), b.k)
 
     # ------------------------------------------------------------------ the calls

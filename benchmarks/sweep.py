@@ -78,7 +78,10 @@ def _host(op: str, n: np.ndarray, dtype, rng) -> dict:
     """Host operands of one cell: GEMM's A (m x k) and B (k x n), m, n and k each drawn;
     SYRK's A (n x k); TRSM's lower triangle (n x n, well conditioned) and 16 right-hand sides."""
     def u(r, c):
-        return rng.uniform(-1, 1, (int(r), int(c))).astype(dtype)
+        x = rng.uniform(-1, 1, (int(r), int(c)))
+        if np.dtype(dtype).kind == "c":
+            x = x + 1j * rng.uniform(-1, 1, x.shape)
+        return x.astype(dtype)
 
     if op == "gemm":
         m, kk = rng.permutation(n), rng.permutation(n)
@@ -187,7 +190,7 @@ def _cell(op, dtype, dist, nmax, k, forms, reps, rt, magma, rng, blas=None,
             call_m = magma.prepare_trsm(pa, work)
             out["magma"] = _ms(lambda: magma.trsm_vbatched(call_m), reps,
                                before=lambda: work.data.__setitem__(Ellipsis, pb.data))
-    if blas is not None and op == "gemm":
+    if blas is not None and op == "gemm" and dtype.kind == "f":  # (grouped GEMM: real types)
         out["cublas"] = _ms(_grouped(blas, ops["packedF"], dtype), reps)
     if dx is not None and op == "potrf" and nmax <= dx.max_order(dtype):
         out["cusolverdx"] = _dx_potrf(dx, ops["packedF"], reps)

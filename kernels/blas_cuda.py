@@ -17,6 +17,7 @@ import numpy as np
 
 from vbatch.ops.blas import COPY, GEMM, TRMM, TRSM
 from vbatch.core.errors import InputError
+from vbatch.kernels.cuda_build import ctype
 
 OP = "blas"
 SOURCE = "blas.cu"
@@ -42,6 +43,16 @@ assert DIAG_COLS_NBS[-1] == DIAG_NB
 # uniform Nmax 32 (2,000 problems, one launch alone; float64's one-warp tile 17.3 us; H100,
 # 2026-11-25).
 GEMM_TILES = ((32, 32, 32, 4, 8), (64, 64, 16, 4, 4))
+# The same kernel's tiles for complex types (the only GEMM kernel they take): the small one
+# with a block of 128 threads of 2 x 4 outputs and 8-deep slices (the real types' one-warp tile
+# held 34 KB of shared memory a warp in complex128 and spilled). GEMM of uniform sizes, k =
+# 2,000, column-major, ms (H200; docs/decisions.md#complex-cuda), complex128 / complex64:
+#   Nmax 8:  (32, 32, 32, 4, 8) 0.092 / 0.074, (32, 32, 8, 4, 8) 0.039 / 0.036,
+#            (32, 32, 8, 2, 4) 0.037 / 0.034, (32, 32, 16, 4, 4) 0.044 / 0.038
+#   Nmax 32: 0.108 / 0.079, 0.076 / 0.066, 0.055 / 0.047, 0.066 / 0.052
+# The large tile stays: at Nmax 512, 29.4 / 14.3 against 39.2 / 18.4 for (64, 64, 8, 4, 4)
+# and 31.4 / 22.8 for (64, 64, 16, 2, 4).
+CX_GEMM_TILES = ((32, 32, 8, 2, 4), GEMM_TILES[1])
 # float64 GEMM tiles on FP64 tensor cores: (BM, BN, WTM, stages), warps of WTM x 32, K chunks of 16
 # through `stages` shared-memory buffers of A and B (mma_smem). The large tile is 128 x 64 in 4
 # warps of 64 x 32: with 254 registers a thread, two blocks fit a multiprocessor, where the
@@ -91,8 +102,6 @@ MAX_GRID_X = 2**31 - 1
 ABSENT = 7
 NB_SUPPORTED = None  # no panel width: cuda_build.kernel_names passes None through
 
-_CTYPE = {np.dtype(np.float64): "double", np.dtype(np.float32): "float",
-          np.dtype(np.complex128): "vb::cx<double>", np.dtype(np.complex64): "vb::cx<float>"}
 _ALPHA = {"alpha": 0, "minus": 1, "one": 2, "conj_alpha": 3}
 _BETA = {"beta": 0, "zero": 1, "one": 2}
 
@@ -112,8 +121,9 @@ def check_options(dtype, options: dict) -> None:
                                  f"got {options['blas_nb']}")], what="runtime options")
 
 
-def ctype(dtype) -> str:
-    return _CTYPE[np.dtype(dtype)]
+def gemm_tiles(T: str) -> tuple:
+    """blas_gemm's (small, large) tiles for element type ``T``."""
+    return CX_GEMM_TILES if T.startswith("vb::cx") else GEMM_TILES
 
 
 def gemm_name(T: str, tile) -> str:
@@ -198,7 +208,7 @@ def kernel_names(dtypes=DTYPES, nbs=None, orders=None) -> list[str]:
     out = []
     for dt in dtypes:
         T = ctype(dt)
-        out += [gemm_name(T, tile) for tile in GEMM_TILES]
+        out += [gemm_name(T, tile) for tile in gemm_tiles(T)]
         if T == "double":
             out += [mma_name(tile, ar, br) for tile in MMA_TILES
                     for ar in (False, True) for br in (False, True)]
@@ -323,8 +333,8 @@ def selection(lc, plan, dtype, layouts: dict, config) -> Selection:
                             (lc.count * _tiles(a, (tile[0], tile[0])),), (256,),
                             simt_smem(tile), extra)
         else:
-            tile = GEMM_TILES[0] if mm <= GEMM_TILES[0][0] and nn <= GEMM_TILES[0][1] \
-                else GEMM_TILES[1]
+            small, large = gemm_tiles(T)
+            tile = small if mm <= small[0] and nn <= small[1] else large
             sel = Selection(gemm_name(T, tile), (lc.count * _tiles(a, tile),),
                             ((tile[0] // tile[3]) * (tile[1] // tile[4]),), 0, extra)
     elif lc.kind in (TRSM, TRMM):

@@ -51,6 +51,7 @@ REAL = ("float64", "float32")
 ORDERS = ("F", "C")
 # Kernels every op shares, by template, and the file each is in.
 SHARED = {"vb::copy_matrices": "copy.cu", "vb::spd_fill": "generate.cu"}
+# The C++ type of each dtype the kernels are templated on (vbatched.cuh: vb::cx).
 _CTYPE = {"float64": "double", "float32": "float", "complex128": "vb::cx<double>",
           "complex64": "vb::cx<float>"}
 # Architectures a build leaves cubins for: Ampere, Hopper, Blackwell (data centre, then
@@ -82,11 +83,19 @@ def launchers() -> dict:
 
 
 def copy_name(dtype) -> str:
-    return f"vb::copy_matrices<{_CTYPE[_dt(dtype)]}>"
+    return f"vb::copy_matrices<{ctype(dtype)}>"
 
 
 def spd_fill_name(dtype) -> str:
-    return f"vb::spd_fill<{_CTYPE[_dt(dtype)]}>"
+    return f"vb::spd_fill<{ctype(dtype)}>"
+
+
+def ctype(dtype) -> str:
+    """The C++ type of a numpy dtype the kernels take."""
+    name = _dt(dtype)
+    if name not in _CTYPE:
+        raise ValueError(f"the cuda kernels take {', '.join(_CTYPE)}, not {name}")
+    return _CTYPE[name]
 
 
 def _dt(dtype) -> str:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from vbatch.kernels.blas_cuda import Selection  # the launch record every launcher returns
+from vbatch.kernels.cuda_build import ctype
 from vbatch.ops.frontal import (CHUNK, EXTEND, SMALL_FRONT, SWEEP_BWD, SWEEP_BWD_SMALL,
                                    SWEEP_FWD, SWEEP_FWD_SMALL, SWEEP_RESET, SWEEP_SPLIT, TREE,
                                    TREE_CLASSES, UPDATE_ROWS)
@@ -29,7 +30,6 @@ NB_SUPPORTED = None
 TILE = 32  # frontal.cu's tile: 256 threads, 4 entries each
 MAX_GRID_Y = 65535  # more tiles than this: the blocks of a task loop over them
 
-_CTYPE = {np.dtype(np.float64): "double", np.dtype(np.float32): "float"}
 
 
 # The cost model by which the sparse analysis's "auto" ordering chooses (analysis.estimate):
@@ -164,7 +164,7 @@ def reset_name(T: str) -> str:
 def kernel_names(dtypes=DTYPES, nbs=None, orders=ORDERS) -> list[str]:
     out = []
     for dt in dtypes:
-        T = _CTYPE[np.dtype(dt)]
+        T = ctype(dt)
         for o in orders:
             out.append(extend_name(T, o))
             out += [sweep_name(T, o, fw, rc) for fw in (True, False) for rc in RHS_PASSES]
@@ -175,7 +175,7 @@ def kernel_names(dtypes=DTYPES, nbs=None, orders=ORDERS) -> list[str]:
 
 
 def selection(lc, plan, dtype, layouts: dict, config) -> Selection:
-    T = _CTYPE[np.dtype(dtype)]
+    T = ctype(dtype)
     a = plan.tasks.args[lc.lo:lc.hi]
     if lc.kind in (SWEEP_FWD, SWEEP_BWD, SWEEP_RESET, SWEEP_FWD_SMALL, SWEEP_BWD_SMALL):
         # (the factor's plan has no x: only the reset of its tree counters comes here)

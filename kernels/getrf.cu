@@ -1,4 +1,4 @@
-// vbatch: variable-size batched LU with partial pivoting (GETRF) kernels, float32 and float64.
+// vbatch: variable-size batched LU with partial pivoting (GETRF) kernels, real and complex.
 //
 // Compiled behind the generated preamble and vbatched.cuh (kernels/cuda_build.py). A task row is
 // (q, j, w, m, n): problem q, its panel's first column j and width w, and the problem's sizes
@@ -19,7 +19,8 @@
 // (j = 0) reads A: the factor kernel its panel's columns, the rows kernel the others, so every
 // later step reads LU alone.
 //
-// Pivots as LAPACK's: the first entry of largest magnitude at or below the diagonal (idamax);
+// Pivots as LAPACK's: the first entry of largest magnitude at or below the diagonal (idamax;
+// a complex entry's magnitude |re| + |im|, izamax's);
 // a zero pivot's column is left unscaled and the factorization goes on (info = its column + 1,
 // the first). PIVOT=false takes the diagonal as pivot (ipiv = the identity), with the same rule
 // at a zero pivot.
@@ -114,7 +115,8 @@ getrf_factor(const unsigned long long* tbl, const long long* meta, const int* im
   const long long ld = meta[3LL * K + q];
   int* ipiv = reinterpret_cast<int*>(tbl[2]) + meta[4LL * K + q];
   int* info = reinterpret_cast<int*>(tbl[3]);
-  __shared__ T sv[NT / 32];
+  using R = real_t<T>;
+  __shared__ R sv[NT / 32];
   __shared__ int si[NT / 32];
   __shared__ T s_piv;
   extern __shared__ __align__(16) unsigned char vb_dyn[];
@@ -137,16 +139,16 @@ getrf_factor(const unsigned long long* tbl, const long long* meta, const int* im
   for (int c = 0; c < w; ++c) {
     int p = c;
     if (PIVOT) {
-      T best = T(-1);
+      R best = R(-1);
       int bi = 0x7fffffff;
       for (int i = c + tid; i < pm; i += NT) {  // (rows ascending: the first of equals kept)
-        const T v = fabs(el(i, c));
+        const R v = cabs1(el(i, c));
         if (v > best) {
           best = v;
           bi = i;
         }
       }
-      p = argmax_rows<T, NT>(best, bi, sv, si);
+      p = argmax_rows<R, NT>(best, bi, sv, si);
       if (p == 0x7fffffff) p = c;  // (a column of NaN: no entry compared greater)
     }
     if (tid == 0) {
@@ -226,12 +228,12 @@ getrf_warp(const unsigned long long* tbl, const long long* meta, const int* imet
       // (rows at or below the diagonal; NaN compares greater than nothing: a column of NaN
       // keeps its diagonal)
       const bool in = rid >= c && rid < pm;
-      T best = in ? fabs(a[c]) : T(-1);
+      real_t<T> best = in ? cabs1(a[c]) : real_t<T>(-1);
       int bi = in && best == best ? rid : 0x7fffffff;
-      if (bi == 0x7fffffff) best = T(-1);
+      if (bi == 0x7fffffff) best = real_t<T>(-1);
 #pragma unroll
       for (int off = 16; off > 0; off >>= 1) {
-        const T ov = __shfl_xor_sync(0xffffffffu, best, off);
+        const real_t<T> ov = __shfl_xor_sync(0xffffffffu, best, off);
         const int oi = __shfl_xor_sync(0xffffffffu, bi, off);
         if (ov > best || (ov == best && oi < bi)) {
           best = ov;
@@ -241,7 +243,7 @@ getrf_warp(const unsigned long long* tbl, const long long* meta, const int* imet
       if (bi != 0x7fffffff) p = bi;
     }
     const int owner = __ffs(__ballot_sync(0xffffffffu, rid == p)) - 1;
-    const T d = __shfl_sync(0xffffffffu, a[c], owner);
+    const T d = shfl(a[c], owner);
     if (d == T(0) && first_zero == 0) first_zero = j + c + 1;
     if (lane == 0) ipiv[j + c] = j + p;
     if (rid == p) rid = c;
@@ -255,7 +257,7 @@ getrf_warp(const unsigned long long* tbl, const long long* meta, const int* imet
 #pragma unroll
     for (int k = c + 1; k < NB; ++k) {
       if (k < w) {
-        const T u = __shfl_sync(0xffffffffu, a[k], owner);
+        const T u = shfl(a[k], owner);
         if (below) a[k] = fma(-l, u, a[k]);
       }
     }
@@ -292,7 +294,7 @@ getrf_regs(const unsigned long long* tbl, const long long* meta, const int* imet
   int* ipiv = reinterpret_cast<int*>(tbl[2]) + meta[4LL * K + q];
   int* info = reinterpret_cast<int*>(tbl[3]);
   __shared__ T s_row[2][NB];
-  __shared__ T sv[2][W];
+  __shared__ real_t<T> sv[2][W];
   __shared__ int si[2][W];
   const int tid = threadIdx.x, lane = tid & 31, wp = tid >> 5;
   const int pm = m - j;  // (the panel's rows)
@@ -313,12 +315,12 @@ getrf_regs(const unsigned long long* tbl, const long long* meta, const int* imet
     int p = c;
     if (PIVOT) {
       const bool in = rid >= c && rid < pm;
-      T best = in ? fabs(a[c]) : T(-1);
+      real_t<T> best = in ? cabs1(a[c]) : real_t<T>(-1);
       int bi = in && best == best ? rid : 0x7fffffff;
-      if (bi == 0x7fffffff) best = T(-1);
+      if (bi == 0x7fffffff) best = real_t<T>(-1);
 #pragma unroll
       for (int off = 16; off > 0; off >>= 1) {
-        const T ov = __shfl_xor_sync(0xffffffffu, best, off);
+        const real_t<T> ov = __shfl_xor_sync(0xffffffffu, best, off);
         const int oi = __shfl_xor_sync(0xffffffffu, bi, off);
         if (ov > best || (ov == best && oi < bi)) {
           best = ov;
@@ -334,7 +336,7 @@ getrf_regs(const unsigned long long* tbl, const long long* meta, const int* imet
       bi = si[b][0];
 #pragma unroll
       for (int v = 1; v < W; ++v) {
-        const T ov = sv[b][v];
+        const real_t<T> ov = sv[b][v];
         const int oi = si[b][v];
         if (ov > best || (ov == best && oi < bi)) {
           best = ov;
@@ -387,7 +389,8 @@ template <typename T, int NB, bool ROW, bool PIVOT>
 __global__ void __launch_bounds__(64)
 getrf_rows(const unsigned long long* tbl, const long long* meta, const int* imeta,
            const int* tasks, int K, int lo, int hi, int unused) {
-  constexpr int CT = 64;  // columns a block (kernels/getrf_cuda.py ROWS_COLS)
+  // columns a block (kernels/getrf_cuda.py rows_cols; complex128: half, for 48 KB of tiles)
+  constexpr int CT = sizeof(T) > 8 ? 32 : 64;
   const int row = lo + (int)blockIdx.x;
   if (row >= hi) return;
   const int* tk = tasks + (long long)row * VB_TASK_COLS;
@@ -594,7 +597,7 @@ getrf_rows_cm(const unsigned long long* tbl, const long long* meta, const int* i
         const T lk = r > k && r < w ? l11[r][k] : T(0);
 #pragma unroll
         for (int u = 0; u < U; ++u) {
-          const T xk = __shfl_sync(0xffffffffu, x[u], k, NB);
+          const T xk = shfl(x[u], k, NB);
           if (r > k && gc[u] >= j + w) x[u] = fma(-lk, xk, x[u]);
         }
       }

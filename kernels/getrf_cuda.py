@@ -30,7 +30,8 @@ import math
 import numpy as np
 
 from vbatch.core.errors import InputError
-from vbatch.kernels.potrf_cuda import Selection, ctype
+from vbatch.kernels.cuda_build import ctype
+from vbatch.kernels.potrf_cuda import Selection
 from vbatch.ops.getrf import FACTOR, ROWS, SWAP
 
 OP = "getrf"
@@ -54,13 +55,13 @@ REGS_FEW = 128
 # A panel of at most this many bytes (its tallest rows x nb) is factored in shared memory: read
 # once, its columns' steps there, written once; a taller one step by step where it lies.
 FACTOR_SMEM = 64 * 1024
-ROWS_COLS = 64  # (getrf_rows, row-major)
+ROWS_COLS = 64  # (getrf_rows, row-major; complex128 half: its tiles in 48 KB)
 # getrf_rows_cm (column-major): 8 warps a block, 4 columns a lane, 32 / nb columns an instruction
 ROWS_CM_WARPS, ROWS_CM_COLS = 8, 4
 SWAP_COLS = 64  # (getrf_swap: a thread per right-hand side)
 ABSENT = 7  # (a swap's slot of no buffer)
 MAX_GRID_Y = 65535
-DTYPES = ("float64", "float32")
+DTYPES = ("float64", "float32", "complex128", "complex64")
 ORDERS = ("F", "C")
 
 
@@ -119,9 +120,11 @@ def rows_cm_name(T: str, nb: int, P: str) -> str:
     return f"vb::getrf_rows_cm<{T},{nb},{P}>"
 
 
-def rows_cols(nb: int, order: str) -> int:
+def rows_cols(nb: int, order: str, dtype) -> int:
     """Columns outside the panel a rows block takes (the grid's second dimension)."""
-    return ROWS_CM_WARPS * (32 // nb) * ROWS_CM_COLS if order == "F" else ROWS_COLS
+    if order == "F":
+        return ROWS_CM_WARPS * (32 // nb) * ROWS_CM_COLS
+    return ROWS_COLS // 2 if np.dtype(dtype).itemsize > 8 else ROWS_COLS
 
 
 def factor_threads(rows: int) -> int:
@@ -150,15 +153,15 @@ def select(lc, nb: int, dtype, order: str, pivot: bool) -> Selection:
                              source=SOURCE)
         return Selection(factor_name(T, nt, R, P), (lc.count,), (nt,), 0, source=SOURCE)
     if lc.kind == ROWS:
-        tiles = max(1, math.ceil(lc.cols[1] / rows_cols(nb, order)))
+        tiles = max(1, math.ceil(lc.cols[1] / rows_cols(nb, order, dtype)))
         if tiles > MAX_GRID_Y:
             raise InputError([(None, f"launch {lc.index} (getrf rows) needs {tiles} column "
                                      f"blocks, more than the grid allows ({MAX_GRID_Y})")])
         if order == "F":
             return Selection(rows_cm_name(T, nb, P), (lc.count, tiles), (32 * ROWS_CM_WARPS,),
                              0, source=SOURCE)
-        return Selection(rows_name(T, nb, R, P), (lc.count, tiles), (ROWS_COLS,), 0,
-                         source=SOURCE)
+        return Selection(rows_name(T, nb, R, P), (lc.count, tiles),
+                         (rows_cols(nb, order, dtype),), 0, source=SOURCE)
     raise ValueError(f"cuda backend: getrf has no launch kind {lc.kind!r}")
 
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from vbatch.core.errors import InputError
+from vbatch.kernels.cuda_build import ctype
 
 OP = "potrf"
 SOURCE = "potrf.cu"
@@ -102,15 +103,6 @@ FP64_UPDATES = ("fma", "mma")
 DTYPES = ("float64", "float32")
 ORDERS = ("F", "C")
 
-_CTYPE = {np.dtype(np.float64): "double", np.dtype(np.float32): "float"}
-
-
-def ctype(dtype) -> str:
-    """The C++ type of a supported numpy dtype."""
-    dt = np.dtype(dtype)
-    if dt not in _CTYPE:
-        raise ValueError(f"the cuda kernels take float64 or float32, not {dt}")
-    return _CTYPE[dt]
 
 
 def _row(order: str) -> str:

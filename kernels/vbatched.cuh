@@ -108,6 +108,19 @@ template <typename T>
 struct is_cx { static constexpr bool value = false; };
 template <typename R>
 struct is_cx<cx<R>> { static constexpr bool value = true; };
+// The real type of T (T itself, or a complex type's parts).
+template <typename T>
+struct real_of { using type = T; };
+template <typename R>
+struct real_of<cx<R>> { using type = R; };
+template <typename T>
+using real_t = typename real_of<T>::type;
+
+// |v| as LAPACK's pivot searches measure it: |re| + |im| for a complex number (izamax's cabs1).
+template <typename T>
+__device__ __forceinline__ T cabs1(T v) { return fabs(v); }
+template <typename R>
+__device__ __forceinline__ R cabs1(cx<R> v) { return fabs(v.re) + fabs(v.im); }
 
 // v conjugated where c says (real types: v).
 template <typename T>
@@ -133,20 +146,21 @@ __device__ __forceinline__ cx<double> scalar<cx<double>>(cx<double> a) { return 
 
 // Warp shuffles of any element type (a complex one moves its two halves).
 template <typename T>
-__device__ __forceinline__ T shfl(T v, int lane, unsigned mask = 0xffffffffu) {
-  return __shfl_sync(mask, v, lane);
+__device__ __forceinline__ T shfl(T v, int lane, int width = 32) {
+  return __shfl_sync(0xffffffffu, v, lane, width);
 }
 template <typename R>
-__device__ __forceinline__ cx<R> shfl(cx<R> v, int lane, unsigned mask = 0xffffffffu) {
-  return {__shfl_sync(mask, v.re, lane), __shfl_sync(mask, v.im, lane)};
+__device__ __forceinline__ cx<R> shfl(cx<R> v, int lane, int width = 32) {
+  return {__shfl_sync(0xffffffffu, v.re, lane, width),
+          __shfl_sync(0xffffffffu, v.im, lane, width)};
 }
 template <typename T>
-__device__ __forceinline__ T shfl_xor(T v, int d, unsigned mask = 0xffffffffu) {
-  return __shfl_xor_sync(mask, v, d);
+__device__ __forceinline__ T shfl_xor(T v, int d) {
+  return __shfl_xor_sync(0xffffffffu, v, d);
 }
 template <typename R>
-__device__ __forceinline__ cx<R> shfl_xor(cx<R> v, int d, unsigned mask = 0xffffffffu) {
-  return {__shfl_xor_sync(mask, v.re, d), __shfl_xor_sync(mask, v.im, d)};
+__device__ __forceinline__ cx<R> shfl_xor(cx<R> v, int d) {
+  return {__shfl_xor_sync(0xffffffffu, v.re, d), __shfl_xor_sync(0xffffffffu, v.im, d)};
 }
 
 // Element (r, c) of a matrix with leading dimension ld: row-major (ROW) or column-major.

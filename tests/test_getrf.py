@@ -104,8 +104,6 @@ def test_complex_against_zgetrf(device, dtype, nb):
     """Complex Gaussian matrices (their pivots by LAPACK's |re| + |im|, which differs from
     the modulus), exactly zero columns among them, every form: factors, pivots and info as
     LAPACK's zgetrf on the same values; with pivot=False, the diagonal."""
-    if device == "cuda":
-        pytest.skip("the cuda backend takes no complex type yet")
     rng = np.random.default_rng(6)
     mats = [(rng.standard_normal(s) + 1j * rng.standard_normal(s)).astype(dtype)
             for s in SHAPES]
@@ -242,10 +240,6 @@ def test_bad_input_is_named_before_any_work(device, monkeypatch):
     with pytest.raises(InputError, match=r"problem 1: a: dtype complex128 differs from "
                                          r"problem 0's float64"):
         rt.getrf([_xp(device).asarray(x) for x in (good, good.astype(np.complex128))])
-    if device == "cuda":  # (complex getrf: the CPU backend's so far)
-        with pytest.raises(InputError, match="a: the cuda backend does not take complex128 "
-                                             "for getrf"):
-            rt.getrf([_xp(device).asarray(good.astype(np.complex128))])
     assert not began
 
 
@@ -303,6 +297,6 @@ def test_every_cuda_launch_selects_a_kernel_that_is_built(pivot):
                         assert s.block[0] >= min(lc.rows[1], getrf_cuda.FACTOR_THREADS[-1])
                     elif lc.kind == "getrf.rows":
                         assert s.grid[0] == lc.count
-                        assert s.grid[1] * getrf_cuda.rows_cols(nb, order) >= lc.cols[1]
+                        assert s.grid[1] * getrf_cuda.rows_cols(nb, order, dtype) >= lc.cols[1]
     assert {k for k, _ in seen} == {"getrf.factor", "getrf.rows", blas_cuda.GEMM}
     assert {b for k, b in seen if k == "getrf.factor"} == {*getrf_cuda.FACTOR_THREADS, "warp"}
