@@ -291,6 +291,10 @@ def sections(plan: Plan, modules: dict) -> tuple[list, dict]:
     return entries, start
 
 
+# The table's scalar entries: the call's scalar each holds, and which part (0 real, 1 imaginary).
+SCALAR_ENTRIES = {"alpha": ("alpha", 0), "beta": ("beta", 0), "alpha_im": ("alpha", 1),
+                  "beta_im": ("beta", 1)}
+
 # Pointer tables per (plan, layout) kept on the device with their own graph. A repeated call
 # on one batch cycles through two output buffers (the pool hands back the one the previous
 # result freed) and one info slot; a few more leave room for interleaved callers. Measured on
@@ -298,9 +302,6 @@ def sections(plan: Plan, modules: dict) -> tuple[list, dict]:
 # wait for the previous call and the lock cost ~3.5 us of a ~35 us call. Each fixed table costs a
 # graph capture, so only plans whose host time matters (few launches: small problems) get them.
 FIXED_TABLES = 4
-# The table's scalar entries: the call's scalar each holds, and which part (0 real, 1 imaginary).
-SCALAR_ENTRIES = {"alpha": ("alpha", 0), "beta": ("beta", 0), "alpha_im": ("alpha", 1),
-                  "beta_im": ("beta", 1)}
 FIXED_MAX_LAUNCHES = 8
 
 
