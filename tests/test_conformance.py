@@ -401,8 +401,7 @@ def test_real_and_complex_do_not_mix_and_complex_parameters_need_complex_operand
     """A complex problem among real ones, a complex operand beside real ones, a complex
     scalar for real operands (or for one the op takes real), an unknown ``trans``: each an
     InputError naming the problem or the operand, and nothing reaches the backend. A backend
-    that takes no complex type for the op (CUDA's factorizations, so far) says so before any
-    work."""
+    that takes no complex type for the op (CUDA's Cholesky, so far) says so before any work."""
     from vbatch import InputError
 
     rt = Runtime(device)

@@ -250,7 +250,7 @@ def test_kernel_names_is_the_whole_set_once():
     assert len(names) == len(set(names))
     # Per dtype and order: 7 fused, 3 update, trsm for each nb; 3 update_mma in float64;
     # then schur and small_step; per dtype, copy and spd_fill (copy alone for the complex
-    # types, which only the blas family takes).
+    # types: spd_fill makes real SPD batches).
     per_nb = {"float64": 7 + 3 + 3 + 1, "float32": 7 + 3 + 1}
     nbs = len(sel.NB_SUPPORTED)
     want = sum(2 * (nbs * per_nb[dt] + 2) + 2 for dt in sel.DTYPES) + len(build.DTYPES) \
