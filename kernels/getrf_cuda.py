@@ -52,6 +52,10 @@ PANEL_WARPS = 4
 REGS_WARPS = (2, 4, 8)
 REGS_ROWS = 64
 REGS_FEW = 128
+# ... for these dtypes: a complex row of 32 columns is 128 (complex128) registers, and the
+# kernels' complex builds were the slowest of all to compile (67 s for complex128's 24 on one
+# core, against 39 for float64's), so complex panels take the factor kernel.
+REGS_DTYPES = ("float64", "float32")
 # A panel of at most this many bytes (its tallest rows x nb) is factored in shared memory: read
 # once, its columns' steps there, written once; a taller one step by step where it lies.
 FACTOR_SMEM = 64 * 1024
@@ -141,7 +145,8 @@ def select(lc, nb: int, dtype, order: str, pivot: bool) -> Selection:
             wb = next(b for b in WARP_WIDTHS if b >= min(lc.width, nb))
             return Selection(warp_name(T, wb, R, P), (math.ceil(lc.count / PANEL_WARPS),),
                              (32 * PANEL_WARPS,), 0, source=SOURCE)
-        if order == "F" and (lc.rows[1] <= REGS_ROWS or (
+        if order == "F" and np.dtype(dtype).name in REGS_DTYPES and (
+                lc.rows[1] <= REGS_ROWS or (
                 lc.count <= REGS_FEW and lc.rows[1] <= 32 * REGS_WARPS[-1])):
             wb = next(b for b in WARP_WIDTHS if b >= min(lc.width, nb))
             nw = next(v for v in REGS_WARPS if 32 * v >= lc.rows[1])
@@ -202,7 +207,7 @@ def kernel_names(dtypes=DTYPES, nbs=NB_SUPPORTED, orders=ORDERS) -> list[str]:
                 if order == "F":
                     out += [rows_cm_name(T, nb, P) for nb in nbs]
                     out += [regs_name(T, b, v, P) for b in WARP_WIDTHS if b <= max(nbs)
-                            for v in REGS_WARPS]
+                            for v in REGS_WARPS if dt in REGS_DTYPES]
                 else:
                     out += [rows_name(T, nb, R, P) for nb in nbs]
             out.append(swap_name(T, R))
