@@ -63,7 +63,7 @@ def _arch(text: str) -> str:
 
 def _parser(prog: str) -> argparse.ArgumentParser:
     from vbatch.kernels.cuda_build import ARCHS, DTYPES, ORDERS
-    from vbatch.kernels.potrf_cuda import NB_SUPPORTED
+    from vbatch.kernels.potrf_cuda import DTYPES as CHOLESKY_DTYPES, NB_SUPPORTED
     from vbatch.ops.generate import DISTRIBUTIONS
 
     ap = _Parser(
@@ -82,7 +82,7 @@ def _parser(prog: str) -> argparse.ArgumentParser:
                        help="matrices in the batch (2000)")
         p.add_argument("--nmax", type=_int_at_least(1), default=128, help="largest size (128)")
         p.add_argument("--dist", choices=DISTRIBUTIONS, default="uniform", help="size distribution")
-        p.add_argument("--dtype", choices=DTYPES, default="float64")
+        p.add_argument("--dtype", choices=CHOLESKY_DTYPES, default="float64")
         p.add_argument("--seed", type=_int_at_least(0), default=0)
         p.add_argument("--policy", choices=("dsse", "ssde"), default="dsse")
         # The upper bound depends on the backend (cuda: 8, 16 or 32); the runtime checks it.
@@ -164,7 +164,7 @@ def _parser(prog: str) -> argparse.ArgumentParser:
                     "(options a Runtime is given still win).",
     )
     tun.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
-    tun.add_argument("--dtype", nargs="+", choices=DTYPES, default=list(DTYPES))
+    tun.add_argument("--dtype", nargs="+", choices=CHOLESKY_DTYPES, default=list(CHOLESKY_DTYPES))
     tun.add_argument("--reps", type=_int_at_least(1), default=5,
                      help="timed calls per candidate and batch, after warm-up (5)")
     tun.add_argument("--file", default=None, metavar="PATH",

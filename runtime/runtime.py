@@ -135,6 +135,7 @@ class Runtime:
 
     def _options(self, dtype: np.dtype, op: str, order: str | None) -> dict:
         families = OPS[op].families if op in OPS else (op,)
+        self.backend.check_dtype(dtype, None, families, op)  # (an InputError, not a KeyError)
         hit = {}
         for fam in families:
             hit.update(self.backend.plan_defaults(fam, dtype, order))

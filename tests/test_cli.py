@@ -58,6 +58,9 @@ BAD_ARGS = [
     (["demo", "--seed", "-1", "--device", "cpu"], "--seed: must be >= 0"),
     (["plan", "--limit", "-1", "--device", "cpu"], "--limit: must be >= 0"),
     (["compile", "--dtype", "float16"], "invalid choice: 'float16'"),
+    # (the Cholesky commands take the dtypes its kernels take; compile takes every kernel's)
+    (["demo", "--dtype", "complex128", "--device", "cpu"], "invalid choice: 'complex128'"),
+    (["tune", "--dtype", "complex64", "--device", "cpu"], "invalid choice: 'complex64'"),
     (["compile", "--nb", "64"], "invalid choice: 64"),
     (["compile", "--order", "X"], "invalid choice: 'X'"),
     (["compile", "--jobs", "0"], "--jobs: must be >= 1"),

@@ -621,5 +621,8 @@ def test_a_dtype_the_backend_does_not_take_is_refused_before_any_work(monkeypatc
         rt.gemm(a, a)
     with pytest.raises(vbatch.InputError, match=want):
         rt.prepare("gemm", a=a, b=a)
+    # (the planner's options too: an InputError naming the op, not a missing table entry)
+    with pytest.raises(vbatch.InputError, match="does not take complex128 for gemm"):
+        rt.plan_options(np.complex128, "gemm")
     assert not began
     rt.gemm([np.eye(3)], [np.eye(3)]).result()  # (float64: taken)
