@@ -192,9 +192,11 @@ getrf_factor(const unsigned long long* tbl, const long long* meta, const int* im
 // at the end). The pivot search and the pivot row's broadcast are warp shuffles. NB is the
 // launch's widest panel rounded up to 8 (no dead columns unrolled); WARPS panels a block
 // (kernels/getrf_cuda.py PANEL_WARPS). At 32 columns the bound asks for four blocks a
-// multiprocessor (128 registers: 114 used, no spill; unbounded it took 140, three blocks).
+// multiprocessor (128 registers: 114 used, no spill; unbounded it took 140, three blocks);
+// complex128, whose row alone is 128 registers at 32 columns, two (at four it spilled 248-272
+// bytes: ptxas, sm_90).
 template <typename T, int NB, bool ROW, bool PIVOT>
-__global__ void __launch_bounds__(128, NB >= 32 ? 4 : 1)
+__global__ void __launch_bounds__(128, NB >= 32 ? (sizeof(T) > 8 ? 2 : 4) : 1)
 getrf_warp(const unsigned long long* tbl, const long long* meta, const int* imeta,
            const int* tasks, int K, int lo, int hi, int unused) {
   constexpr int WARPS = 4;

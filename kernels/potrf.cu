@@ -1,4 +1,7 @@
-// vbatch: variable-size batched left-looking Cholesky (POTRF) kernels, float32 and float64.
+// vbatch: variable-size batched left-looking Cholesky (POTRF) kernels, real and complex. A
+// complex matrix is Hermitian, A = L L^H: every product of a row with another row's transpose
+// takes the second conjugated, and a pivot is the diagonal's real part (its imaginary part is
+// not read, as ZPOTRF's).
 //
 // Compiled behind the generated preamble and vbatched.cuh (kernels/cuda_build.py), which give
 // every kernel its task: block b of a launch over task rows [lo, hi) runs task lo + b, a problem q
@@ -32,8 +35,14 @@ template <typename T> __device__ __forceinline__ T vrsqrt(T x);
 template <> __device__ __forceinline__ double vrsqrt<double>(double x) { return rsqrt(x); }
 template <> __device__ __forceinline__ float vrsqrt<float>(float x) { return rsqrtf(x); }
 
-// ------------------------------------------------------------------ C = X Y^T tile, K-pipelined
-// acc[i][jj] = sum_{k < K} L(rx + ty + 32 i, k) * L(ry + tx * TN + jj, k), for the rows of X below
+// Blocks an SM a kernel's launch bound asks for are divided by this for complex types: complex64's
+// panel kernels took 170 registers a thread where float64's take 128 (ptxas, sm_90; capped at
+// 128 they spilled 2 KB), and a row of complex128 is twice a row of doubles.
+template <typename T>
+__host__ __device__ constexpr int wide() { return is_cx<T>::value ? 2 : 1; }
+
+// ------------------------------------------------------------------ C = X Y^H tile, K-pipelined
+// acc[i][jj] = sum_{k < K} L(rx + ty + 32 i, k) * conj(L(ry + tx * TN + jj, k)), for the rows of X below
 // mx and of Y below ny (others read as zero). X and Y are row blocks of the same matrix L (the
 // factored columns), so one routine serves the panel update (Y = the panel's own top rows) and the
 // Schur complement (Y = another trailing row block).
@@ -92,7 +101,7 @@ __device__ void gemm_nt(const T* L, long long ld, int rx, int mx, int ry, int ny
 #pragma unroll
           for (int i = 0; i < TM; ++i) a[i] = sA[ia(ty + 32 * i, kk)];
 #pragma unroll
-          for (int jj = 0; jj < TN; ++jj) b[jj] = sB[ib(tx * TN + jj, kk)];
+          for (int jj = 0; jj < TN; ++jj) b[jj] = conj(sB[ib(tx * TN + jj, kk)]);
 #pragma unroll
           for (int i = 0; i < TM; ++i)
 #pragma unroll
@@ -104,34 +113,37 @@ __device__ void gemm_nt(const T* L, long long ld, int rx, int mx, int ry, int ny
 // ------------------------------------------------------------------ POTF2 in one warp's registers
 // Lane r holds row r of the panel in a[0..NB) (the w x w diagonal block; in small_step also the
 // rows below it, which the same elimination solves): right-looking, one column per
-// iteration. The pivot comes by one shuffle; the scaled column goes through shared memory
-// (`col`, 2 * NB elements per warp, double-buffered) and every lane reads it back as broadcasts,
-// which pair into 128-bit loads. Lanes update their whole row without a per-column predicate:
+// iteration. The pivot (the diagonal's real part) comes by one shuffle; the scaled column goes
+// through shared memory conjugated (`col`, 2 * NB elements per warp, double-buffered) and every
+// lane reads it back as broadcasts, which pair into 128-bit loads. Lanes update their whole row without a per-column predicate:
 // entries above the diagonal become junk that is never read. Lanes with `act` false (rows not
 // in the diagonal block) only serve the shuffles and keep their values. Returns 0, or the first
 // column + 1 whose pivot is not > 0 (NaN included, as reference LAPACK); the same in every lane.
 // On failure at column f, columns [0, f - 1) of every active lane are final: LAPACK's leading
-// factor, which the callers complete and write back.
+// factor, which the callers complete and write back, and lane f - 1's a[f - 1] is the pivot as
+// tested (real).
 // The shuffle-per-element version took about 3,000 instructions and 15 us per 32 x 32 block
 // (ncu, H100, 2026-11-21: 5.5 cycles per issued instruction at 6% occupancy).
 template <typename T, int NB>
 __device__ __forceinline__ int potf2_regs(T (&a)[NB], int w, bool act, T* col) {
   static_assert(NB <= 32, "one lane per row of the diagonal block");
+  using R = real_t<T>;
   const int lane = threadIdx.x & 31;
 #pragma unroll
   for (int k = 0; k < NB; ++k) {
     if (k < w) {
-      const T dkk = __shfl_sync(0xffffffffu, a[k], k);
-      if (!(dkk > T(0))) return k + 1;
-      const T rd = vrsqrt(dkk);  // scale by the reciprocal, as LAPACK's potf2 does
+      if (lane == k) a[k] = real_part(a[k]);  // (the pivot as tested, should it fail)
+      const R dkk = __shfl_sync(0xffffffffu, re(a[k]), k);
+      if (!(dkk > R(0))) return k + 1;
+      const R rd = vrsqrt(dkk);  // scale by the reciprocal, as LAPACK's potf2 does
       T* cb = col + (k & 1) * NB;
       if (act) {
         // An infinite pivot: reference LAPACK takes sqrt(inf) = inf and scales the column by
         // 1 / inf = 0 (info stays 0); dkk * rsqrt(dkk) would be inf * 0 = NaN.
-        a[k] = lane == k ? (isinf(dkk) ? dkk : dkk * rd) : a[k] * rd;
+        a[k] = lane == k ? T(isinf(dkk) ? dkk : dkk * rd) : a[k] * rd;
         // Only the first NB rows are read back; a row below them (small_step: a panel narrower
         // than its height) would write into the other buffer, which may still be being read.
-        if (lane < NB) cb[lane] = a[k];
+        if (lane < NB) cb[lane] = conj(a[k]);
       }
       __syncwarp();
       if (act) {
@@ -143,9 +155,9 @@ __device__ __forceinline__ int potf2_regs(T (&a)[NB], int w, bool act, T* col) {
   return 0;
 }
 
-// ------------------------------------------------------------------ one row of X L11^T = B
+// ------------------------------------------------------------------ one row of X L11^H = B
 // L11 is read from shared memory as L(c, k) = D[k * ldd + c] (every thread reads the same element:
-// a broadcast), with invd[c] = 1 / L(c, c). Right-looking: once x[c] is final it updates every
+// a broadcast), with invd[c] = 1 / L(c, c) (real). Right-looking: once x[c] is final it updates every
 // later x[c2] at once, so the dependent chain is one multiply and one FMA per column; the
 // left-looking dot product per column made a chain of ~NB^2 / 2 dependent FMAs.
 template <typename T, int NB>
@@ -155,7 +167,7 @@ __device__ __forceinline__ void trsm_row(T (&x)[NB], const T* D, int ldd, const 
     if (c < w) {
       x[c] *= invd[c];
 #pragma unroll
-      for (int c2 = c + 1; c2 < NB; ++c2) x[c2] = fma(-x[c], D[c * ldd + c2], x[c2]);
+      for (int c2 = c + 1; c2 < NB; ++c2) x[c2] = fma(-x[c], conj(D[c * ldd + c2]), x[c2]);
     }
   }
 }
@@ -179,6 +191,12 @@ template <typename T>
 __device__ __forceinline__ constexpr int tix(int i, int k) { return k * (32 + 16 / sizeof(T)) + i; }
 template <typename T>
 __device__ __forceinline__ constexpr int row_tile() { return RK * (32 + 16 / sizeof(T)); }
+// Where fused_step and small_step keep their warps' row tiles (two a warp): in static shared
+// memory, but for 16-byte elements in dynamic shared memory (potrf_cuda.row_smem), since eight
+// warps' tiles of complex128 pass the 48 KB static shared memory may take. (Dynamic for every
+// type cost float64's 32-wide row-major kernels 44-56 bytes of spill stores: ptxas, sm_90.)
+template <typename T>
+__host__ __device__ constexpr bool dynamic_tiles() { return sizeof(T) > 8; }
 
 // Swap chunk [cb, cb + RK) of v between the two ways of holding it: slot s of a lane as element
 // (lane / RK + s * RS, lane % RK), and element k as (lane, k). `to_rows` says which way.
@@ -227,8 +245,8 @@ __device__ __forceinline__ void warp_rows_store(T (&v)[N], T* M, long long ld, i
       if (cb + kk < nc && ok(i0 + s * RS, cb + kk)) q[cb] = v[cb + s];
 }
 
-// The barrier after a chunk's top rows were stored to `lt`, then every thread's FMAs over the
-// chunk: x[c] -= own[k] * lt[k][c] (the top rows read as broadcasts). panel_update and
+// The barrier after a chunk's top rows were stored to `lt` (conjugated), then every thread's FMAs
+// over the chunk: x[c] -= own[k] * lt[k][c] (the top rows read as broadcasts). panel_update and
 // panel_update_rows share it.
 template <typename T, int NB, bool WARP, int KB>
 __device__ __forceinline__ void chunk_update(T (&x)[NB], const T (&own)[KB], const T (*lt)[NB]) {
@@ -242,7 +260,7 @@ __device__ __forceinline__ void chunk_update(T (&x)[NB], const T (&own)[KB], con
 }
 
 // ------------------------------------------------------------------ a panel row's update
-// x[c] -= sum_{kb <= k < j} L(j + r, k) L(j + c, k) for c < NB: row r of a panel brought up to
+// x[c] -= sum_{kb <= k < j} L(j + r, k) conj(L(j + c, k)) for c < NB: row r of a panel brought up to
 // date from the factored columns [kb, j) (kb: the panel's block column; columns left of it
 // were applied by the block update), KB at a time, the next chunk's loads in flight while the
 // current one is multiplied. Each thread streams its own row (coalesced across lanes for
@@ -262,7 +280,7 @@ __device__ __forceinline__ void panel_update(T (&x)[NB], const T* Lb, long long 
     for (int kk = 0; kk < KB; ++kk) own[kk] = nxt[kk];
     if (r < w) {
 #pragma unroll
-      for (int kk = 0; kk < KB; ++kk) lt[buf][kk][r] = own[kk];
+      for (int kk = 0; kk < KB; ++kk) lt[buf][kk][r] = conj(own[kk]);
     }
     const int k1 = k0 + KB;
 #pragma unroll
@@ -309,7 +327,7 @@ __device__ __forceinline__ void panel_update_rows(T (&x)[NB], const T* Lb, long 
     for (int k = 0; k < KB; ++k) own[k] = tile[buf * row_tile<T>() + tix<T>(lane, k)];
     if (r < w) {
 #pragma unroll
-      for (int k = 0; k < KB; ++k) lt[buf][k][r] = own[k];
+      for (int k = 0; k < KB; ++k) lt[buf][k][r] = conj(own[k]);
     }
     chunk_update<T, NB, WARP, KB>(x, own, lt[buf]);
   }
@@ -331,7 +349,7 @@ __device__ void zero_rect(T* L, long long ld, int r0, int r1, int c0, int nc, in
 // One block per problem, one thread per panel row: thread r keeps row r of the m x w panel in
 // registers (x[0..NB)) through the whole step.
 //   1. x = A[j + r, j:j+w]; the zeros above the panel are written to L;
-//   2. update: x -= sum_k L[j + r, k] L[j:j+w, k]^T. Each thread streams its own row of the
+//   2. update: x -= sum_k L[j + r, k] L[j:j+w, k]^H. Each thread streams its own row of the
 //      factored columns from global memory (coalesced across lanes for column-major L) and the
 //      top w rows, which are warp 0's own rows, come through a shared-memory tile that every
 //      thread reads as a broadcast: 32 FMAs per 16 wide shared loads;
@@ -343,7 +361,7 @@ __device__ void zero_rect(T* L, long long ld, int r0, int r1, int c0, int nc, in
 // eight) sat 3.5-10x above its floor and lost to the separated kernels at every height measured
 // (profile_cuda.py crossover, H100, 2026-11-21).
 template <typename T, int NB, int NT, bool ROW>
-__global__ void __launch_bounds__(NT, 512 / NT)  // >= 512 threads per SM: <= 128 registers
+__global__ void __launch_bounds__(NT, 512 / NT / wide<T>())  // >= 512 threads per SM: <= 128 registers
 fused_step(const unsigned long long* tbl, const long long* meta, const int* imeta, const int* tasks,
            int K, int lo, int hi, int unused) {
   const T* A = reinterpret_cast<const T*>(tbl[0]);
@@ -355,7 +373,9 @@ fused_step(const unsigned long long* tbl, const long long* meta, const int* imet
   __shared__ __align__(16) T pcol[2 * NB];   // POTF2's column broadcast
   __shared__ T invd[NB];
   __shared__ int s_fail;
-  __shared__ __align__(16) T rtile[ROW ? NT / 32 : 1][ROW ? 2 * row_tile<T>() : 1];  // row tiles
+  constexpr bool ST = ROW && !dynamic_tiles<T>();
+  __shared__ __align__(16) T rtile[ST ? NT / 32 : 1][ST ? 2 * row_tile<T>() : 1];  // row tiles
+  extern __shared__ __align__(16) unsigned char smem_raw[];
 
   vb::Task tk;
   if (!vb::block_task(tasks, lo, hi, tk)) return;
@@ -374,7 +394,8 @@ fused_step(const unsigned long long* tbl, const long long* meta, const int* imet
   const int r = threadIdx.x;
   const bool row = r < m;
   const int rb = r & ~31;  // the warp's first row
-  T* tile = rtile[ROW ? r / 32 : 0];
+  T* tile = dynamic_tiles<T>() ? reinterpret_cast<T*>(smem_raw) + (ROW ? r / 32 * 2 * row_tile<T>() : 0)
+                                : rtile[ST ? r / 32 : 0];
 
   // 1. own row of A; zeros above the panel.
   T x[NB];
@@ -490,15 +511,18 @@ __device__ __forceinline__ void small_panel(const T* Ab, T* Lb, long long ld, in
 // NBMIN: the narrowest of the four register widths compiled (potrf_cuda.SMALL_NBMIN says which
 // and why); a panel narrower than it takes the NBMIN-wide code.
 // Four blocks of four warps an SM at least: 128 registers a thread (142 unbounded, for the NB
-// = 32 branch). At 128 some float64 ones spill a little (ptxas, sm_90, 2026-11-26: column-major
-// with every width 52 bytes of spill stores, the 32-wide code alone none; row-major 0 and 28).
+// = 32 branch; complex types two blocks). At 128 some float64 ones spill a little (ptxas, sm_90,
+// 2026-11-26: column-major with every width 52 bytes of spill stores, the 32-wide code alone
+// none; row-major 0 and 28).
 template <typename T, int WARPS, bool ROW, int NBMIN = 8>
-__global__ void __launch_bounds__(32 * WARPS, 16 / WARPS)
+__global__ void __launch_bounds__(32 * WARPS, 16 / WARPS / wide<T>())
 small_step(const unsigned long long* tbl, const long long* meta, const int* imeta,
            const int* tasks, int K, int lo, int hi, int unused) {
   __shared__ __align__(16) T col[WARPS][2 * 32];   // potf2_regs' column broadcast, per warp
   __shared__ __align__(16) T lt[WARPS][2 * 8 * 32];  // the update's top rows, per warp
-  __shared__ __align__(16) T rtile[ROW ? WARPS : 1][ROW ? 2 * row_tile<T>() : 1];  // row tiles
+  constexpr bool ST = ROW && !dynamic_tiles<T>();
+  __shared__ __align__(16) T rtile[ST ? WARPS : 1][ST ? 2 * row_tile<T>() : 1];  // row tiles
+  extern __shared__ __align__(16) unsigned char smem_raw[];
   const int warp = threadIdx.x >> 5;
   vb::Task tk;
   if (!vb::warp_task(tasks, lo, hi, WARPS, warp, tk)) return;
@@ -514,7 +538,8 @@ small_step(const unsigned long long* tbl, const long long* meta, const int* imet
   T* Lb = reinterpret_cast<T*>(tbl[1]) + pr.off;
   T* cb = col[warp];
   T* tw = lt[warp];
-  T* rt = rtile[ROW ? warp : 0];
+  T* rt = dynamic_tiles<T>() ? reinterpret_cast<T*>(smem_raw) + (ROW ? warp * 2 * row_tile<T>() : 0)
+                              : rtile[ST ? warp : 0];
   if (NBMIN <= 8 && w <= 8)
     small_panel<T, 8, ROW>(Ab, Lb, pr.ld, j, kb, m, w, info, tk.q, failed, cb, tw, rt);
   else if (NBMIN <= 16 && w <= 16)
@@ -637,8 +662,8 @@ __device__ __forceinline__ void factor_diag(const UpdateTile<T>& t, int* info, T
 template <typename T, int NB, int RC, bool ROW>
 // At least 768 threads an SM (<= 80 registers a thread, as before factor_diag: its 32-column
 // row in registers took float64 builds to 94-98 and RC = 128 to two blocks an SM; capped, ptxas
-// spills 12-68 bytes, 2026-11-25).
-__global__ void __launch_bounds__(2 * RC, 384 / RC)
+// spills 12-68 bytes, 2026-11-25); complex types half as many.
+__global__ void __launch_bounds__(2 * RC, 384 / RC / wide<T>())
 update_step(const unsigned long long* tbl, const long long* meta, const int* imeta, const int* tasks,
             int K, int lo, int hi, int zero_tiles) {
   constexpr int WARPS = RC / 16, NT = 2 * RC, TM = RC / 32, TN = NB / WARPS, KB = 16;
@@ -806,7 +831,7 @@ trsm_step(const unsigned long long* tbl, const long long* meta, const int* imeta
 }
 
 // ================================================================== Schur complement (partial)
-// S = A22 - L21 L21^T for problems that factor p < n columns, on 64 x 64 tiles of the trailing
+// S = A22 - L21 L21^H for problems that factor p < n columns, on 64 x 64 tiles of the trailing
 // block's lower triangle (blockIdx.y enumerates tile pairs bi >= bj). Diagonal tiles also write
 // the zeros of the (1, 2) block above them; off-diagonal tiles the zeros of their mirror tile.
 template <typename T, bool ROW>
@@ -845,7 +870,8 @@ schur_step(const unsigned long long* tbl, const long long* meta, const int* imet
       const int r = ty + 32 * i, c = tx * TN + jj;
       if (r < mx && c < ny) {
         const long long g = at<ROW>(p + r0 + r, p + c0 + c, ld);
-        Lb[g] = (r0 + r >= c0 + c) ? Ab[g] - acc[i][jj] : T(0);
+        const int d = (r0 + r) - (c0 + c);  // (a Hermitian diagonal is real, as ZHERK's)
+        Lb[g] = d > 0 ? Ab[g] - acc[i][jj] : d == 0 ? real_part(Ab[g] - acc[i][jj]) : T(0);
       }
     }
   if (bi > bj) zero_rect<T, ROW>(Lb, ld, p + c0, p + c0 + ny, p + r0, mx, tid, NT);

@@ -45,6 +45,7 @@ MAX_GRID_Y = 65535
 # 2.80, Nmax 256 unchanged; float32 (64, 512): uniform 1024 3.98 -> 3.69, skewed 1024 1.45 ->
 # 1.27, Nmax 256-512 unchanged (blocking float32 problems of 257-512 columns cost uniform 512
 # 7-15%). Measured on column-major batches; row-major float64 keeps (128, 512) (layout_defaults).
+# Complex types take their real type's (real_name): not measured on them.
 BLOCK = {"float64": 96, "float32": 64}
 BLOCK_ABOVE = {"float64": 256, "float32": 512}
 ROW_BLOCK, ROW_BLOCK_ABOVE = 128, 512  # row-major float64 batches: layout_defaults
@@ -93,16 +94,22 @@ SMALL_WARPS = 4
 # 64-256 with 32) (H200, 2026-11-26, docs/decisions.md#potrf-small-nbmin). Row-major kept every
 # width while its 32-wide float64 code spilled; since its rows move through the warp's tile
 # (potrf.cu, warp_rows_load) neither order spills, and both take the same widths.
-SMALL_NBMIN = {"double": 32, "float": 16}
+SMALL_NBMIN = {"double": 32, "float": 16, "vb::cx<double>": 32, "vb::cx<float>": 32}
 # Taller ones as fused_step, in whole warps up to FUSED_ROWS_MAX: a panel of r rows gets the
 # smallest block that holds it.
 FUSED_THREADS = tuple(range(SMALL_ROWS + 32, FUSED_ROWS_MAX + 1, 32))
 # Rows per update tile (update_step runs 2 * RC threads, update_mma RC).
 UPDATE_RCS = (32, 64, 128)
 FP64_UPDATES = ("fma", "mma")
-DTYPES = ("float64", "float32")
+DTYPES = ("float64", "float32", "complex128", "complex64")
 ORDERS = ("F", "C")
+# Elements of a row tile (potrf.cu: row_tile, RK columns of 32 rows and a padding).
+RK = 8
 
+
+def real_name(dtype) -> str:
+    """The name of ``dtype``'s real type (``float64`` for ``complex128``)."""
+    return np.finfo(dtype).dtype.name
 
 
 def _row(order: str) -> str:
@@ -116,7 +123,7 @@ def plan_defaults(dtype) -> dict:
     # nb 32 beat 16 except in a few small gauss cases (within 15%); fused up to the fused
     # kernel's largest block measured at or near the best (crossover sweep, H100, 2026-11-21,
     # docs/decisions.md#potrf-fused-crossover); 4 streams for the chains of partial factorizations.
-    name = np.dtype(dtype).name
+    name = real_name(dtype)
     return {"nb": 32, "fused_max_rows": FUSED_ROWS_MAX, "streams": 4, "block": BLOCK[name],
             "block_above": BLOCK_ABOVE[name], "block_few": 0,
             "block_few_above": BLOCK_FEW_ABOVE[name]}
@@ -203,6 +210,12 @@ def mma_smem(rc: int, nb: int, row: bool) -> int:
     return 2 * (sa + sb)
 
 
+def row_smem(warps: int, isz: int) -> int:
+    """Bytes of the row tiles (two a warp) of a row-major fused_step or small_step launch, in
+    dynamic shared memory for 16-byte elements (potrf.cu: dynamic_tiles)."""
+    return warps * 2 * RK * (32 + 16 // isz) * isz
+
+
 def diag_smem(nb: int) -> int:
     """Elements factor_diag reuses of an update kernel's tiles (the diagonal block, padded,
     and potf2_regs' column broadcast)."""
@@ -262,11 +275,14 @@ def select(lc, nb: int, dtype, order: str, fp64_update: str = "fma") -> Selectio
     T, R = ctype(dtype), _row(order)
     isz = np.dtype(dtype).itemsize
     rows = lc.rows[1]
+    tiles = order == "C" and isz > 8  # (potrf.cu: dynamic_tiles)
     if lc.kind == "fused" and rows <= SMALL_ROWS:
-        sel = Selection(small_name(T, R), (-(-lc.count // SMALL_WARPS),), (32 * SMALL_WARPS,), 0)
+        sel = Selection(small_name(T, R), (-(-lc.count // SMALL_WARPS),), (32 * SMALL_WARPS,),
+                        tiles * row_smem(SMALL_WARPS, isz))
     elif lc.kind == "fused":
         nt = fused_threads(rows)
-        sel = Selection(fused_name(T, nb, nt, R), (lc.count,), (nt,), 0)
+        sel = Selection(fused_name(T, nb, nt, R), (lc.count,), (nt,),
+                        tiles * row_smem(nt // 32, isz))
     elif lc.kind == "update":
         rc = update_rc(rows)
         zero_tiles = math.ceil(lc.cols[1] / rc)

@@ -86,6 +86,8 @@ __device__ __forceinline__ cx<R> operator/(cx<R> a, cx<R> b) {
   return {(a.re * r + a.im) / d, (a.im * r - a.re) / d};
 }
 template <typename R>
+__device__ __forceinline__ cx<R> operator*(cx<R> a, R b) { return {a.re * b, a.im * b}; }
+template <typename R>
 __device__ __forceinline__ cx<R>& operator+=(cx<R>& a, cx<R> b) { return a = a + b; }
 template <typename R>
 __device__ __forceinline__ cx<R>& operator-=(cx<R>& a, cx<R> b) { return a = a - b; }
@@ -127,6 +129,13 @@ template <typename T>
 __device__ __forceinline__ T conj_if(T v, bool c) { return v; }
 template <typename R>
 __device__ __forceinline__ cx<R> conj_if(cx<R> v, bool c) { return {v.re, c ? -v.im : v.im}; }
+template <typename T>
+__device__ __forceinline__ T conj(T v) { return conj_if(v, true); }
+// v's real part, as the real type (a Hermitian pivot).
+template <typename T>
+__device__ __forceinline__ T re(T v) { return v; }
+template <typename R>
+__device__ __forceinline__ R re(cx<R> v) { return v.re; }
 // v's real part, as a T (a Hermitian matrix's diagonal).
 template <typename T>
 __device__ __forceinline__ T real_part(T v) { return v; }

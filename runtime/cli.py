@@ -63,7 +63,10 @@ def _arch(text: str) -> str:
 
 def _parser(prog: str) -> argparse.ArgumentParser:
     from vbatch.kernels.cuda_build import ARCHS, DTYPES, ORDERS
-    from vbatch.kernels.potrf_cuda import DTYPES as CHOLESKY_DTYPES, NB_SUPPORTED
+    # The Cholesky commands take real types: the device generator (generate.cu) makes real SPD
+    # matrices, and complex types plan with their real type's defaults (potrf_cuda.real_name).
+    from vbatch.kernels.cuda_build import REAL as CHOLESKY_DTYPES
+    from vbatch.kernels.potrf_cuda import NB_SUPPORTED
     from vbatch.ops.generate import DISTRIBUTIONS
 
     ap = _Parser(

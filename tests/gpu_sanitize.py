@@ -1,20 +1,28 @@
 """A small batch through every CUDA kernel, for compute-sanitizer (memcheck, racecheck).
 
     compute-sanitizer --tool memcheck --error-exitcode 9 python tests/gpu_sanitize.py
-    compute-sanitizer --tool racecheck --error-exitcode 9 python tests/gpu_sanitize.py
+    compute-sanitizer --tool racecheck --error-exitcode 9 python tests/gpu_sanitize.py \
+        --dtype complex128 --part cholesky
 
-Covers fused (several block shapes), small_step, update (with its diagonal block), trsm, schur,
-gather and scatter, in both layouts and dtypes, full and partial, unblocked and blocked, with a
-non-SPD matrix (its failed panel completes its leading columns and the failed pivot in the fused
-kernel, and in update + trsm_step when separated), one that fails in its first panel (its later
-fused and small panels stop) and an infinite pivot; then the blas family
-(GEMM, SYRK, TRSM, TRMM, POSV with a failing problem), every registered op's conformance
-example (symm's symmetric copy among them), then the frontal family (vbatch.sparse,
-with a failing matrix; the extend-add and the solve's sweeps in both layouts, on fronts that
-split into several items). Exits 1 if any result is wrong. Not collected by pytest (no test_
-prefix): the sanitizer runs it as its own process.
+Parts (``--part``, default all), each in every dtype its kernels take (``--dtype``, default
+all four):
+- ``cholesky``: fused (several block shapes), small_step, update (with its diagonal block),
+  trsm, schur, in both layouts, full and partial, unblocked and blocked, with a non-SPD matrix
+  (its failed panel completes its leading columns and the failed pivot in the fused kernel, and
+  in update + trsm_step when separated), one that fails in its first panel (its later fused and
+  small panels stop) and an infinite pivot;
+- ``lists``: gather and scatter of lists of arrays;
+- ``blas`` (real types): GEMM, SYRK, TRSM, TRMM, POSV with a failing problem;
+- ``registered``: every registered op's conformance example (symm's symmetric copy among them;
+  complex operands with the parameters only they take for a complex dtype);
+- ``sparse`` (real types): the frontal family (vbatch.sparse, with a failing matrix; the
+  extend-add and the solve's sweeps in both layouts, on fronts that split into several items).
+Exits 1 if any result is wrong. Not collected by pytest (no test_ prefix): the sanitizer runs
+it as its own process. Racecheck over every part takes longer than a device call may: run it a
+part (or a dtype) at a time.
 """
 
+import argparse
 import sys
 
 import cupy
@@ -30,96 +38,127 @@ SMALL_BAD = 3  # n = 31, indefinite at column 12: a failed first panel in small_
 EARLY = 8  # n = 65, indefinite at column 5: its later panels (fused_step, small_step) stop
 
 
-def main() -> int:
+PARTS = ("cholesky", "lists", "blas", "registered", "sparse")
+REAL_ONLY = ("blas", "sparse")
+DTYPES = ("float64", "float32", "complex128", "complex64")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--dtype", nargs="+", choices=DTYPES, default=list(DTYPES))
+    ap.add_argument("--part", nargs="+", choices=PARTS, default=list(PARTS))
+    args = ap.parse_args(argv)
     rng = np.random.default_rng(0)
-    ns = [0, 1, 5, 31, 32, 33, 63, 64, 65, 100, 129, 200]
     bad = 0
-    for dtype in (np.float64, np.float32):
-        eps = np.finfo(dtype).eps
-        mats = spd_list(ns, dtype, rng)
-        mats[BAD] = make_indefinite(mats[BAD], 40)
-        mats[INF][50, 50] = np.inf
-        mats[SMALL_BAD] = make_indefinite(mats[SMALL_BAD], 12)
-        mats[EARLY] = make_indefinite(mats[EARLY], 5)
-        npiv = [min(n, int(rng.integers(0, n + 1))) for n in ns]
-        npiv[BAD] = ns[BAD]
-        for order in ("F", "C"):
-            # block 64 and 96: problems over 64 (96) columns factor in block columns (the blas
-            # GEMM's block updates, panels that read L and update from their own block column;
-            # 96 is float64's default width).
-            for fmr, blk in ((None, 0), (0, 0), (None, 64), (0, 64), (None, 96)):
-                opts = {"block": blk, "block_above": 0}
-                if fmr is not None:
-                    opts["fused_max_rows"] = fmr
-                rt = vbatch.Runtime("cuda", **opts)
-                for p in (None, npiv):
-                    packed = vbatch.pack(mats, order=order)
-                    dev = packed.with_data(cupy.asarray(packed.data))
-                    res = rt.cholesky(dev, p).result()
-                    if p is None:  # the replays (runtime/prepared.py; fire from the second on)
-                        for _ in range(3):
-                            res = rt.cholesky(dev).result()
-                    host = res.factors.with_data(res.factors.data.get())
-                    tag = f"{dtype.__name__} {order} fmr={fmr} block={blk} npiv={p is not None}"
-                    for i, a in enumerate(mats):
-                        f = host.matrix(i).astype(np.float64)
-                        if i == INF:
-                            ref, info = vbatch.reference(a, None if p is None else p[i])
-                            fin = np.isfinite(ref)
-                            ok = (res.info[i] == info and not np.isnan(f).any()
-                                  and np.allclose(f[fin], ref[fin], rtol=1e-3, atol=1e-3))
-                            if not ok:
-                                print(f"{tag} inf pivot problem {i}: info {res.info[i]}")
-                                bad += 1
-                            continue
-                        if res.info[i]:
-                            # The columns before the failing one hold the partial factor,
-                            # and the failing pivot LAPACK's tested value.
-                            k = int(res.info[i]) - 1
-                            a64 = a.astype(np.float64)
-                            sym = np.tril(a64) + np.tril(a64, -1).T
-                            err = np.linalg.norm(sym[:, :k] - f[:, :k] @ f[:k, :k].T)
-                            ref = vbatch.reference(a, None if p is None else p[i])[0]
-                            err += abs(f[k, k] - ref[k, k])
-                            r = err / np.linalg.norm(sym)
-                        else:
-                            r = vbatch.residual(a, f, None if p is None else p[i])
-                        if not r <= 2 * max(ns[i], 1) * eps:
-                            print(f"{tag} problem {i}: residual {r}")
-                            bad += 1
-                    if res.info[BAD] != 41:
-                        print(f"{tag} problem {BAD}: info {res.info[BAD]}")
-                        bad += 1
-                    for i, col in ((SMALL_BAD, 12), (EARLY, 5)):
-                        want = col + 1 if p is None or npiv[i] > col else 0
-                        if res.info[i] != want:
-                            print(f"{tag} problem {i}: info {res.info[i]}, not {want}")
-                            bad += 1
-        want = vbatch.Runtime("cuda").cholesky([cupy.asarray(m) for m in mats]).result()
-        # gather + scatter; column-major arrays: gathered into a column-major buffer (several
-        # blocks a matrix past 4,096 elements), then scattered back. The third call of one
-        # runtime on a list of the same sizes is a replay (gathered, then the plan's fire).
-        for layout in (cupy.ascontiguousarray, cupy.asfortranarray):
-            work = [layout(cupy.asarray(m)) for m in mats]
-            rt = vbatch.Runtime("cuda")
-            for _ in range(3):
-                got = rt.cholesky([layout(cupy.asarray(m)) for m in mats]).result()
-            vbatch.Runtime("cuda").cholesky(work, overwrite=True).result()
-            for i in range(len(mats)):
-                w = want.factors[i].get()
-                tol = 1e3 * eps * (1.0 + np.abs(w[np.isfinite(w)]).max(initial=0.0))
-                fin = np.isfinite(w)
-                if not want.info[i] and not all(
-                        np.array_equal(np.isinf(x), np.isinf(w))
-                        and np.abs(x[fin] - w[fin]).max(initial=0.0) <= tol
-                        for x in (got.factors[i].get(), np.tril(work[i].get()))):
-                    print(f"{dtype.__name__} {layout.__name__} list problem {i}: not the factor")
-                    bad += 1
-        bad += blas(rng, dtype)
-        bad += registered(rng, dtype)
-        bad += sparse(rng, dtype)
+    for dtype in map(np.dtype, args.dtype):
+        parts = [p for p in args.part if dtype.kind != "c" or p not in REAL_ONLY]
+        if "cholesky" in parts or "lists" in parts:
+            bad += cholesky(rng, dtype.type, parts)
+        if "blas" in parts:
+            bad += blas(rng, dtype.type)
+        if "registered" in parts:
+            bad += registered(rng, dtype.type)
+        if "sparse" in parts:
+            bad += sparse(rng, dtype.type)
     print("sanitize batch:", "ok" if not bad else f"{bad} failures")
     return 1 if bad else 0
+
+
+def _wide(a) -> np.ndarray:
+    """``a`` in double precision (complex128 for a complex ``a``)."""
+    a = np.asarray(a)
+    return a.astype(np.result_type(a.dtype, np.float64))
+
+
+def cholesky(rng, dtype, parts) -> int:
+    """The potrf family's kernels (part ``cholesky``) and a list's gather and scatter
+    (``lists``): the count of problems wrong."""
+    ns = [0, 1, 5, 31, 32, 33, 63, 64, 65, 100, 129, 200]
+    bad = 0
+    eps = np.finfo(dtype).eps
+    mats = spd_list(ns, dtype, rng)
+    mats[BAD] = make_indefinite(mats[BAD], 40)
+    mats[INF][50, 50] = np.inf
+    mats[SMALL_BAD] = make_indefinite(mats[SMALL_BAD], 12)
+    mats[EARLY] = make_indefinite(mats[EARLY], 5)
+    npiv = [min(n, int(rng.integers(0, n + 1))) for n in ns]
+    npiv[BAD] = ns[BAD]
+    for order in ("F", "C") if "cholesky" in parts else ():
+        # block 64 and 96: problems over 64 (96) columns factor in block columns (the blas
+        # GEMM's block updates, panels that read L and update from their own block column;
+        # 96 is float64's default width).
+        for fmr, blk in ((None, 0), (0, 0), (None, 64), (0, 64), (None, 96)):
+            opts = {"block": blk, "block_above": 0}
+            if fmr is not None:
+                opts["fused_max_rows"] = fmr
+            rt = vbatch.Runtime("cuda", **opts)
+            for p in (None, npiv):
+                packed = vbatch.pack(mats, order=order)
+                dev = packed.with_data(cupy.asarray(packed.data))
+                res = rt.cholesky(dev, p).result()
+                if p is None:  # the replays (runtime/prepared.py; fire from the second on)
+                    for _ in range(3):
+                        res = rt.cholesky(dev).result()
+                host = res.factors.with_data(res.factors.data.get())
+                tag = f"{np.dtype(dtype).name} {order} fmr={fmr} block={blk} npiv={p is not None}"
+                for i, a in enumerate(mats):
+                    f = _wide(host.matrix(i))
+                    if i == INF:
+                        ref, info = vbatch.reference(a, None if p is None else p[i])
+                        fin = np.isfinite(ref)
+                        ok = (res.info[i] == info and not np.isnan(f).any()
+                              and np.allclose(f[fin], ref[fin], rtol=1e-3, atol=1e-3))
+                        if not ok:
+                            print(f"{tag} inf pivot problem {i}: info {res.info[i]}")
+                            bad += 1
+                        continue
+                    if res.info[i]:
+                        # The columns before the failing one hold the partial factor,
+                        # and the failing pivot LAPACK's tested value.
+                        k = int(res.info[i]) - 1
+                        a64 = _wide(a)
+                        sym = np.tril(a64) + np.tril(a64, -1).conj().T
+                        err = np.linalg.norm(sym[:, :k] - f[:, :k] @ f[:k, :k].conj().T)
+                        ref = vbatch.reference(a, None if p is None else p[i])[0]
+                        err += abs(f[k, k] - ref[k, k])
+                        r = err / np.linalg.norm(sym)
+                    else:
+                        r = vbatch.residual(a, f, None if p is None else p[i])
+                    if not r <= 2 * max(ns[i], 1) * eps:
+                        print(f"{tag} problem {i}: residual {r}")
+                        bad += 1
+                if res.info[BAD] != 41:
+                    print(f"{tag} problem {BAD}: info {res.info[BAD]}")
+                    bad += 1
+                for i, col in ((SMALL_BAD, 12), (EARLY, 5)):
+                    want = col + 1 if p is None or npiv[i] > col else 0
+                    if res.info[i] != want:
+                        print(f"{tag} problem {i}: info {res.info[i]}, not {want}")
+                        bad += 1
+    if "lists" not in parts:
+        return bad
+    want = vbatch.Runtime("cuda").cholesky([cupy.asarray(m) for m in mats]).result()
+    # gather + scatter; column-major arrays: gathered into a column-major buffer (several
+    # blocks a matrix past 4,096 elements), then scattered back. The third call of one
+    # runtime on a list of the same sizes is a replay (gathered, then the plan's fire).
+    for layout in (cupy.ascontiguousarray, cupy.asfortranarray):
+        work = [layout(cupy.asarray(m)) for m in mats]
+        rt = vbatch.Runtime("cuda")
+        for _ in range(3):
+            got = rt.cholesky([layout(cupy.asarray(m)) for m in mats]).result()
+        vbatch.Runtime("cuda").cholesky(work, overwrite=True).result()
+        for i in range(len(mats)):
+            w = want.factors[i].get()
+            tol = 1e3 * eps * (1.0 + np.abs(w[np.isfinite(w)]).max(initial=0.0))
+            fin = np.isfinite(w)
+            if not want.info[i] and not all(
+                    np.array_equal(np.isinf(x), np.isinf(w))
+                    and np.abs(x[fin] - w[fin]).max(initial=0.0) <= tol
+                    for x in (got.factors[i].get(), np.tril(work[i].get()))):
+                print(f"{np.dtype(dtype).name} {layout.__name__} list problem {i}: not "
+                      "the factor")
+                bad += 1
+    return bad
 
 
 def sparse(rng, dtype) -> int:
@@ -349,7 +388,9 @@ def blas(rng, dtype) -> int:
 def registered(rng, dtype) -> int:
     """Every registered op's conformance example (vbatch.ops.op.Example, its first and last
     parameter sets) on sizes around the tiles, packed in both orders: an op registered later
-    (symm) is covered without a line here."""
+    (symm) is covered without a line here. A complex ``dtype`` runs the ops whose kernels take
+    it."""
+    from vbatch.kernels.cuda_build import launchers
     from vbatch.ops.op import public
 
     eps = float(np.finfo(dtype).eps)
@@ -357,7 +398,9 @@ def registered(rng, dtype) -> int:
     bad = 0
     rt = vbatch.Runtime("cuda")
     for op in public():
-        ex = op.example(rng, sizes)
+        if not all(np.dtype(dtype).name in launchers()[f].DTYPES for f in op.families):
+            continue
+        ex = op.example(rng, sizes, dtype)
         param = {f: p for p, f in op.fields}
         for order in ("F", "C"):
             # (getrs's pivots, an operand of no matrices, go as they are)
@@ -368,8 +411,8 @@ def registered(rng, dtype) -> int:
                 for got, want in zip(ex.outputs(res), ex.reference(ex.operands, params)):
                     for i, w in enumerate(want):
                         # (a packed output, or a list-like one: getrf's 1-D pivots)
-                        g = (got.matrix(i) if isinstance(got, vbatch.PackedBatch) else
-                             got[i]).get().astype(np.float64)
+                        g = _wide((got.matrix(i) if isinstance(got, vbatch.PackedBatch) else
+                                   got[i]).get())
                         err = np.linalg.norm(g - w) / max(np.linalg.norm(w), 1.0)
                         if not err <= 50 * max(sizes) * eps:
                             print(f"{op.name} {order} {params} problem {i}: {err:.2e}")

@@ -128,18 +128,6 @@ def make_case(op: str, rng, sizes, dtype=np.float64) -> Case:
 COMPLEX = [np.complex64, np.complex128]
 
 
-def _complex_on(device, dtype, op) -> bool:
-    """Whether the backend takes this dtype for ``op``: on CUDA, complex types where every
-    kernel family of the op takes them (a family module's DTYPES);
-    :func:`test_real_and_complex_do_not_mix_and_complex_parameters_need_complex_operands`
-    checks that it refuses the others."""
-    if device == "cpu" or np.dtype(dtype).kind != "c":
-        return True
-    from vbatch.kernels.cuda_build import launchers
-
-    return all(np.dtype(dtype).name in launchers()[f].DTYPES for f in REGISTERED[op].families)
-
-
 def _check(case, res, params, dtype, where):
     got = [_host_list(x) for x in case.outputs(res)]
     want = case.reference(case.operands, params)
@@ -167,8 +155,6 @@ def test_every_op_in_every_dtype_form_and_array_kind(device, kind, form, dtype, 
     """Sizes 0, 1, tile - 1, tile, tile + 1 and past the tile in one batch, against the
     double-precision reference; the device's own arrays (numpy, cupy) or torch's, where
     installed, in and out."""
-    if not _complex_on(device, dtype, op):
-        pytest.skip(f"the cuda backend takes no complex type for {op} yet")
     rng = np.random.default_rng(7)
     case = make_case(op, rng, SIZES, dtype)
     operands = {k: _form(v, form, device, dtype) for k, v in case.operands.items()}
@@ -203,8 +189,6 @@ def test_every_op_in_every_dtype_form_and_array_kind(device, kind, form, dtype, 
 def test_a_parameter_changed_on_the_same_shapes_gives_its_own_result(device, form, dtype, op):
     """Complex operands add their own parameters: "C" where the op takes a trans, and complex
     alpha and beta (real ones where the op takes only those, HERK's)."""
-    if not _complex_on(device, dtype, op):
-        pytest.skip(f"the cuda backend takes no complex type for {op} yet")
     rng = np.random.default_rng(1)
     case = make_case(op, rng, SIZES, dtype)
     rt = Runtime(device)
@@ -265,8 +249,6 @@ NAN_SIZES = [0, 1, 5, 32, 33, 70, 100, 130, 200]  # past the compiled small path
 def test_a_zero_scalar_reads_nothing_it_multiplies(device, form, dtype, op):
     """alpha = 0 in trsm/trmm gives zeros without reading b; beta = 0 in gemm/syrk/syr2k does
     not read c: NaN there never reaches the output."""
-    if not _complex_on(device, dtype, op):
-        pytest.skip(f"the cuda backend takes no complex type for {op} yet")
     rng = np.random.default_rng(4)
     case = make_case(op, rng, NAN_SIZES, dtype)
     params = dict(case.params[1], **{case.zero: 0.0})
@@ -445,11 +427,6 @@ def test_real_and_complex_do_not_mix_and_complex_parameters_need_complex_operand
         with pytest.raises(InputError, match=rf"{t} must be (True or False|False, True, 'N', "
                                              "'T' or 'C'), got 'H'"):
             case.call(rt, given(np.complex128), dict(params, **{t: "H"}))
-    if not _complex_on(device, np.complex128, op):
-        with pytest.raises(InputError, match=rf"{first}: the cuda backend does not take "
-                                             rf"complex128 for {op} \(it takes float32, "
-                                             r"float64\)"):
-            case.call(rt, given(np.complex128), params)
     assert not began
 
 

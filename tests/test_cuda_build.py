@@ -67,6 +67,12 @@ def test_every_selected_kernel_is_in_kernel_names():
                         elif lc.kind == "fused":
                             fused_threads.add(s.block[0])
                             assert s.block[0] >= lc.rows[1]
+                        if lc.kind == "fused":
+                            # Row tiles in dynamic shared memory for 16-byte elements only
+                            # (potrf.cu: dynamic_tiles), two a warp.
+                            isz = np.dtype(dtype).itemsize
+                            tiles = order == "C" and isz == 16
+                            assert s.smem == tiles * sel.row_smem(s.block[0] // 32, isz)
     # The random plans did reach every fused block size and every kind of launch.
     assert fused_threads == set(sel.FUSED_THREADS) and small
     assert kinds == {"fused", "update", "trsm", "schur", blas.GEMM}
@@ -251,10 +257,11 @@ def test_kernel_names_is_the_whole_set_once():
     # Per dtype and order: 7 fused, 3 update, trsm for each nb; 3 update_mma in float64;
     # then schur and small_step; per dtype, copy and spd_fill (copy alone for the complex
     # types: spd_fill makes real SPD batches).
-    per_nb = {"float64": 7 + 3 + 3 + 1, "float32": 7 + 3 + 1}
+    per_nb = {"float64": 7 + 3 + 3 + 1, "float32": 7 + 3 + 1, "complex128": 7 + 3 + 1,
+              "complex64": 7 + 3 + 1}
     nbs = len(sel.NB_SUPPORTED)
-    want = sum(2 * (nbs * per_nb[dt] + 2) + 2 for dt in sel.DTYPES) + len(build.DTYPES) \
-        - len(build.REAL)
+    want = sum(2 * (nbs * per_nb[dt] + 2) for dt in sel.DTYPES) + len(build.DTYPES) \
+        + len(build.REAL)
     # The blas family, per dtype (no order or panel width: its kernels read layouts at run
     # time): two GEMM tiles, the diagonal kernel per unrolled width (solve and product), the
     # copy, the whole-triangle solve per column count with X in global memory, and in shared
@@ -270,7 +277,8 @@ def test_kernel_names_is_the_whole_set_once():
     # per dtype, the counters' reset.
     from vbatch.ops.frontal import TREE_CLASSES
 
-    want += len(sel.DTYPES) * (2 * (1 + 2 * len(frontal.RHS_PASSES) + 2 + len(TREE_CLASSES)) + 1)
+    want += len(frontal.DTYPES) * (2 * (1 + 2 * len(frontal.RHS_PASSES) + 2 + len(TREE_CLASSES))
+                                   + 1)
     # The getrf family, per dtype, order and pivoting: the factor kernel per thread count (the
     # panel in shared memory or not), the warp factor per width bucket, and the rows kernel
     # (that order's) per panel width; column-major also the register-row block factor per
