@@ -94,7 +94,9 @@ SMALL_WARPS = 4
 # 64-256 with 32) (H200, 2026-11-26, docs/decisions.md#potrf-small-nbmin). Row-major kept every
 # width while its 32-wide float64 code spilled; since its rows move through the warp's tile
 # (potrf.cu, warp_rows_load) neither order spills, and both take the same widths.
-SMALL_NBMIN = {"double": 32, "float": 16, "vb::cx<double>": 32, "vb::cx<float>": 32}
+# Complex types (nb 16 by default: NB) take every width from 16: a 16-wide panel ran the 32-wide
+# code 1.1-1.3x slower (complex128 uniform Nmax 48-128, H200).
+SMALL_NBMIN = {"double": 32, "float": 16, "vb::cx<double>": 16, "vb::cx<float>": 16}
 # Taller ones as fused_step, in whole warps up to FUSED_ROWS_MAX: a panel of r rows gets the
 # smallest block that holds it.
 FUSED_THREADS = tuple(range(SMALL_ROWS + 32, FUSED_ROWS_MAX + 1, 32))
@@ -119,13 +121,22 @@ def _row(order: str) -> str:
 
 
 # ----------------------------------------------------------------------------- options
+# The panel width: nb 32 beat 16 for real types except in a few small gauss cases (within 15%;
+# H100, 2026-11-21). Complex types take 16: a 32-wide complex row holds half the blocks an SM
+# (potrf.cu: wide), and nb 16 took complex128 uniform Nmax 64 / 128 / 256 from 0.222 / 0.823 /
+# 3.753 ms to 0.157 / 0.555 / 2.384, complex64 from 0.125 / 0.509 / 2.155 to 0.096 / 0.295 /
+# 1.082, but Nmax 32 from 0.040 to 0.048 (one panel where 16 takes two; k = 2,000, H200,
+# docs/decisions.md#complex-cholesky-cuda).
+NB = {"complex128": 16, "complex64": 16}
+
+
 def plan_defaults(dtype) -> dict:
-    # nb 32 beat 16 except in a few small gauss cases (within 15%); fused up to the fused
-    # kernel's largest block measured at or near the best (crossover sweep, H100, 2026-11-21,
-    # docs/decisions.md#potrf-fused-crossover); 4 streams for the chains of partial factorizations.
+    # fused up to the fused kernel's largest block measured at or near the best (crossover
+    # sweep, H100, 2026-11-21, docs/decisions.md#potrf-fused-crossover); 4 streams for the
+    # chains of partial factorizations.
     name = real_name(dtype)
-    return {"nb": 32, "fused_max_rows": FUSED_ROWS_MAX, "streams": 4, "block": BLOCK[name],
-            "block_above": BLOCK_ABOVE[name], "block_few": 0,
+    return {"nb": NB.get(np.dtype(dtype).name, 32), "fused_max_rows": FUSED_ROWS_MAX,
+            "streams": 4, "block": BLOCK[name], "block_above": BLOCK_ABOVE[name], "block_few": 0,
             "block_few_above": BLOCK_FEW_ABOVE[name]}
 
 
