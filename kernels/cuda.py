@@ -530,8 +530,6 @@ class _Staging:
 class CudaBackend(Backend):
     name = "cuda"
     kind = "cupy"
-    # (every dtype some family takes; an op takes those all of its families take: dtypes_for)
-    dtypes = tuple(np.dtype(d) for d in ("float32", "float64", "complex64", "complex128"))
     asynchronous = True
     memory_name = "GPU"
 
@@ -547,6 +545,7 @@ class CudaBackend(Backend):
         self.kernels = launchers()
 
     def dtypes_for(self, families) -> tuple:
+        # (of the dtypes every backend takes, those all of the op's families' kernels take)
         return tuple(d for d in self.dtypes
                      if all(d.name in self._op(f).DTYPES for f in families))
 

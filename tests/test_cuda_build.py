@@ -251,6 +251,15 @@ def test_fused_thread_counts_between_the_powers_of_two_are_compiled():
             assert f"vb::fused_step<{T},32,{nt},{R}>" in names
 
 
+def test_the_kernels_take_the_dtypes_the_runtime_takes():
+    """The dtypes of the kernel families together are those every backend takes
+    (Backend.dtypes); each op takes those all of its families take (dtypes_for)."""
+    from vbatch.kernels.backend import Backend
+
+    assert set(build.DTYPES) == {d.name for d in Backend.dtypes}
+    assert set(build.DTYPES) == {d for m in build.launchers().values() for d in m.DTYPES}
+
+
 def test_kernel_names_is_the_whole_set_once():
     names = build.kernel_names()
     assert len(names) == len(set(names))

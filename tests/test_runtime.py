@@ -605,7 +605,7 @@ def test_a_frontal_request_keeps_its_own_read_only_arrays():
 
 @pytest.mark.parametrize("coalesce", [False, True], ids=["direct", "coalesced"])
 def test_a_dtype_the_backend_does_not_take_is_refused_before_any_work(monkeypatch, coalesce):
-    """Backend.dtypes_for (the CUDA backend's factorizations take no complex type): a call of
+    """Backend.dtypes_for (a kernel family that takes fewer dtypes, as the frontal one): a call of
     another dtype is an InputError naming the operand, the backend and the op, raised before
     anything reaches the backend, coalescing or not, and by prepare as well. Checked on the CPU
     backend, its dtypes narrowed."""
