@@ -42,10 +42,10 @@ template <typename T>
 __host__ __device__ constexpr int wide() { return is_cx<T>::value ? 2 : 1; }
 
 // ------------------------------------------------------------------ C = X Y^H tile, K-pipelined
-// acc[i][jj] = sum_{k < K} L(rx + ty + 32 i, k) * conj(L(ry + tx * TN + jj, k)), for the rows of X below
-// mx and of Y below ny (others read as zero). X and Y are row blocks of the same matrix L (the
-// factored columns), so one routine serves the panel update (Y = the panel's own top rows) and the
-// Schur complement (Y = another trailing row block).
+// acc[i][jj] = sum_{k < K} L(rx + ty + 32 i, k) * conj(L(ry + tx * TN + jj, k)), for the rows of
+// X below mx and of Y below ny (others read as zero). X and Y are row blocks of the same matrix
+// L (the factored columns), so one routine serves the panel update (Y = the panel's own top
+// rows) and the Schur complement (Y = another trailing row block).
 //
 // Threads: lane ty owns rows ty + 32 i (i < TM = RC / 32), warp tx owns columns tx*TN .. +TN. With
 // rows across lanes, shared-memory reads of X are conflict-free and reads of Y are broadcasts, and
@@ -115,10 +115,11 @@ __device__ void gemm_nt(const T* L, long long ld, int rx, int mx, int ry, int ny
 // rows below it, which the same elimination solves): right-looking, one column per
 // iteration. The pivot (the diagonal's real part) comes by one shuffle; the scaled column goes
 // through shared memory conjugated (`col`, 2 * NB elements per warp, double-buffered) and every
-// lane reads it back as broadcasts, which pair into 128-bit loads. Lanes update their whole row without a per-column predicate:
-// entries above the diagonal become junk that is never read. Lanes with `act` false (rows not
-// in the diagonal block) only serve the shuffles and keep their values. Returns 0, or the first
-// column + 1 whose pivot is not > 0 (NaN included, as reference LAPACK); the same in every lane.
+// lane reads it back as broadcasts, which pair into 128-bit loads. Lanes update their whole row
+// without a per-column predicate: entries above the diagonal become junk that is never read.
+// Lanes with `act` false (rows not in the diagonal block) only serve the shuffles and keep their
+// values. Returns 0, or the first column + 1 whose pivot is not > 0 (NaN included, as reference
+// LAPACK); the same in every lane.
 // On failure at column f, columns [0, f - 1) of every active lane are final: LAPACK's leading
 // factor, which the callers complete and write back, and lane f - 1's a[f - 1] is the pivot as
 // tested (real).
@@ -157,8 +158,8 @@ __device__ __forceinline__ int potf2_regs(T (&a)[NB], int w, bool act, T* col) {
 
 // ------------------------------------------------------------------ one row of X L11^H = B
 // L11 is read from shared memory as L(c, k) = D[k * ldd + c] (every thread reads the same element:
-// a broadcast), with invd[c] = 1 / L(c, c) (real). Right-looking: once x[c] is final it updates every
-// later x[c2] at once, so the dependent chain is one multiply and one FMA per column; the
+// a broadcast), with invd[c] = 1 / L(c, c) (real). Right-looking: once x[c] is final it updates
+// every later x[c2] at once, so the dependent chain is one multiply and one FMA per column; the
 // left-looking dot product per column made a chain of ~NB^2 / 2 dependent FMAs.
 template <typename T, int NB>
 __device__ __forceinline__ void trsm_row(T (&x)[NB], const T* D, int ldd, const T* invd, int w) {
@@ -260,8 +261,8 @@ __device__ __forceinline__ void chunk_update(T (&x)[NB], const T (&own)[KB], con
 }
 
 // ------------------------------------------------------------------ a panel row's update
-// x[c] -= sum_{kb <= k < j} L(j + r, k) conj(L(j + c, k)) for c < NB: row r of a panel brought up to
-// date from the factored columns [kb, j) (kb: the panel's block column; columns left of it
+// x[c] -= sum_{kb <= k < j} L(j + r, k) conj(L(j + c, k)) for c < NB: row r of a panel brought up
+// to date from the factored columns [kb, j) (kb: the panel's block column; columns left of it
 // were applied by the block update), KB at a time, the next chunk's loads in flight while the
 // current one is multiplied. Each thread streams its own row (coalesced across lanes for
 // column-major L); the top w rows, which their own threads load, come through `lt` (two KB x NB
@@ -361,7 +362,8 @@ __device__ void zero_rect(T* L, long long ld, int r0, int r1, int c0, int nc, in
 // eight) sat 3.5-10x above its floor and lost to the separated kernels at every height measured
 // (profile_cuda.py crossover, H100, 2026-11-21).
 template <typename T, int NB, int NT, bool ROW>
-__global__ void __launch_bounds__(NT, 512 / NT / wide<T>())  // >= 512 threads per SM: <= 128 registers
+// >= 512 threads per SM: <= 128 registers (complex types: wide)
+__global__ void __launch_bounds__(NT, 512 / NT / wide<T>())
 fused_step(const unsigned long long* tbl, const long long* meta, const int* imeta, const int* tasks,
            int K, int lo, int hi, int unused) {
   const T* A = reinterpret_cast<const T*>(tbl[0]);
@@ -394,8 +396,9 @@ fused_step(const unsigned long long* tbl, const long long* meta, const int* imet
   const int r = threadIdx.x;
   const bool row = r < m;
   const int rb = r & ~31;  // the warp's first row
-  T* tile = dynamic_tiles<T>() ? reinterpret_cast<T*>(smem_raw) + (ROW ? r / 32 * 2 * row_tile<T>() : 0)
-                                : rtile[ST ? r / 32 : 0];
+  T* tile = dynamic_tiles<T>()
+                ? reinterpret_cast<T*>(smem_raw) + (ROW ? r / 32 * 2 * row_tile<T>() : 0)
+                : rtile[ST ? r / 32 : 0];
 
   // 1. own row of A; zeros above the panel.
   T x[NB];
@@ -538,8 +541,9 @@ small_step(const unsigned long long* tbl, const long long* meta, const int* imet
   T* Lb = reinterpret_cast<T*>(tbl[1]) + pr.off;
   T* cb = col[warp];
   T* tw = lt[warp];
-  T* rt = dynamic_tiles<T>() ? reinterpret_cast<T*>(smem_raw) + (ROW ? warp * 2 * row_tile<T>() : 0)
-                              : rtile[ST ? warp : 0];
+  T* rt = dynamic_tiles<T>()
+              ? reinterpret_cast<T*>(smem_raw) + (ROW ? warp * 2 * row_tile<T>() : 0)
+              : rtile[ST ? warp : 0];
   if (NBMIN <= 8 && w <= 8)
     small_panel<T, 8, ROW>(Ab, Lb, pr.ld, j, kb, m, w, info, tk.q, failed, cb, tw, rt);
   else if (NBMIN <= 16 && w <= 16)
@@ -870,8 +874,11 @@ schur_step(const unsigned long long* tbl, const long long* meta, const int* imet
       const int r = ty + 32 * i, c = tx * TN + jj;
       if (r < mx && c < ny) {
         const long long g = at<ROW>(p + r0 + r, p + c0 + c, ld);
-        const int d = (r0 + r) - (c0 + c);  // (a Hermitian diagonal is real, as ZHERK's)
-        Lb[g] = d > 0 ? Ab[g] - acc[i][jj] : d == 0 ? real_part(Ab[g] - acc[i][jj]) : T(0);
+        T v = (r0 + r >= c0 + c) ? Ab[g] - acc[i][jj] : T(0);
+        if constexpr (is_cx<T>::value) {  // (a Hermitian diagonal is real, as ZHERK's)
+          if (r0 + r == c0 + c) v = real_part(v);
+        }
+        Lb[g] = v;
       }
     }
   if (bi > bj) zero_rect<T, ROW>(Lb, ld, p + c0, p + c0 + ny, p + r0, mx, tid, NT);

@@ -252,6 +252,7 @@ def _potrf_small(rows, info, A, ao, al, acol, L, lo, ll, lcol, inplace):
             _column(A, a0, uar, uac, L, l0, ulr, ulc, j, un, np.uint64(p), col, z)
             for i in range(j, un):
                 L[l0 + i * ulr + j * ulc] = col[i]
+            L[l0 + j * ulr + j * ulc] = col[j].real  # (a Hermitian diagonal is real, as ZHERK's)
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -341,11 +342,16 @@ def _task(backend, ex, c: Calls, a, out, kind: str, q: int, j: int, w: int, b: i
 
 
 def _schur(c: Calls, src, dst, n, p, ld, lds, out_of_place) -> None:
-    """A22 - L21 L21^T in the trailing block; zeros above it and in the (1, 2) block."""
+    """A22 - L21 L21^H in the trailing block, its diagonal real; zeros above it and in the
+    (1, 2) block."""
     tr = n - p
     if out_of_place:
         c.copy("L", c.at(src, lds, p, p), c.at(dst, ld, p, p), tr, tr, lds, ld)
     c.syrk_lower(c.at(dst, ld, p, p), c.at(dst, ld, p, 0), tr, p, ld)
+    if p == 0:  # (zherk, which p = 0 does not call, makes a complex diagonal real)
+        s = c.view(dst, tr, ld)
+        if s.dtype.kind == "c":
+            s[np.diag_indices(tr)] = s.diagonal().real
     c.zero("U", c.at(dst, ld, p, p), tr, tr, ld)
     c.zero("A", c.at(dst, ld, 0, p), p, tr, ld)
 

@@ -95,7 +95,8 @@ SMALL_WARPS = 4
 # width while its 32-wide float64 code spilled; since its rows move through the warp's tile
 # (potrf.cu, warp_rows_load) neither order spills, and both take the same widths.
 # Complex types (nb 16 by default: NB) take every width from 16: a 16-wide panel ran the 32-wide
-# code 1.1-1.3x slower (complex128 uniform Nmax 48-128, H200).
+# code 1.2-1.3x slower (complex128 uniform Nmax 48-128, H200). (Built with the 24- and 32-wide
+# code, complex128's kernel spills 164-740 bytes; the 16-wide code alone none: ptxas, sm_90.)
 SMALL_NBMIN = {"double": 32, "float": 16, "vb::cx<double>": 16, "vb::cx<float>": 16}
 # Taller ones as fused_step, in whole warps up to FUSED_ROWS_MAX: a panel of r rows gets the
 # smallest block that holds it.
@@ -123,10 +124,10 @@ def _row(order: str) -> str:
 # ----------------------------------------------------------------------------- options
 # The panel width: nb 32 beat 16 for real types except in a few small gauss cases (within 15%;
 # H100, 2026-11-21). Complex types take 16: a 32-wide complex row holds half the blocks an SM
-# (potrf.cu: wide), and nb 16 took complex128 uniform Nmax 64 / 128 / 256 from 0.222 / 0.823 /
-# 3.753 ms to 0.157 / 0.555 / 2.384, complex64 from 0.125 / 0.509 / 2.155 to 0.096 / 0.295 /
-# 1.082, but Nmax 32 from 0.040 to 0.048 (one panel where 16 takes two; k = 2,000, H200,
-# docs/decisions.md#complex-cholesky-cuda).
+# (potrf.cu: wide). With small panels from 16 wide (SMALL_NBMIN), nb 16 against 32 took
+# complex128 uniform Nmax 64 / 128 / 256 from 0.212 / 0.777 / 3.618 ms to 0.157 / 0.555 / 2.384
+# and complex64 from 0.125 / 0.514 / 2.162 to 0.096 / 0.295 / 1.082, but Nmax 32 from 0.044 to
+# 0.048 (one panel where 16 takes two; k = 2,000, H200, docs/decisions.md#complex-cholesky-cuda).
 NB = {"complex128": 16, "complex64": 16}
 
 
@@ -146,11 +147,12 @@ def device_defaults(dtype, info: dict) -> dict:
 
 
 def layout_defaults(dtype, order: str) -> dict:
-    """Row-major float64 batches keep the blocking measured before the per-dtype one: on them
-    (96, 256) still costs uniform Nmax 320-512 9-16% and lognormal 10-20% (H100, with the
-    row tiles of potrf.cu; docs/decisions.md#potrf-block-row-major). float32 takes its
-    column-major (64, 512): 13-14% faster at skewed 768 and 1024, level at uniform."""
-    if order == "C" and np.dtype(dtype) == np.float64:
+    """Row-major float64 batches (and complex128 ones, by their real type: real_name) keep the
+    blocking measured before the per-dtype one: on them (96, 256) still costs uniform Nmax
+    320-512 9-16% and lognormal 10-20% (H100, with the row tiles of potrf.cu;
+    docs/decisions.md#potrf-block-row-major). float32 takes its column-major (64, 512): 13-14%
+    faster at skewed 768 and 1024, level at uniform."""
+    if order == "C" and real_name(dtype) == "float64":
         return {"block": ROW_BLOCK, "block_above": ROW_BLOCK_ABOVE}
     return {}
 

@@ -54,7 +54,7 @@ from vbatch.core.batch import MatrixList, PackedBatch, Views
 from vbatch.ops.blas import ARGS as BLAS_ARGS, gemm_kind
 from vbatch.core.errors import InputError
 from vbatch.core.kinds import Group, TaskKind, by_rows, register, single
-from vbatch.ops.generate import spd_list
+from vbatch.ops.generate import spd_list, unread_diagonal
 from vbatch.ops.op import Buffer, Example, Op, wide
 from vbatch.ops.op import register as register_op
 from vbatch.core.graph import TaskGraph, chain_edges
@@ -433,7 +433,7 @@ def cholesky_example(rng, sizes, dtype=np.float64) -> Example:
         return [[reference(x, None if npiv is None else npiv[i])[0]
                  for i, x in enumerate(o["batch"])]]
 
-    return Example({"batch": spd_list(sizes, dtype, rng)},
+    return Example({"batch": unread_diagonal(rng, spd_list(sizes, dtype, rng))},
                    [{}, {"npiv": [min(5, n) for n in sizes]}, {"npiv": [n // 2 for n in sizes]},
                     {}], ref, lambda r: [r.factors], "batch", mask=np.tril)
 

@@ -69,6 +69,16 @@ def uniform(rng: np.random.Generator, shape, dtype=np.float64) -> np.ndarray:
     return (rng.uniform(-1.0, 1.0, shape) + 1j * rng.uniform(-1.0, 1.0, shape)) / np.sqrt(2)
 
 
+def unread_diagonal(rng: np.random.Generator, mats: list) -> list:
+    """``mats``, complex ones given random imaginary parts on the diagonal, in place: a Hermitian
+    factorization reads a diagonal's real part only (ZPOTRF), so an example carrying parts there
+    checks that they change nothing."""
+    for m in mats:
+        if m.dtype.kind == "c":
+            m[np.diag_indices(len(m))] += 1j * rng.uniform(-1.0, 1.0, len(m))
+    return mats
+
+
 def spd_list(ns, dtype=np.float64, rng: np.random.Generator | None = None,
              cond: float | None = None) -> list[np.ndarray]:
     rng = rng or np.random.default_rng()

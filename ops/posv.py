@@ -31,7 +31,7 @@ from vbatch.ops.blas import (
     rows_wise,
 )
 from vbatch.ops.cholesky import CholeskyResult, graph_options, potrf_graph, reference
-from vbatch.ops.generate import spd_list, square
+from vbatch.ops.generate import spd_list, square, unread_diagonal
 from vbatch.ops.op import Buffer, Example, Op
 from vbatch.ops.op import register as register_op
 from vbatch.core.graph import TaskGraph, sequence
@@ -82,7 +82,7 @@ def posv(a: Any, b: Any):
 
 
 def posv_example(rng, sizes, dtype=np.float64) -> Example:
-    ops = {"a": spd_list(sizes, dtype, rng), "b": square(rng, sizes, dtype)}
+    ops = {"a": unread_diagonal(rng, spd_list(sizes, dtype, rng)), "b": square(rng, sizes, dtype)}
 
     def ref(o, p):
         ls = [reference(x)[0] for x in o["a"]]

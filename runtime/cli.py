@@ -64,7 +64,7 @@ def _arch(text: str) -> str:
 def _parser(prog: str) -> argparse.ArgumentParser:
     from vbatch.kernels.cuda_build import ARCHS, DTYPES, ORDERS
     # The Cholesky commands take real types: the device generator (generate.cu) makes real SPD
-    # matrices, and complex types plan with their real type's defaults (potrf_cuda.real_name).
+    # matrices, and tune's choices are per dtype (complex ones keep potrf_cuda's defaults).
     from vbatch.kernels.cuda_build import REAL as CHOLESKY_DTYPES
     from vbatch.kernels.potrf_cuda import NB_SUPPORTED
     from vbatch.ops.generate import DISTRIBUTIONS
