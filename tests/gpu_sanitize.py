@@ -32,6 +32,7 @@ import vbatch
 from vbatch.core.batch import Views
 from vbatch.kernels import blas_cuda
 from vbatch.ops.generate import make_indefinite, spd_list
+from vbatch.ops.op import wide
 
 BAD, INF = 7, 9  # problem indices: indefinite at column 40, +inf pivot at column 50
 SMALL_BAD = 3  # n = 31, indefinite at column 12: a failed first panel in small_step
@@ -62,12 +63,6 @@ def main(argv=None) -> int:
             bad += sparse(rng, dtype.type)
     print("sanitize batch:", "ok" if not bad else f"{bad} failures")
     return 1 if bad else 0
-
-
-def _wide(a) -> np.ndarray:
-    """``a`` in double precision (complex128 for a complex ``a``)."""
-    a = np.asarray(a)
-    return a.astype(np.result_type(a.dtype, np.float64))
 
 
 def cholesky(rng, dtype, parts) -> int:
@@ -102,7 +97,7 @@ def cholesky(rng, dtype, parts) -> int:
                 host = res.factors.with_data(res.factors.data.get())
                 tag = f"{np.dtype(dtype).name} {order} fmr={fmr} block={blk} npiv={p is not None}"
                 for i, a in enumerate(mats):
-                    f = _wide(host.matrix(i))
+                    f = wide(host.matrix(i))
                     if i == INF:
                         ref, info = vbatch.reference(a, None if p is None else p[i])
                         fin = np.isfinite(ref)
@@ -116,7 +111,7 @@ def cholesky(rng, dtype, parts) -> int:
                         # The columns before the failing one hold the partial factor,
                         # and the failing pivot LAPACK's tested value.
                         k = int(res.info[i]) - 1
-                        a64 = _wide(a)
+                        a64 = wide(a)
                         sym = np.tril(a64) + np.tril(a64, -1).conj().T
                         err = np.linalg.norm(sym[:, :k] - f[:, :k] @ f[:k, :k].conj().T)
                         ref = vbatch.reference(a, None if p is None else p[i])[0]
@@ -411,8 +406,8 @@ def registered(rng, dtype) -> int:
                 for got, want in zip(ex.outputs(res), ex.reference(ex.operands, params)):
                     for i, w in enumerate(want):
                         # (a packed output, or a list-like one: getrf's 1-D pivots)
-                        g = _wide((got.matrix(i) if isinstance(got, vbatch.PackedBatch) else
-                                   got[i]).get())
+                        g = wide((got.matrix(i) if isinstance(got, vbatch.PackedBatch) else
+                                  got[i]).get())
                         err = np.linalg.norm(g - w) / max(np.linalg.norm(w), 1.0)
                         if not err <= 50 * max(sizes) * eps:
                             print(f"{op.name} {order} {params} problem {i}: {err:.2e}")

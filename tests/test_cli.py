@@ -58,7 +58,7 @@ BAD_ARGS = [
     (["demo", "--seed", "-1", "--device", "cpu"], "--seed: must be >= 0"),
     (["plan", "--limit", "-1", "--device", "cpu"], "--limit: must be >= 0"),
     (["compile", "--dtype", "float16"], "invalid choice: 'float16'"),
-    # (the Cholesky commands take the dtypes its kernels take; compile takes every kernel's)
+    # (the Cholesky commands take real types, its generator's; compile takes every kernel's)
     (["demo", "--dtype", "complex128", "--device", "cpu"], "invalid choice: 'complex128'"),
     (["tune", "--dtype", "complex64", "--device", "cpu"], "invalid choice: 'complex64'"),
     (["compile", "--nb", "64"], "invalid choice: 64"),

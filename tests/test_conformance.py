@@ -382,8 +382,9 @@ def test_real_and_complex_do_not_mix_and_complex_parameters_need_complex_operand
         device, op, monkeypatch):
     """A complex problem among real ones, a complex operand beside real ones, a complex
     scalar for real operands (or for one the op takes real), an unknown ``trans``: each an
-    InputError naming the problem or the operand, and nothing reaches the backend. A backend
-    that takes no complex type for the op (CUDA's Cholesky, so far) says so before any work."""
+    InputError naming the problem or the operand, and nothing reaches the backend. (A backend
+    that takes no complex type for an op refuses it by name: test_runtime's
+    test_a_dtype_the_backend_does_not_take_is_refused_before_any_work.)"""
     from vbatch import InputError
 
     rt = Runtime(device)
