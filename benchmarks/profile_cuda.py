@@ -473,17 +473,16 @@ def _floor_cell(rt, op, ops, call, reps, kinds=False, order="F") -> list:
     sync = cupy.cuda.Device().synchronize
     main = cupy.cuda.get_current_stream()
     x = ops["packed" + order]
-    kw = {"batch": x} if op == "potrf" else x
     for _ in range(5):
         call(x)
     sync()
     total = _median_us(lambda: (call(x), sync()), reps)
     method = getattr(rt, "cholesky" if op == "potrf" else op)
-    args = {"mats": x} if op == "potrf" else x
+    args = {"mats": x} if op == "potrf" else x if isinstance(x, dict) else {"a": x}
     futs = []
     host = _median_us(lambda: futs.append(method(**args)), reps,
                       before=lambda: (futs and futs.pop().result(), sync()))
-    plan = rt.plan_for(op, **kw)
+    plan = rt.plan_for(op, **({"batch": x} if op == "potrf" else args))
     prep, graph = _graph(plan)
     gtime = _median_us(lambda: (graph.launch(main), main.synchronize()), reps)
     per: dict = {}

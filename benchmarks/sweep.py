@@ -198,12 +198,14 @@ def _cell(op, dtype, dist, nmax, k, forms, reps, rt, magma, rng, blas=None,
 
 
 def _check_magma_getrf(call, batch) -> None:
-    """MAGMA's pivots (1-based) against LAPACK's on three matrices of the cell."""
+    """MAGMA's pivots (1-based) against LAPACK's on three matrices of the cell (zgetrf's for
+    complex types: izamax's |re| + |im|)."""
     from scipy.linalg import lu_factor
 
     piv = call.ipiv.get()
     for i in sorted({0, batch.k - 1, batch.k // 2}):
-        a = batch.matrix(i).get().astype(np.float64)
+        a = batch.matrix(i).get()
+        a = a.astype(np.complex128 if a.dtype.kind == "c" else np.float64)
         r = min(a.shape)
         got = piv[call.ipiv_offset[i]:call.ipiv_offset[i] + r] - 1
         if r and got.tolist() != lu_factor(a)[1].tolist():

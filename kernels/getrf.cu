@@ -64,38 +64,59 @@ __device__ __forceinline__ int replay_swaps(const int* ipiv, int j, int w, int l
   return out;
 }
 
-// Block reduction of (|value|, row) pairs to the largest value, the lowest row among equals:
-// LAPACK's idamax. Threads with no row pass (-1, INT_MAX). Returns the winner in every thread.
-template <typename T, int NT>
-__device__ __forceinline__ int argmax_rows(T v, int i, T* sv, int* si) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+// A row's claim to be a column's pivot as an unsigned integer that orders as LAPACK's i?amax
+// compares: the bits of |v| (cabs1) plus one, since a nonnegative float's bits order as its
+// value; 0 for a row that may not be the pivot (outside the column's rows, or NaN, which
+// compares greater than nothing: a column of NaN keeps its diagonal).
+__device__ __forceinline__ unsigned pivot_key(float a, bool in) {
+  return in && a == a ? __float_as_uint(a) + 1u : 0u;
+}
+__device__ __forceinline__ unsigned long long pivot_key(double a, bool in) {
+  return in && a == a ? (unsigned long long)__double_as_longlong(a) + 1ull : 0ull;
+}
+
+// The warp's largest key, by the 32-bit warp reductions (sm_80's redux.sync): one for float's
+// keys, the high halves then the low halves of those that tie for double's. Five rounds of
+// shuffles, compares and selects took the same search before.
+__device__ __forceinline__ unsigned warp_max_key(unsigned k) {
+  return __reduce_max_sync(0xffffffffu, k);
+}
+__device__ __forceinline__ unsigned long long warp_max_key(unsigned long long k) {
+  const unsigned hi = __reduce_max_sync(0xffffffffu, (unsigned)(k >> 32));
+  const unsigned lo = __reduce_max_sync(0xffffffffu, (unsigned)(k >> 32) == hi ? (unsigned)k : 0u);
+  return ((unsigned long long)hi << 32) | lo;
+}
+
+// The warp's pivot: the lowest `row` among the lanes that hold the largest key (LAPACK's first
+// of largest magnitude; 0x7fffffff where no lane's key is set), and that key in `best`.
+template <typename K>
+__device__ __forceinline__ int warp_argmax(K key, int row, K& best) {
+  best = warp_max_key(key);
+  return (int)__reduce_min_sync(0xffffffffu,
+                                best != K(0) && key == best ? (unsigned)row : 0x7fffffffu);
+}
+
+// The same over a block of W warps: each warp's winner in shared memory (sk, si: W entries,
+// written again only after another block barrier), one barrier, and every thread combines them.
+template <typename K, int W>
+__device__ __forceinline__ int block_argmax(K key, int row, K* sk, int* si) {
+  K best;
+  int p = warp_argmax(key, row, best);
+  if ((threadIdx.x & 31) == 0) {
+    sk[threadIdx.x >> 5] = best;
+    si[threadIdx.x >> 5] = p;
+  }
+  __syncthreads();
+  best = sk[0];
+  p = si[0];
 #pragma unroll
-  for (int off = 16; off > 0; off >>= 1) {
-    const T ov = __shfl_down_sync(0xffffffffu, v, off);
-    const int oi = __shfl_down_sync(0xffffffffu, i, off);
-    if (ov > v || (ov == v && oi < i)) {
-      v = ov;
-      i = oi;
+  for (int v = 1; v < W; ++v) {
+    if (sk[v] > best || (sk[v] == best && si[v] < p)) {
+      best = sk[v];
+      p = si[v];
     }
   }
-  if (lane == 0) {
-    sv[warp] = v;
-    si[warp] = i;
-  }
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    for (int w = 1; w < NT / 32; ++w) {
-      if (sv[w] > v || (sv[w] == v && si[w] < i)) {
-        v = sv[w];
-        i = si[w];
-      }
-    }
-    si[0] = i;
-  }
-  __syncthreads();
-  const int out = si[0];
-  __syncthreads();  // (si is reused by the next column's reduction)
-  return out;
+  return p;
 }
 
 // SH: the panel's rows [j, m) x columns [j, j + w) are staged in dynamic shared memory
@@ -115,8 +136,8 @@ getrf_factor(const unsigned long long* tbl, const long long* meta, const int* im
   const long long ld = meta[3LL * K + q];
   int* ipiv = reinterpret_cast<int*>(tbl[2]) + meta[4LL * K + q];
   int* info = reinterpret_cast<int*>(tbl[3]);
-  using R = real_t<T>;
-  __shared__ R sv[NT / 32];
+  using Key = decltype(pivot_key(real_t<T>(0), true));
+  __shared__ Key sk[NT / 32];
   __shared__ int si[NT / 32];
   __shared__ T s_piv;
   extern __shared__ __align__(16) unsigned char vb_dyn[];
@@ -139,17 +160,17 @@ getrf_factor(const unsigned long long* tbl, const long long* meta, const int* im
   for (int c = 0; c < w; ++c) {
     int p = c;
     if (PIVOT) {
-      R best = R(-1);
+      Key best = 0;
       int bi = 0x7fffffff;
       for (int i = c + tid; i < pm; i += NT) {  // (rows ascending: the first of equals kept)
-        const R v = cabs1(el(i, c));
+        const Key v = pivot_key(cabs1(el(i, c)), true);
         if (v > best) {
           best = v;
           bi = i;
         }
       }
-      p = argmax_rows<R, NT>(best, bi, sv, si);
-      if (p == 0x7fffffff) p = c;  // (a column of NaN: no entry compared greater)
+      p = block_argmax<Key, NT / 32>(best, bi, sk, si);
+      if (p == 0x7fffffff) p = c;
     }
     if (tid == 0) {
       ipiv[j + c] = j + p;
@@ -189,10 +210,12 @@ getrf_factor(const unsigned long long* tbl, const long long* meta, const int* im
 // A panel of at most 32 rows factored by one warp with no block barrier: lane l holds row l of
 // the panel's w <= NB columns in registers. A row's place in the panel is its `rid`; a pivot
 // swap exchanges two rows' rids instead of their data (each row is written to its final place
-// at the end). The pivot search and the pivot row's broadcast are warp shuffles. NB is the
-// launch's widest panel rounded up to 8 (no dead columns unrolled); WARPS panels a block
-// (kernels/getrf_cuda.py PANEL_WARPS). At 32 columns the bound asks for four blocks a
-// multiprocessor (128 registers: 114 used, no spill; unbounded it took 140, three blocks);
+// at the end). The pivot search is warp reductions (warp_argmax); the pivot row's lane writes
+// the row to shared memory and, after a __syncwarp, every lane reads it there, two doubles a
+// load (the search took five rounds of three shuffles, the broadcast two shuffles a double).
+// NB is the launch's widest panel rounded up to 8 (no dead columns unrolled); WARPS panels a
+// block (kernels/getrf_cuda.py PANEL_WARPS). At 32 columns the bound asks for four blocks a
+// multiprocessor (128 registers: 112 used, no spill; unbounded it took 140, three blocks);
 // complex128, whose row alone is 128 registers at 32 columns, two (at four it spilled 248-272
 // bytes: ptxas, sm_90).
 template <typename T, int NB, bool ROW, bool PIVOT>
@@ -215,6 +238,10 @@ getrf_warp(const unsigned long long* tbl, const long long* meta, const int* imet
   const bool copy = j == 0 && static_cast<const void*>(A) != static_cast<const void*>(L);
   const T* src = copy ? A : L;
   const long long lds = copy ? lda : ld;
+  // (the pivot row's broadcast, a buffer per column parity: a lane writes one again only after
+  // the __syncwarp that every reader of its last use passed)
+  __shared__ __align__(16) T s_row[WARPS][2][NB];
+  T* const rows = s_row[threadIdx.x >> 5][0];
   T a[NB];
   int rid = lane;
 #pragma unroll
@@ -225,27 +252,19 @@ getrf_warp(const unsigned long long* tbl, const long long* meta, const int* imet
 #pragma unroll
   for (int c = 0; c < NB; ++c) {
     if (c >= w) continue;
+    T* const u = rows + (c & 1) * NB;
     int p = c;
     if (PIVOT) {
-      // (rows at or below the diagonal; NaN compares greater than nothing: a column of NaN
-      // keeps its diagonal)
-      const bool in = rid >= c && rid < pm;
-      real_t<T> best = in ? cabs1(a[c]) : real_t<T>(-1);
-      int bi = in && best == best ? rid : 0x7fffffff;
-      if (bi == 0x7fffffff) best = real_t<T>(-1);
-#pragma unroll
-      for (int off = 16; off > 0; off >>= 1) {
-        const real_t<T> ov = __shfl_xor_sync(0xffffffffu, best, off);
-        const int oi = __shfl_xor_sync(0xffffffffu, bi, off);
-        if (ov > best || (ov == best && oi < bi)) {
-          best = ov;
-          bi = oi;
-        }
-      }
+      decltype(pivot_key(real_t<T>(0), true)) best;
+      const int bi = warp_argmax(pivot_key(cabs1(a[c]), rid >= c && rid < pm), rid, best);
       if (bi != 0x7fffffff) p = bi;
     }
-    const int owner = __ffs(__ballot_sync(0xffffffffu, rid == p)) - 1;
-    const T d = shfl(a[c], owner);
+    if (rid == p) {
+#pragma unroll
+      for (int k = c; k < NB; ++k) u[k] = a[k];
+    }
+    __syncwarp();
+    const T d = u[c];
     if (d == T(0) && first_zero == 0) first_zero = j + c + 1;
     if (lane == 0) ipiv[j + c] = j + p;
     if (rid == p) rid = c;
@@ -256,12 +275,12 @@ getrf_warp(const unsigned long long* tbl, const long long* meta, const int* imet
       l = l / d;
       a[c] = l;
     }
+    T uk[NB];  // (read in one run, unconditionally: neighbours' reads merge into wide ones)
+#pragma unroll
+    for (int k = c + 1; k < NB; ++k) uk[k] = u[k];
 #pragma unroll
     for (int k = c + 1; k < NB; ++k) {
-      if (k < w) {
-        const T u = shfl(a[k], owner);
-        if (below) a[k] = fma(-l, u, a[k]);
-      }
+      if (k < w && below) a[k] = fma(-l, uk[k], a[k]);
     }
   }
   if (lane == 0 && first_zero != 0 && info[q] == 0) info[q] = first_zero;
@@ -274,11 +293,11 @@ getrf_warp(const unsigned long long* tbl, const long long* meta, const int* imet
 }
 
 // A panel of at most 32 W rows factored by a block of W warps, a row a thread in registers
-// (getrf_warp's scheme past one warp): the pivot search is a warp reduction, then one barrier
-// and each thread combines the W warps' winners; the pivot row's owner puts it in shared
-// memory, one more barrier, and every row below updates itself from there. Two barriers a
-// column, the shared buffers alternating by column parity (a buffer is written again only
-// after a barrier that every reader of its last use has passed). Column-major. Past 64 rows it
+// (getrf_warp's scheme past one warp): the pivot search is block_argmax (one barrier); the
+// pivot row's owner puts it in shared memory, one more barrier, and every row below updates
+// itself from there. The row's buffer alternates by column parity: without pivoting that
+// barrier is a column's only one, and a buffer is written again only after a barrier that
+// every reader of its last use has passed. Column-major. Past 64 rows it
 // takes only launches of few panels (kernels/getrf_cuda.py REGS_FEW): with many, the
 // shared-memory getrf_factor was faster.
 template <typename T, int NB, int W, bool PIVOT>
@@ -295,10 +314,11 @@ getrf_regs(const unsigned long long* tbl, const long long* meta, const int* imet
   const long long ld = meta[3LL * K + q];
   int* ipiv = reinterpret_cast<int*>(tbl[2]) + meta[4LL * K + q];
   int* info = reinterpret_cast<int*>(tbl[3]);
-  __shared__ T s_row[2][NB];
-  __shared__ real_t<T> sv[2][W];
-  __shared__ int si[2][W];
-  const int tid = threadIdx.x, lane = tid & 31, wp = tid >> 5;
+  using Key = decltype(pivot_key(real_t<T>(0), true));
+  __shared__ __align__(16) T s_row[2][NB];
+  __shared__ Key sk[W];
+  __shared__ int si[W];
+  const int tid = threadIdx.x;
   const int pm = m - j;  // (the panel's rows)
   const bool copy = j == 0 && static_cast<const void*>(A) != static_cast<const void*>(L);
   const T* src = copy ? A : L;
@@ -316,36 +336,9 @@ getrf_regs(const unsigned long long* tbl, const long long* meta, const int* imet
     const int b = c & 1;
     int p = c;
     if (PIVOT) {
-      const bool in = rid >= c && rid < pm;
-      real_t<T> best = in ? cabs1(a[c]) : real_t<T>(-1);
-      int bi = in && best == best ? rid : 0x7fffffff;
-      if (bi == 0x7fffffff) best = real_t<T>(-1);
-#pragma unroll
-      for (int off = 16; off > 0; off >>= 1) {
-        const real_t<T> ov = __shfl_xor_sync(0xffffffffu, best, off);
-        const int oi = __shfl_xor_sync(0xffffffffu, bi, off);
-        if (ov > best || (ov == best && oi < bi)) {
-          best = ov;
-          bi = oi;
-        }
-      }
-      if (lane == 0) {
-        sv[b][wp] = best;
-        si[b][wp] = bi;
-      }
-      __syncthreads();
-      best = sv[b][0];
-      bi = si[b][0];
-#pragma unroll
-      for (int v = 1; v < W; ++v) {
-        const real_t<T> ov = sv[b][v];
-        const int oi = si[b][v];
-        if (ov > best || (ov == best && oi < bi)) {
-          best = ov;
-          bi = oi;
-        }
-      }
-      if (bi != 0x7fffffff) p = bi;  // (a column of NaN keeps its diagonal)
+      const int bi = block_argmax<Key, W>(pivot_key(cabs1(a[c]), rid >= c && rid < pm), rid,
+                                        sk, si);
+      if (bi != 0x7fffffff) p = bi;
     }
     if (rid == p) {
 #pragma unroll
@@ -365,9 +358,12 @@ getrf_regs(const unsigned long long* tbl, const long long* meta, const int* imet
       l = l / d;
       a[c] = l;
     }
+    T uk[NB];  // (as getrf_warp's)
+#pragma unroll
+    for (int k = c + 1; k < NB; ++k) uk[k] = s_row[b][k];
 #pragma unroll
     for (int k = c + 1; k < NB; ++k) {
-      if (k < w && below) a[k] = fma(-l, s_row[b][k], a[k]);
+      if (k < w && below) a[k] = fma(-l, uk[k], a[k]);
     }
   }
   if (tid == 0 && first_zero != 0 && info[q] == 0) info[q] = first_zero;

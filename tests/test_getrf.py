@@ -120,6 +120,33 @@ def test_complex_against_zgetrf(device, dtype, nb):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.complex128])
+@pytest.mark.parametrize("form", ["F", "C"])
+def test_ties_take_the_first_row_of_largest_magnitude(device, dtype, form):
+    """Pivots on ties as LAPACK's i?amax: the first row of the largest magnitude. Below row
+    0 (1/2) every entry of the first column has magnitude 1 (a complex one by |re| + |im|:
+    1, -1, 1j, (1 + 1j) / 2, ...), so the first pivot is row 1 in every problem, whichever
+    kernel takes it (a warp, a block in registers, the factor kernel); row 1's 1 keeps the
+    multipliers exact, and the later columns are Gaussian."""
+    rng = np.random.default_rng(8)
+    shapes = [(2, 2), (8, 8), (31, 31), (33, 33), (64, 64), (70, 70), (100, 40), (300, 20)]
+    ones = np.array([1, -1, 1j, -1j, 0.5 + 0.5j, -0.25 + 0.75j])
+    mats = []
+    for s in shapes:
+        a = rng.standard_normal(s)
+        if np.dtype(dtype).kind == "c":
+            a = a + 1j * rng.standard_normal(s)
+            a[2:, 0] = rng.choice(ones, s[0] - 2)
+        else:
+            a[2:, 0] = rng.choice([-1.0, 1.0], s[0] - 2)
+        a[:2, 0] = 0.5, 1
+        mats.append(a.astype(dtype))
+    res = Runtime(device).getrf(_packed(mats, form, device, dtype)).result()
+    assert all(int(to_host(p)[0]) == 1 for p in res.ipiv)
+    _check(mats, res, dtype, where=f"{device} {np.dtype(dtype).name} {form} ties")
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_float32_against_lapack_on_its_own_input(device):
     mats = [np.asarray(a, np.float32) for a in _gaussian(SHAPES, seed=3)]
     res = Runtime(device).getrf(_list(mats, device, np.float32)).result()
