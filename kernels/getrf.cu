@@ -119,6 +119,73 @@ __device__ __forceinline__ int block_argmax(K key, int row, K* sk, int* si) {
   return p;
 }
 
+// A panel's rows in the registers of the G threads of a group (a warp, or a block of G / 32
+// warps): panel_in gives thread t row t of the panel at P (rows from nr and columns from nc
+// read as 0); panel_out writes a thread's row back as row `to` (rows and columns past nr and
+// nc are not written). Column-major, a thread a row reads along the columns; row-major, that
+// would be a sector a thread an element, so the rows go through a shared tile of PANEL_CH
+// columns (G rows, one padding column), read and written along the rows.
+constexpr int PANEL_CH = 8;  // (the kernels' NB are multiples of 8)
+
+template <int G>
+__device__ __forceinline__ void group_sync() {
+  if (G == 32) {
+    __syncwarp();
+  } else {
+    __syncthreads();
+  }
+}
+
+template <typename T, int NB, int G, bool ROW>
+__device__ __forceinline__ void panel_in(const T* P, long long ld, int nr, int nc, int t,
+                                         T (&a)[NB], T* tile) {
+  if constexpr (!ROW) {
+#pragma unroll
+    for (int c = 0; c < NB; ++c) a[c] = t < nr && c < nc ? P[at<false>(t, c, ld)] : T(0);
+  } else {
+    constexpr int CH = PANEL_CH;
+#pragma unroll
+    for (int cb = 0; cb < NB; cb += CH) {
+#pragma unroll
+      for (int i = 0; i < CH; ++i) {
+        const int e = i * G + t, r = e / CH, c = e % CH;
+        tile[r * (CH + 1) + c] = r < nr && cb + c < nc ? P[at<true>(r, cb + c, ld)] : T(0);
+      }
+      group_sync<G>();
+#pragma unroll
+      for (int c = 0; c < CH; ++c) a[cb + c] = tile[t * (CH + 1) + c];
+      group_sync<G>();
+    }
+  }
+}
+
+template <typename T, int NB, int G, bool ROW>
+__device__ __forceinline__ void panel_out(T* P, long long ld, int nr, int nc, int t, int to,
+                                          const T (&a)[NB], T* tile) {
+  if constexpr (!ROW) {
+    if (to < nr) {
+#pragma unroll
+      for (int c = 0; c < NB; ++c) {
+        if (c < nc) P[at<false>(to, c, ld)] = a[c];
+      }
+    }
+  } else {
+    constexpr int CH = PANEL_CH;
+#pragma unroll
+    for (int cb = 0; cb < NB; cb += CH) {
+#pragma unroll
+      for (int c = 0; c < CH; ++c) tile[to * (CH + 1) + c] = a[cb + c];
+      group_sync<G>();
+#pragma unroll
+      for (int i = 0; i < CH; ++i) {
+        const int e = i * G + t, r = e / CH, c = e % CH;
+        if (r < nr && cb + c < nc) P[at<true>(r, cb + c, ld)] = tile[r * (CH + 1) + c];
+      }
+      group_sync<G>();
+    }
+  }
+}
+
 // SH: the panel's rows [j, m) x columns [j, j + w) are staged in dynamic shared memory
 // (column-major, leading dimension m - j; kernels/getrf_cuda.py gives the bytes), factored
 // there and written back once; else every step reads and writes the panel where it lies.
@@ -210,7 +277,8 @@ getrf_factor(const unsigned long long* tbl, const long long* meta, const int* im
 // A panel of at most 32 rows factored by one warp with no block barrier: lane l holds row l of
 // the panel's w <= NB columns in registers. A row's place in the panel is its `rid`; a pivot
 // swap exchanges two rows' rids instead of their data (each row is written to its final place
-// at the end). The pivot search is warp reductions (warp_argmax); the pivot row's lane writes
+// at the end; panel_in and panel_out move the rows). The pivot search is warp reductions
+// (warp_argmax); the pivot row's lane writes
 // the row to shared memory and, after a __syncwarp, every lane reads it there, two doubles a
 // load (the search took five rounds of three shuffles, the broadcast two shuffles a double).
 // NB is the launch's widest panel rounded up to 8 (no dead columns unrolled); WARPS panels a
@@ -241,13 +309,12 @@ getrf_warp(const unsigned long long* tbl, const long long* meta, const int* imet
   // (the pivot row's broadcast, a buffer per column parity: a lane writes one again only after
   // the __syncwarp that every reader of its last use passed)
   __shared__ __align__(16) T s_row[WARPS][2][NB];
+  __shared__ T s_tile[WARPS][ROW ? 32 * (PANEL_CH + 1) : 1];
   T* const rows = s_row[threadIdx.x >> 5][0];
   T a[NB];
   int rid = lane;
-#pragma unroll
-  for (int c = 0; c < NB; ++c) {
-    a[c] = (lane < pm && c < w) ? src[at<ROW>(j + lane, j + c, lds)] : T(0);
-  }
+  panel_in<T, NB, 32, ROW>(src + at<ROW>(j, j, lds), lds, pm, w, lane, a,
+                           s_tile[threadIdx.x >> 5]);
   int first_zero = 0;
 #pragma unroll
   for (int c = 0; c < NB; ++c) {
@@ -284,12 +351,8 @@ getrf_warp(const unsigned long long* tbl, const long long* meta, const int* imet
     }
   }
   if (lane == 0 && first_zero != 0 && info[q] == 0) info[q] = first_zero;
-  if (rid < pm) {
-#pragma unroll
-    for (int c = 0; c < NB; ++c) {
-      if (c < w) L[at<ROW>(j + rid, j + c, ld)] = a[c];
-    }
-  }
+  panel_out<T, NB, 32, ROW>(L + at<ROW>(j, j, ld), ld, pm, w, lane, rid, a,
+                            s_tile[threadIdx.x >> 5]);
 }
 
 // A panel of at most 32 W rows factored by a block of W warps, a row a thread in registers
@@ -297,10 +360,10 @@ getrf_warp(const unsigned long long* tbl, const long long* meta, const int* imet
 // pivot row's owner puts it in shared memory, one more barrier, and every row below updates
 // itself from there. The row's buffer alternates by column parity: without pivoting that
 // barrier is a column's only one, and a buffer is written again only after a barrier that
-// every reader of its last use has passed. Column-major. Past 64 rows it
-// takes only launches of few panels (kernels/getrf_cuda.py REGS_FEW): with many, the
-// shared-memory getrf_factor was faster.
-template <typename T, int NB, int W, bool PIVOT>
+// every reader of its last use has passed. Past 64 rows it takes only launches of few panels
+// (kernels/getrf_cuda.py REGS_FEW): with many, the shared-memory getrf_factor was faster
+// (column-major).
+template <typename T, int NB, int W, bool ROW, bool PIVOT>
 __global__ void __launch_bounds__(32 * W)
 getrf_regs(const unsigned long long* tbl, const long long* meta, const int* imeta,
            const int* tasks, int K, int lo, int hi, int unused) {
@@ -318,6 +381,7 @@ getrf_regs(const unsigned long long* tbl, const long long* meta, const int* imet
   __shared__ __align__(16) T s_row[2][NB];
   __shared__ Key sk[W];
   __shared__ int si[W];
+  __shared__ T s_tile[ROW ? 32 * W * (PANEL_CH + 1) : 1];
   const int tid = threadIdx.x;
   const int pm = m - j;  // (the panel's rows)
   const bool copy = j == 0 && static_cast<const void*>(A) != static_cast<const void*>(L);
@@ -325,10 +389,7 @@ getrf_regs(const unsigned long long* tbl, const long long* meta, const int* imet
   const long long lds = copy ? lda : ld;
   T a[NB];
   int rid = tid;
-#pragma unroll
-  for (int c = 0; c < NB; ++c) {
-    a[c] = (tid < pm && c < w) ? src[at<false>(j + tid, j + c, lds)] : T(0);
-  }
+  panel_in<T, NB, 32 * W, ROW>(src + at<ROW>(j, j, lds), lds, pm, w, tid, a, s_tile);
   int first_zero = 0;
 #pragma unroll
   for (int c = 0; c < NB; ++c) {
@@ -367,12 +428,7 @@ getrf_regs(const unsigned long long* tbl, const long long* meta, const int* imet
     }
   }
   if (tid == 0 && first_zero != 0 && info[q] == 0) info[q] = first_zero;
-  if (rid < pm) {
-#pragma unroll
-    for (int c = 0; c < NB; ++c) {
-      if (c < w) L[at<false>(j + rid, j + c, ld)] = a[c];
-    }
-  }
+  panel_out<T, NB, 32 * W, ROW>(L + at<ROW>(j, j, ld), ld, pm, w, tid, rid, a, s_tile);
 }
 
 // The rows kernel for row-major factors (getrf_rows_cm below takes column-major ones; ROW =

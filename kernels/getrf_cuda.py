@@ -5,7 +5,7 @@ The kernels are ``getrf.cu`` beside this file; its header comment defines the ta
 updates are the ``blas`` family's GEMMs (:mod:`vbatch.kernels.blas_cuda`).
 
 * ``getrf.factor``: panels of at most 32 rows (the launch's tallest) a warp each, a row a
-  lane in registers; column-major ones of at most ``REGS_ROWS`` (at most 256 in a launch of few
+  lane in registers; real ones of at most ``REGS_ROWS`` (at most 256 in a launch of few
   panels, ``REGS_FEW``) a block of ``REGS_WARPS`` warps, a row a thread in registers; others a
   block each, ``FACTOR_THREADS`` threads (the fewest that give the tallest panel of the launch
   a row each, at most the last): a block reduction finds
@@ -45,10 +45,12 @@ FACTOR_THREADS = (64, 128, 256)
 # WARP_WIDTHS (getrf.cu getrf_warp; decisions.md#getrf-warp-panel).
 WARP_WIDTHS = (8, 16, 24, 32)
 PANEL_WARPS = 4
-# Column-major panels of 33 to REGS_ROWS rows, and in a launch of at most REGS_FEW panels up to
+# Panels of 33 to REGS_ROWS rows, and in a launch of at most REGS_FEW panels up to
 # 32 * REGS_WARPS[-1] rows: a block of the fewest REGS_WARPS warps that give each row a thread,
 # the row in registers (getrf.cu getrf_regs). Many taller panels ran faster in shared memory;
-# a few (skewed sizes' largest, a chain of latency) faster so (decisions.md#getrf-rows-cm).
+# a few (skewed sizes' largest, a chain of latency) faster so (column-major:
+# decisions.md#getrf-rows-cm; row-major panels took the factor kernel before
+# decisions.md#getrf-row-major-panels).
 REGS_WARPS = (2, 4, 8)
 REGS_ROWS = 64
 REGS_FEW = 128
@@ -116,8 +118,8 @@ def rows_name(T: str, nb: int, R: str, P: str) -> str:
     return f"vb::getrf_rows<{T},{nb},{R},{P}>"
 
 
-def regs_name(T: str, nb: int, warps: int, P: str) -> str:
-    return f"vb::getrf_regs<{T},{nb},{warps},{P}>"
+def regs_name(T: str, nb: int, warps: int, R: str, P: str) -> str:
+    return f"vb::getrf_regs<{T},{nb},{warps},{R},{P}>"
 
 
 def rows_cm_name(T: str, nb: int, P: str) -> str:
@@ -145,12 +147,13 @@ def select(lc, nb: int, dtype, order: str, pivot: bool) -> Selection:
             wb = next(b for b in WARP_WIDTHS if b >= min(lc.width, nb))
             return Selection(warp_name(T, wb, R, P), (math.ceil(lc.count / PANEL_WARPS),),
                              (32 * PANEL_WARPS,), 0, source=SOURCE)
-        if order == "F" and np.dtype(dtype).name in REGS_DTYPES and (
+        if np.dtype(dtype).name in REGS_DTYPES and (
                 lc.rows[1] <= REGS_ROWS or (
                 lc.count <= REGS_FEW and lc.rows[1] <= 32 * REGS_WARPS[-1])):
             wb = next(b for b in WARP_WIDTHS if b >= min(lc.width, nb))
             nw = next(v for v in REGS_WARPS if 32 * v >= lc.rows[1])
-            return Selection(regs_name(T, wb, nw, P), (lc.count,), (32 * nw,), 0, source=SOURCE)
+            return Selection(regs_name(T, wb, nw, R, P), (lc.count,), (32 * nw,), 0,
+                             source=SOURCE)
         nt = factor_threads(lc.rows[1])
         smem = lc.rows[1] * nb * np.dtype(dtype).itemsize
         if smem <= FACTOR_SMEM:  # (the panel staged in shared memory)
@@ -204,10 +207,10 @@ def kernel_names(dtypes=DTYPES, nbs=NB_SUPPORTED, orders=ORDERS) -> list[str]:
                 out += [factor_name(T, nt, R, P, SH) for nt in FACTOR_THREADS
                         for SH in ("false", "true")]
                 out += [warp_name(T, b, R, P) for b in WARP_WIDTHS if b <= max(nbs)]
+                out += [regs_name(T, b, v, R, P) for b in WARP_WIDTHS if b <= max(nbs)
+                        for v in REGS_WARPS if dt in REGS_DTYPES]
                 if order == "F":
                     out += [rows_cm_name(T, nb, P) for nb in nbs]
-                    out += [regs_name(T, b, v, P) for b in WARP_WIDTHS if b <= max(nbs)
-                            for v in REGS_WARPS if dt in REGS_DTYPES]
                 else:
                     out += [rows_name(T, nb, R, P) for nb in nbs]
             out.append(swap_name(T, R))

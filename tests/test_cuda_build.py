@@ -290,14 +290,14 @@ def test_kernel_names_is_the_whole_set_once():
                                    + 1)
     # The getrf family, per dtype, order and pivoting: the factor kernel per thread count (the
     # panel in shared memory or not), the warp factor per width bucket, and the rows kernel
-    # (that order's) per panel width; column-major also the register-row block factor per
-    # width bucket and warp count (real types); per dtype and order, the solve's swap.
+    # (that order's) per panel width; the register-row block factor per width bucket and warp
+    # count (real types, both orders); per dtype and order, the solve's swap.
     from vbatch.kernels import getrf_cuda as getrf
 
     nbs = len(getrf.NB_SUPPORTED)
     want += len(getrf.DTYPES) * 2 * (2 * (2 * len(getrf.FACTOR_THREADS)
                                           + len(getrf.WARP_WIDTHS) + nbs) + 1) \
-        + len(getrf.REGS_DTYPES) * 2 * len(getrf.WARP_WIDTHS) * len(getrf.REGS_WARPS)
+        + len(getrf.REGS_DTYPES) * 2 * 2 * len(getrf.WARP_WIDTHS) * len(getrf.REGS_WARPS)
     assert len(names) == want
     assert set(build.kernel_names(["float32"], [8], ["C"])) <= set(names)
 
