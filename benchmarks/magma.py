@@ -25,12 +25,14 @@ the definition (``magmablas/zgemm_vbatched.cpp``) and every caller take ``batchC
 
 POTRF is what the Cholesky harness (``cuda_potrf.py --magma``) runs and checks; GETRF is what
 the sweep runs (``sweep.py run --ops getrf``), its pivots checked against LAPACK's on a few
-matrices of each cell. GETRF needs a build of the subset with MAGMA's LU added to extract.sh's
-lists: ``src/z{getrf,getrf_nopiv,getf2,getf2_nopiv}_vbatched.cpp``,
-``src/zgetrf{,_nopiv}_panel_vbatched.cpp``, ``magmablas/zgetf2{,_nopiv}_kernels_var.cu``,
-``magmablas/zlaswp_vbatched.cu`` (s/d), ``magmablas/getrf_setup_pivinfo.cu``,
-``magmablas/set_pointer.cu`` and the headers they include (``shuffle.cuh``,
-``zgetf2{,_nopiv}_devicefunc.cuh``, ``zlaswp_device.cuh``): 72 units, about 80 s on 16 cores.
+matrices of each cell (zgetrf's for complex types). GETRF needs a build of the subset with
+MAGMA's LU added to extract.sh's lists: the z sources ``src/z{getrf,getrf_nopiv,getf2,
+getf2_nopiv}_vbatched.cpp``, ``src/zgetrf{,_nopiv}_panel_vbatched.cpp``,
+``magmablas/zgetf2{,_nopiv}_kernels_var.cu`` and ``magmablas/zlaswp_vbatched.cu`` (generated
+in s and d, and in c with z kept for the complex types), ``magmablas/getrf_setup_pivinfo.cu``
+and ``magmablas/set_pointer.cu`` as they are, and the headers they include (``shuffle.cuh``,
+``zgetf2{,_nopiv}_devicefunc.cuh``, ``zlaswp_device.cuh``). In all four precisions, with the
+complex BLAS files below: 126 units, 144 s with 12 jobs on the H200 machine.
 GEMM and TRSM are what the BLAS harness (``cuda_blas.py --magma``) runs and checks against
 numpy; their signatures were re-read against ``magmablas/dgemm_vbatched.cpp`` and
 ``dtrsm_vbatched.cpp`` (argument count, order and types match). Complex GEMM and TRSM (z, c:
