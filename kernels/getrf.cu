@@ -431,110 +431,103 @@ getrf_regs(const unsigned long long* tbl, const long long* meta, const int* imet
   panel_out<T, NB, 32 * W, ROW>(L + at<ROW>(j, j, ld), ld, pm, w, tid, rid, a, s_tile);
 }
 
-// The rows kernel for row-major factors (getrf_rows_cm below takes column-major ones; ROW =
-// false is kept general). The step's swaps move whole rows: the w rows [j, j + w) end up
-// holding rows `from` (a permutation worked out once by warp 0 from the step's pivots), and
-// each row below them that a swap touched ends up holding one of the w rows (`out_to` <-
-// `out_from`). The block's CT columns of the w final rows are gathered into shared memory, the
-// touched rows below are written, and right of the panel the columns are solved with L11 (a
-// thread a column) before the w rows are written back. Every global access runs in memory
-// order (along a row when row-major), so a warp's accesses share sectors.
-template <typename T, int NB, bool ROW, bool PIVOT>
-__global__ void __launch_bounds__(64)
+// The rows kernel for row-major factors (getrf_rows_cm below takes column-major ones): a
+// thread a column outside the panel, NT columns a block, so each column is one thread's and a
+// warp's accesses run along a row. After one barrier (warp 0 replays the step's swaps into
+// shared memory: the w rows [j, j + w) end up holding rows `from`, and each row below them that
+// a swap touched ends up holding one of the w rows, `out_to` <- `out_from`; every thread reads
+// L11 there), a thread reads its column's w source rows into registers with its loads in
+// flight, moves the touched rows below (each holds a panel row, not yet written), solves
+// U12 = L11^-1 A12 right of the panel in registers and writes the w rows. Out of place, the
+// first step first copies the thread's column from A. The block's columns are its threads
+// (at most ROWS_MAX_NT: kernels/getrf_cuda.py ROWS_COLS).
+constexpr int ROWS_MAX_NT = 128;
+
+template <typename T, int NB, bool PIVOT>
+__global__ void __launch_bounds__(ROWS_MAX_NT)
 getrf_rows(const unsigned long long* tbl, const long long* meta, const int* imeta,
            const int* tasks, int K, int lo, int hi, int unused) {
-  // columns a block (kernels/getrf_cuda.py rows_cols; complex128: half, for 48 KB of tiles)
-  constexpr int CT = sizeof(T) > 8 ? 32 : 64;
+  const int NT = (int)blockDim.x;
+  constexpr int CHUNK = 8;  // (touched rows moved CHUNK at a time, their loads first)
   const int row = lo + (int)blockIdx.x;
   if (row >= hi) return;
   const int* tk = tasks + (long long)row * VB_TASK_COLS;
   const int q = tk[0], j = tk[1], w = tk[2], m = tk[3], n = tk[4];
   const int outside = n - w;  // columns [0, j) and [j + w, n), numbered 0 .. outside - 1
-  const int c0 = (int)blockIdx.y * CT;
-  if (c0 >= outside) return;  // (the whole block: before any barrier)
+  const int c0 = (int)blockIdx.y * NT;
+  if (c0 >= outside) return;  // (the whole block: before the barrier)
   const T* A = reinterpret_cast<const T*>(tbl[0]) + meta[q];
   const long long lda = meta[K + q];
   T* L = reinterpret_cast<T*>(tbl[1]) + meta[2LL * K + q];
   const long long ld = meta[3LL * K + q];
   const int* ipiv = reinterpret_cast<const int*>(tbl[2]) + meta[4LL * K + q];
   __shared__ T l11[NB][NB + 1];
-  __shared__ T tile[NB][CT + 1];
   __shared__ int from[NB], out_to[NB], out_from[NB];
   __shared__ int n_out;
   const int tid = threadIdx.x;
-  const int cols = min(CT, outside - c0);
-  auto col = [&](int c) { return c0 + c < j ? c0 + c : c0 + c + w; };  // (the global column)
-  if (j == 0 && static_cast<const void*>(A) != static_cast<const void*>(L)) {
-    // UNROLL loads in flight a thread before their stores: the compiler cannot move a load
-    // above a store to L, which for all it knows may be A.
+  const int c = c0 + tid;
+  const bool mine = c < outside;
+  const int gc = c < j ? c : c + w;  // (the thread's global column)
+  if (mine && j == 0 && static_cast<const void*>(A) != static_cast<const void*>(L)) {
+    // UNROLL loads in flight before their stores: the compiler cannot move a load above a
+    // store to L, which for all it knows may be A.
     constexpr int UNROLL = 4;
-    const long long total = (long long)m * cols;
-    for (long long e0 = tid; e0 < total; e0 += UNROLL * CT) {
+    for (int r0 = 0; r0 < m; r0 += UNROLL) {
       T v[UNROLL];
-      long long to[UNROLL];
 #pragma unroll
       for (int u = 0; u < UNROLL; ++u) {
-        const long long e = e0 + (long long)u * CT;
-        if (e < total) {
-          const int r = ROW ? (int)(e / cols) : (int)(e % m);
-          const int gc = col(ROW ? (int)(e % cols) : (int)(e / m));
-          v[u] = A[at<ROW>(r, gc, lda)];
-          to[u] = at<ROW>(r, gc, ld);
-        }
+        if (r0 + u < m) v[u] = A[at<true>(r0 + u, gc, lda)];
       }
 #pragma unroll
       for (int u = 0; u < UNROLL; ++u) {
-        if (e0 + (long long)u * CT < total) L[to[u]] = v[u];
+        if (r0 + u < m) L[at<true>(r0 + u, gc, ld)] = v[u];
       }
     }
   }
   if (tid < 32) {
-    const int l = tid;
     int content, op, oc;
-    const int out = replay_swaps<PIVOT>(ipiv, j, w, l, content, op, oc);
-    if (l < w) from[l] = content;
-    if (l < out) {
-      out_to[l] = op;
-      out_from[l] = oc;
+    const int out = replay_swaps<PIVOT>(ipiv, j, w, tid, content, op, oc);
+    if (tid < w) from[tid] = content;
+    if (tid < out) {
+      out_to[tid] = op;
+      out_from[tid] = oc;
     }
-    if (l == 0) n_out = out;
+    if (tid == 0) n_out = out;
   }
-  for (int e = tid; e < w * w; e += CT) {
-    const int r = ROW ? e / w : e % w, c = ROW ? e % w : e / w;
-    l11[r][c] = L[at<ROW>(j + r, j + c, ld)];
+  for (int e = tid; e < w * w; e += NT) {
+    l11[e / w][e % w] = L[at<true>(j + e / w, j + e % w, ld)];
   }
-  __syncthreads();  // (the copy's rows and the permutation)
-  for (int e = tid; e < w * cols; e += CT) {
-    const int r = ROW ? e / cols : e % w, c = ROW ? e % cols : e / w;
-    tile[r][c] = L[at<ROW>(from[r], col(c), ld)];
-  }
-  __syncthreads();  // (rows below the w are read above before they are written here)
-  const int out = n_out;
-  for (int e = tid; e < out * cols; e += CT) {
-    const int k = ROW ? e / cols : e % out, c = ROW ? e % cols : e / out;
-    const int gc = col(c);
-    L[at<ROW>(out_to[k], gc, ld)] = L[at<ROW>(out_from[k], gc, ld)];
-  }
-  if (tid < cols && col(tid) >= j + w) {  // (right of the panel: U12 = L11^-1 A12)
-    T v[NB];
+  __syncthreads();
+  if (!mine || (!PIVOT && gc < j)) return;  // (without pivoting, left of the panel: nothing)
+  T v[NB];
 #pragma unroll
-    for (int i = 0; i < NB; ++i) {
-      if (i < w) v[i] = tile[i][tid];
+  for (int i = 0; i < NB; ++i) {
+    if (i < w) v[i] = L[at<true>(from[i], gc, ld)];
+  }
+  const int out = n_out;
+  for (int k0 = 0; k0 < out; k0 += CHUNK) {
+    T o[CHUNK];
+#pragma unroll
+    for (int k = 0; k < CHUNK; ++k) {
+      if (k0 + k < out) o[k] = L[at<true>(out_from[k0 + k], gc, ld)];
     }
+#pragma unroll
+    for (int k = 0; k < CHUNK; ++k) {
+      if (k0 + k < out) L[at<true>(out_to[k0 + k], gc, ld)] = o[k];
+    }
+  }
+  if (gc >= j + w) {  // (right of the panel: U12 = L11^-1 A12)
 #pragma unroll
     for (int i = 1; i < NB; ++i) {
       if (i < w) {
-        T s = v[i];
 #pragma unroll
-        for (int k = 0; k < i; ++k) s = fma(-l11[i][k], v[k], s);
-        tile[i][tid] = v[i] = s;
+        for (int k = 0; k < i; ++k) v[i] = fma(-l11[i][k], v[k], v[i]);
       }
     }
   }
-  __syncthreads();
-  for (int e = tid; e < w * cols; e += CT) {
-    const int r = ROW ? e / cols : e % w, c = ROW ? e % cols : e / w;
-    L[at<ROW>(j + r, col(c), ld)] = tile[r][c];
+#pragma unroll
+  for (int i = 0; i < NB; ++i) {
+    if (i < w) L[at<true>(j + i, gc, ld)] = v[i];
   }
 }
 

@@ -15,9 +15,9 @@ updates are the ``blas`` family's GEMMs (:mod:`vbatch.kernels.blas_cuda`).
   gathered, the rows below them that a swap touched written) on the columns outside the panel,
   then for columns right of it the unit lower solve by L11. Column-major (``getrf_rows_cm``):
   :func:`rows_cols` columns a block of ``ROWS_CM_WARPS`` warps, each warp its own columns with a
-  lane a row, the solve in shuffles; row-major (``getrf_rows``): ``ROWS_COLS`` columns a block,
-  the rows gathered into shared memory, a thread a column for the solve. Both take the grid's
-  second dimension for the column blocks;
+  lane a row, the solve in shuffles; row-major (``getrf_rows``): a thread a column, its rows
+  in registers, ``ROWS_COLS`` columns a block. Both take the grid's second dimension for the
+  column blocks;
 * ``getrf.swap`` (getrs, gesv): a thread per right-hand side, ``SWAP_COLS`` a block: the copy
   of B into X where the kind has a source, then the interchanges, one after another; the
   buffers' slots travel in ``extra`` (:func:`swap_extra`).
@@ -61,7 +61,7 @@ REGS_DTYPES = ("float64", "float32")
 # A panel of at most this many bytes (its tallest rows x nb) is factored in shared memory: read
 # once, its columns' steps there, written once; a taller one step by step where it lies.
 FACTOR_SMEM = 64 * 1024
-ROWS_COLS = 64  # (getrf_rows, row-major; complex128 half: its tiles in 48 KB)
+ROWS_COLS = 128  # (getrf_rows, row-major: a thread a column; at most getrf.cu ROWS_MAX_NT)
 # getrf_rows_cm (column-major): 8 warps a block, 4 columns a lane, 32 / nb columns an instruction
 ROWS_CM_WARPS, ROWS_CM_COLS = 8, 4
 SWAP_COLS = 64  # (getrf_swap: a thread per right-hand side)
@@ -114,8 +114,8 @@ def warp_name(T: str, nb: int, R: str, P: str) -> str:
     return f"vb::getrf_warp<{T},{nb},{R},{P}>"
 
 
-def rows_name(T: str, nb: int, R: str, P: str) -> str:
-    return f"vb::getrf_rows<{T},{nb},{R},{P}>"
+def rows_name(T: str, nb: int, P: str) -> str:
+    return f"vb::getrf_rows<{T},{nb},{P}>"
 
 
 def regs_name(T: str, nb: int, warps: int, R: str, P: str) -> str:
@@ -126,11 +126,11 @@ def rows_cm_name(T: str, nb: int, P: str) -> str:
     return f"vb::getrf_rows_cm<{T},{nb},{P}>"
 
 
-def rows_cols(nb: int, order: str, dtype) -> int:
+def rows_cols(nb: int, order: str) -> int:
     """Columns outside the panel a rows block takes (the grid's second dimension)."""
     if order == "F":
         return ROWS_CM_WARPS * (32 // nb) * ROWS_CM_COLS
-    return ROWS_COLS // 2 if np.dtype(dtype).itemsize > 8 else ROWS_COLS
+    return ROWS_COLS
 
 
 def factor_threads(rows: int) -> int:
@@ -161,15 +161,15 @@ def select(lc, nb: int, dtype, order: str, pivot: bool) -> Selection:
                              source=SOURCE)
         return Selection(factor_name(T, nt, R, P), (lc.count,), (nt,), 0, source=SOURCE)
     if lc.kind == ROWS:
-        tiles = max(1, math.ceil(lc.cols[1] / rows_cols(nb, order, dtype)))
+        tiles = max(1, math.ceil(lc.cols[1] / rows_cols(nb, order)))
         if tiles > MAX_GRID_Y:
             raise InputError([(None, f"launch {lc.index} (getrf rows) needs {tiles} column "
                                      f"blocks, more than the grid allows ({MAX_GRID_Y})")])
         if order == "F":
             return Selection(rows_cm_name(T, nb, P), (lc.count, tiles), (32 * ROWS_CM_WARPS,),
                              0, source=SOURCE)
-        return Selection(rows_name(T, nb, R, P), (lc.count, tiles),
-                         (rows_cols(nb, order, dtype),), 0, source=SOURCE)
+        return Selection(rows_name(T, nb, P), (lc.count, tiles),
+                         (rows_cols(nb, order),), 0, source=SOURCE)
     raise ValueError(f"cuda backend: getrf has no launch kind {lc.kind!r}")
 
 
@@ -212,6 +212,6 @@ def kernel_names(dtypes=DTYPES, nbs=NB_SUPPORTED, orders=ORDERS) -> list[str]:
                 if order == "F":
                     out += [rows_cm_name(T, nb, P) for nb in nbs]
                 else:
-                    out += [rows_name(T, nb, R, P) for nb in nbs]
+                    out += [rows_name(T, nb, P) for nb in nbs]
             out.append(swap_name(T, R))
     return out

@@ -324,6 +324,6 @@ def test_every_cuda_launch_selects_a_kernel_that_is_built(pivot):
                         assert s.block[0] >= min(lc.rows[1], getrf_cuda.FACTOR_THREADS[-1])
                     elif lc.kind == "getrf.rows":
                         assert s.grid[0] == lc.count
-                        assert s.grid[1] * getrf_cuda.rows_cols(nb, order, dtype) >= lc.cols[1]
+                        assert s.grid[1] * getrf_cuda.rows_cols(nb, order) >= lc.cols[1]
     assert {k for k, _ in seen} == {"getrf.factor", "getrf.rows", blas_cuda.GEMM}
     assert {b for k, b in seen if k == "getrf.factor"} == {*getrf_cuda.FACTOR_THREADS, "warp"}
