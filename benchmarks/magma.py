@@ -32,7 +32,7 @@ getf2_nopiv}_vbatched.cpp``, ``src/zgetrf{,_nopiv}_panel_vbatched.cpp``,
 in s and d, and in c with z kept for the complex types), ``magmablas/getrf_setup_pivinfo.cu``
 and ``magmablas/set_pointer.cu`` as they are, and the headers they include (``shuffle.cuh``,
 ``zgetf2{,_nopiv}_devicefunc.cuh``, ``zlaswp_device.cuh``). In all four precisions, with the
-complex BLAS files below: 126 units, 144 s with 12 jobs on the H200 machine.
+complex BLAS files below: 126 units, 144 s with 12 jobs on a 16-core host.
 GEMM and TRSM are what the BLAS harness (``cuda_blas.py --magma``) runs and checks against
 numpy; their signatures were re-read against ``magmablas/dgemm_vbatched.cpp`` and
 ``dtrsm_vbatched.cpp`` (argument count, order and types match). Complex GEMM and TRSM (z, c:

@@ -12,7 +12,7 @@
 //
 // One step of a right-looking LU is two launches (the trailing GEMM is the blas family's):
 // getrf_factor (a block a panel), getrf_warp (a warp a panel of at most 32 rows) or getrf_regs
-// (a block a column-major panel of at most 32 W rows, a row a thread) factors the panel's
+// (a block a real panel of at most 32 W rows, a row a thread) factors the panel's
 // columns [j, j + w), rows [j, m); getrf_rows_cm (column-major) or getrf_rows (row-major)
 // applies the step's row swaps to every other column and solves U12 = L11^-1 A12 right of the
 // panel. Out of place, the first step
@@ -65,19 +65,21 @@ __device__ __forceinline__ int replay_swaps(const int* ipiv, int j, int w, int l
 }
 
 // A row's claim to be a column's pivot as an unsigned integer that orders as LAPACK's i?amax
-// compares: the bits of |v| (cabs1) plus one, since a nonnegative float's bits order as its
-// value; 0 for a row that may not be the pivot (outside the column's rows, or NaN, which
-// compares greater than nothing: a column of NaN keeps its diagonal).
+// compares |v| (cabs1): its bits plus one, since a nonnegative float's bits order as its value;
+// 0 for a row that may not be the pivot (outside the column's rows, or NaN: a NaN never wins,
+// and a column of NaN keeps its diagonal, where the reference i?amax keeps a NaN first entry).
 __device__ __forceinline__ unsigned pivot_key(float a, bool in) {
   return in && a == a ? __float_as_uint(a) + 1u : 0u;
 }
 __device__ __forceinline__ unsigned long long pivot_key(double a, bool in) {
   return in && a == a ? (unsigned long long)__double_as_longlong(a) + 1ull : 0ull;
 }
+template <typename T>
+using pivot_key_t = decltype(pivot_key(real_t<T>(0), true));
 
 // The warp's largest key, by the 32-bit warp reductions (sm_80's redux.sync): one for float's
-// keys, the high halves then the low halves of those that tie for double's. Five rounds of
-// shuffles, compares and selects took the same search before.
+// keys, the high halves then the low halves of those that tie for double's (fewer
+// instructions than rounds of shuffles: decisions.md#getrf-pivot-search).
 __device__ __forceinline__ unsigned warp_max_key(unsigned k) {
   return __reduce_max_sync(0xffffffffu, k);
 }
@@ -125,11 +127,11 @@ __device__ __forceinline__ int block_argmax(K key, int row, K* sk, int* si) {
 // nc are not written). Column-major, a thread a row reads along the columns; row-major, that
 // would be a sector a thread an element, so the rows go through a shared tile of PANEL_CH
 // columns (G rows, one padding column), read and written along the rows.
-constexpr int PANEL_CH = 8;  // (the kernels' NB are multiples of 8)
+constexpr int PANEL_CH = 8;
 
 template <int G>
 __device__ __forceinline__ void group_sync() {
-  if (G == 32) {
+  if constexpr (G == 32) {
     __syncwarp();
   } else {
     __syncthreads();
@@ -139,6 +141,7 @@ __device__ __forceinline__ void group_sync() {
 template <typename T, int NB, int G, bool ROW>
 __device__ __forceinline__ void panel_in(const T* P, long long ld, int nr, int nc, int t,
                                          T (&a)[NB], T* tile) {
+  static_assert(NB % PANEL_CH == 0, "a panel's registers are read a tile at a time");
   if constexpr (!ROW) {
 #pragma unroll
     for (int c = 0; c < NB; ++c) a[c] = t < nr && c < nc ? P[at<false>(t, c, ld)] : T(0);
@@ -162,6 +165,7 @@ __device__ __forceinline__ void panel_in(const T* P, long long ld, int nr, int n
 template <typename T, int NB, int G, bool ROW>
 __device__ __forceinline__ void panel_out(T* P, long long ld, int nr, int nc, int t, int to,
                                           const T (&a)[NB], T* tile) {
+  static_assert(NB % PANEL_CH == 0, "a panel's registers are written a tile at a time");
   if constexpr (!ROW) {
     if (to < nr) {
 #pragma unroll
@@ -203,7 +207,7 @@ getrf_factor(const unsigned long long* tbl, const long long* meta, const int* im
   const long long ld = meta[3LL * K + q];
   int* ipiv = reinterpret_cast<int*>(tbl[2]) + meta[4LL * K + q];
   int* info = reinterpret_cast<int*>(tbl[3]);
-  using Key = decltype(pivot_key(real_t<T>(0), true));
+  using Key = pivot_key_t<T>;
   __shared__ Key sk[NT / 32];
   __shared__ int si[NT / 32];
   __shared__ T s_piv;
@@ -278,9 +282,9 @@ getrf_factor(const unsigned long long* tbl, const long long* meta, const int* im
 // the panel's w <= NB columns in registers. A row's place in the panel is its `rid`; a pivot
 // swap exchanges two rows' rids instead of their data (each row is written to its final place
 // at the end; panel_in and panel_out move the rows). The pivot search is warp reductions
-// (warp_argmax); the pivot row's lane writes
-// the row to shared memory and, after a __syncwarp, every lane reads it there, two doubles a
-// load (the search took five rounds of three shuffles, the broadcast two shuffles a double).
+// (warp_argmax); the pivot row's lane writes the row to shared memory and, after a
+// __syncwarp, every lane reads it there, two doubles a load, where shuffles move 32 bits
+// (decisions.md#getrf-pivot-search).
 // NB is the launch's widest panel rounded up to 8 (no dead columns unrolled); WARPS panels a
 // block (kernels/getrf_cuda.py PANEL_WARPS). At 32 columns the bound asks for four blocks a
 // multiprocessor (128 registers: 112 used, no spill; unbounded it took 140, three blocks);
@@ -322,7 +326,7 @@ getrf_warp(const unsigned long long* tbl, const long long* meta, const int* imet
     T* const u = rows + (c & 1) * NB;
     int p = c;
     if (PIVOT) {
-      decltype(pivot_key(real_t<T>(0), true)) best;
+      pivot_key_t<T> best;
       const int bi = warp_argmax(pivot_key(cabs1(a[c]), rid >= c && rid < pm), rid, best);
       if (bi != 0x7fffffff) p = bi;
     }
@@ -377,7 +381,7 @@ getrf_regs(const unsigned long long* tbl, const long long* meta, const int* imet
   const long long ld = meta[3LL * K + q];
   int* ipiv = reinterpret_cast<int*>(tbl[2]) + meta[4LL * K + q];
   int* info = reinterpret_cast<int*>(tbl[3]);
-  using Key = decltype(pivot_key(real_t<T>(0), true));
+  using Key = pivot_key_t<T>;
   __shared__ __align__(16) T s_row[2][NB];
   __shared__ Key sk[W];
   __shared__ int si[W];

@@ -49,7 +49,7 @@ PANEL_WARPS = 4
 # 32 * REGS_WARPS[-1] rows: a block of the fewest REGS_WARPS warps that give each row a thread,
 # the row in registers (getrf.cu getrf_regs). Many taller panels ran faster in shared memory;
 # a few (skewed sizes' largest, a chain of latency) faster so (column-major:
-# decisions.md#getrf-rows-cm; row-major panels took the factor kernel before
+# decisions.md#getrf-rows-cm; row-major takes the same thresholds:
 # decisions.md#getrf-row-major-panels).
 REGS_WARPS = (2, 4, 8)
 REGS_ROWS = 64

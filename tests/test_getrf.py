@@ -119,30 +119,38 @@ def test_complex_against_zgetrf(device, dtype, nb):
            where=f"{device} {np.dtype(dtype).name} nopiv")
 
 
+def _ties(shapes, dtype, rng) -> list:
+    """Ties for the pivot search, with exact arithmetic up to them. Column 0 is zero but for
+    row 3 (row 0 and row 3 swap; every multiplier is 0, so no other row changes). In column 1
+    the original rows 0 (now in place 3) and 2 (in place 2) tie at magnitude 1, the others
+    are smaller: LAPACK takes place 2, the first in the rows' current order, where lane (or
+    original row) order would take row 0. Row 2's 1 keeps column 1's multipliers exact; the
+    later columns are Gaussian. Complex: row 2's entry is (1 + 1j) / 2, of |re| + |im| 1 (as
+    izamax measures) but modulus 0.71, and the other rows' entries of |re| + |im| below 1 have
+    moduli up to 0.9, so a search by modulus would take another row."""
+    cx = np.dtype(dtype).kind == "c"
+    mats = []
+    for m, n in shapes:
+        a = rng.standard_normal((m, n)) + (1j * rng.standard_normal((m, n)) if cx else 0)
+        a[:, 0] = 0
+        a[3, 0] = 4
+        a[:, 1] = 0.9j if cx else 0.9 * rng.choice([-1.0, 1.0], m)
+        a[0, 1], a[2, 1] = -1, (0.5 + 0.5j) if cx else 1
+        mats.append(a.astype(dtype))
+    return mats
+
+
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", [np.float64, np.float32, np.complex128])
 @pytest.mark.parametrize("form", ["F", "C"])
 def test_ties_take_the_first_row_of_largest_magnitude(device, dtype, form):
-    """Pivots on ties as LAPACK's i?amax: the first row of the largest magnitude. Below row
-    0 (1/2) every entry of the first column has magnitude 1 (a complex one by |re| + |im|:
-    1, -1, 1j, (1 + 1j) / 2, ...), so the first pivot is row 1 in every problem, whichever
-    kernel takes it (a warp, a block in registers, the factor kernel); row 1's 1 keeps the
-    multipliers exact, and the later columns are Gaussian."""
-    rng = np.random.default_rng(8)
-    shapes = [(2, 2), (8, 8), (31, 31), (33, 33), (64, 64), (70, 70), (100, 40), (300, 20)]
-    ones = np.array([1, -1, 1j, -1j, 0.5 + 0.5j, -0.25 + 0.75j])
-    mats = []
-    for s in shapes:
-        a = rng.standard_normal(s)
-        if np.dtype(dtype).kind == "c":
-            a = a + 1j * rng.standard_normal(s)
-            a[2:, 0] = rng.choice(ones, s[0] - 2)
-        else:
-            a[2:, 0] = rng.choice([-1.0, 1.0], s[0] - 2)
-        a[:2, 0] = 0.5, 1
-        mats.append(a.astype(dtype))
+    """Pivots on ties as LAPACK's i?amax: the first row (in the rows' current order) of the
+    largest magnitude (|re| + |im| for a complex entry), through every GETRF kernel (a warp,
+    a block in registers, the factor kernel: up to 300 rows)."""
+    shapes = [(4, 4), (8, 8), (31, 31), (33, 33), (64, 64), (70, 70), (100, 40), (300, 20)]
+    mats = _ties(shapes, dtype, np.random.default_rng(8))
     res = Runtime(device).getrf(_packed(mats, form, device, dtype)).result()
-    assert all(int(to_host(p)[0]) == 1 for p in res.ipiv)
+    assert all(to_host(p)[:2].tolist() == [3, 2] for p in res.ipiv)
     _check(mats, res, dtype, where=f"{device} {np.dtype(dtype).name} {form} ties")
 
 
