@@ -15,9 +15,10 @@ form includes packing the list and the result views. Each vbatch run is followed
 so a slow patch of a shared machine hits both; medians are reported, with the ratio
 vbatch / loop (below 1: vbatch is faster).
 
-Tiny calls: 10 matrices of 8 x 8 on the CPU, one call each of POTRF, GEMM, TRSM and POSV, us,
-median of 200 calls after 20, against a scipy loop doing the same (``scipy.linalg.cholesky``,
-``dgemm``, ``solve_triangular``, ``cho_factor`` + ``cho_solve``), list and packed forms.
+Tiny calls: 10 matrices of 8 x 8 on the CPU, one call of each op, us, median of 200 calls
+after 20, against a scipy loop doing the same (``scipy.linalg.cholesky``, ``dgemm``,
+``solve_triangular``, ``cho_factor`` + ``cho_solve``, SciPy's BLAS and LAPACK wrappers for the
+others: ``dgetrf``, ``dgetrs``, ``dgesv``, ...), list and packed forms.
 
 Lists: what the list form costs over the packed call, us a matrix, for k = 20,000 numpy matrices
 of sizes U[1, 8] (POTRF; TRSM and GEMM, two lists), a repeated call of each form (median of
@@ -134,6 +135,9 @@ def tiny(reps: int = 200) -> list[dict]:
     rt = vbatch.Runtime("cpu")
     sl = scipy.linalg
     blas, lapack = scipy.linalg.blas, scipy.linalg.lapack
+    lus = [lapack.dgetrf(x) for x in b]
+    lu_list, piv_list = [f for f, _, _ in lus], [p for _, p, _ in lus]
+    lu_res = rt.getrf(pb).result()
     cases = {
         "potrf": (lambda: [sl.cholesky(x, lower=True) for x in a],
                   lambda: rt.cholesky(a).result(), lambda: rt.cholesky(pa).result()),
@@ -153,6 +157,15 @@ def tiny(reps: int = 200) -> list[dict]:
                  lambda: rt.symm(a, b).result(), lambda: rt.symm(pa, pb).result()),
         "trmm": (lambda: [blas.dtrmm(1.0, x, y, lower=1) for x, y in zip(lower, b)],
                  lambda: rt.trmm(lower, b).result(), lambda: rt.trmm(pl, pb).result()),
+        "getrf": (lambda: [lapack.dgetrf(x) for x in b],
+                  lambda: rt.getrf(b).result(), lambda: rt.getrf(pb).result()),
+        # (the solves on the factors of b: the loop LAPACK's, vbatch a getrf result's, whose
+        # ipiv is read where it lies)
+        "getrs": (lambda: [lapack.dgetrs(f, p, y) for (f, p, _), y in zip(lus, a)],
+                  lambda: rt.getrs(lu_list, piv_list, a).result(),
+                  lambda: rt.getrs(lu_res.factors, lu_res.ipiv, pa).result()),
+        "gesv": (lambda: [lapack.dgesv(x, y) for x, y in zip(b, a)],
+                 lambda: rt.gesv(b, a).result(), lambda: rt.gesv(pb, pa).result()),
     }
     rows = []
     for op, fns in cases.items():
