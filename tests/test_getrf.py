@@ -124,10 +124,10 @@ def _ties(shapes, dtype, rng) -> list:
     row 3 (row 0 and row 3 swap; every multiplier is 0, so no other row changes). In column 1
     the original rows 0 (now in place 3) and 2 (in place 2) tie at magnitude 1, the others
     are smaller: LAPACK takes place 2, the first in the rows' current order, where lane (or
-    original row) order would take row 0. Row 2's 1 keeps column 1's multipliers exact; the
-    later columns are Gaussian. Complex: row 2's entry is (1 + 1j) / 2, of |re| + |im| 1 (as
-    izamax measures) but modulus 0.71, and the other rows' entries of |re| + |im| below 1 have
-    moduli up to 0.9, so a search by modulus would take another row."""
+    original row) order would take row 0. Real: row 2's 1 keeps column 1's multipliers exact.
+    Complex: row 2's entry is (1 + 1j) / 2, of |re| + |im| 1 (as izamax measures) but modulus
+    0.71, so a search by modulus would take row 0's -1 (or the others' 0.9j). The later columns
+    are Gaussian."""
     cx = np.dtype(dtype).kind == "c"
     mats = []
     for m, n in shapes:
