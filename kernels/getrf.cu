@@ -65,14 +65,23 @@ __device__ __forceinline__ int replay_swaps(const int* ipiv, int j, int w, int l
 }
 
 // A row's claim to be a column's pivot as an unsigned integer that orders as LAPACK's i?amax
-// compares |v| (cabs1): its bits plus one, since a nonnegative float's bits order as its value;
-// 0 for a row that may not be the pivot (outside the column's rows, or NaN: a NaN never wins,
-// and a column of NaN keeps its diagonal, where the reference i?amax keeps a NaN first entry).
-__device__ __forceinline__ unsigned pivot_key(float a, bool in) {
-  return in && a == a ? __float_as_uint(a) + 1u : 0u;
+// compares |v| (cabs1): the bits of |v| plus one, since a nonnegative float's bits order as its
+// value; 0 for a row that may not be the pivot (outside the column's rows, or NaN: a NaN never
+// wins, and a column of NaN keeps its diagonal, where the reference i?amax keeps a NaN first
+// entry). A real entry's key is its bits without the sign, no arithmetic: a build that flushes
+// subnormals to zero (NVRTC under CuPy compiles with -ftz=true) would make fabs of one 0. A
+// complex entry's |re| + |im| is arithmetic, flushed in such a build.
+__device__ __forceinline__ unsigned pivot_key(float v, bool in) {
+  const unsigned u = __float_as_uint(v) & 0x7fffffffu;
+  return in && u <= 0x7f800000u ? u + 1u : 0u;
 }
-__device__ __forceinline__ unsigned long long pivot_key(double a, bool in) {
-  return in && a == a ? (unsigned long long)__double_as_longlong(a) + 1ull : 0ull;
+__device__ __forceinline__ unsigned long long pivot_key(double v, bool in) {
+  const unsigned long long u = (unsigned long long)__double_as_longlong(v) & 0x7fffffffffffffffull;
+  return in && u <= 0x7ff0000000000000ull ? u + 1ull : 0ull;
+}
+template <typename R>
+__device__ __forceinline__ auto pivot_key(cx<R> v, bool in) {
+  return pivot_key(cabs1(v), in);
 }
 template <typename T>
 using pivot_key_t = decltype(pivot_key(real_t<T>(0), true));
@@ -190,6 +199,57 @@ __device__ __forceinline__ void panel_out(T* P, long long ld, int nr, int nc, in
   }
 }
 
+// Column c of a panel held a row a thread by a group of G threads (getrf_warp: a warp;
+// getrf_regs: a block): the pivot search (sk, si: block_argmax's, unused by a warp), the pivot
+// row through shared memory (`rows`: two buffers of NB, by column parity, so a buffer is
+// written again only after the sync that every reader of its last use passed), the pivot's
+// row number swapped, the column scaled and the rows below updated. Inlined into a loop
+// unrolled over c, so `a` stays in registers.
+template <typename T, int NB, int G, bool PIVOT>
+__device__ __forceinline__ void lu_column(int c, int t, int j, int w, int pm, T (&a)[NB],
+                                          int& rid, T* rows, pivot_key_t<T>* sk, int* si,
+                                          int* ipiv, int& first_zero) {
+  T* const u = rows + (c & 1) * NB;
+  int p = c;
+  if (PIVOT) {
+    const pivot_key_t<T> key = pivot_key(a[c], rid >= c && rid < pm);
+    int bi;
+    if constexpr (G == 32) {
+      pivot_key_t<T> best;
+      bi = warp_argmax(key, rid, best);
+    } else {
+      bi = block_argmax<pivot_key_t<T>, G / 32>(key, rid, sk, si);
+    }
+    if (bi != 0x7fffffff) p = bi;
+  }
+  if (rid == p) {
+#pragma unroll
+    for (int k = c; k < NB; ++k) u[k] = a[k];
+  }
+  group_sync<G>();
+  const T d = u[c];
+  if (d == T(0) && first_zero == 0) first_zero = j + c + 1;
+  if (t == 0) ipiv[j + c] = j + p;
+  if (rid == p) {
+    rid = c;
+  } else if (rid == c) {
+    rid = p;
+  }
+  const bool below = rid > c;
+  T l = a[c];
+  if (below && d != T(0)) {
+    l = l / d;
+    a[c] = l;
+  }
+  T uk[NB];  // (read in one run, unconditionally: neighbours' reads merge into wide ones)
+#pragma unroll
+  for (int k = c + 1; k < NB; ++k) uk[k] = u[k];
+#pragma unroll
+  for (int k = c + 1; k < NB; ++k) {
+    if (k < w && below) a[k] = fma(-l, uk[k], a[k]);
+  }
+}
+
 // SH: the panel's rows [j, m) x columns [j, j + w) are staged in dynamic shared memory
 // (column-major, leading dimension m - j; kernels/getrf_cuda.py gives the bytes), factored
 // there and written back once; else every step reads and writes the panel where it lies.
@@ -234,7 +294,7 @@ getrf_factor(const unsigned long long* tbl, const long long* meta, const int* im
       Key best = 0;
       int bi = 0x7fffffff;
       for (int i = c + tid; i < pm; i += NT) {  // (rows ascending: the first of equals kept)
-        const Key v = pivot_key(cabs1(el(i, c)), true);
+        const Key v = pivot_key(el(i, c), true);
         if (v > best) {
           best = v;
           bi = i;
@@ -322,37 +382,8 @@ getrf_warp(const unsigned long long* tbl, const long long* meta, const int* imet
   int first_zero = 0;
 #pragma unroll
   for (int c = 0; c < NB; ++c) {
-    if (c >= w) continue;
-    T* const u = rows + (c & 1) * NB;
-    int p = c;
-    if (PIVOT) {
-      pivot_key_t<T> best;
-      const int bi = warp_argmax(pivot_key(cabs1(a[c]), rid >= c && rid < pm), rid, best);
-      if (bi != 0x7fffffff) p = bi;
-    }
-    if (rid == p) {
-#pragma unroll
-      for (int k = c; k < NB; ++k) u[k] = a[k];
-    }
-    __syncwarp();
-    const T d = u[c];
-    if (d == T(0) && first_zero == 0) first_zero = j + c + 1;
-    if (lane == 0) ipiv[j + c] = j + p;
-    if (rid == p) rid = c;
-    else if (rid == c) rid = p;
-    const bool below = rid > c;
-    T l = a[c];
-    if (below && d != T(0)) {
-      l = l / d;
-      a[c] = l;
-    }
-    T uk[NB];  // (read in one run, unconditionally: neighbours' reads merge into wide ones)
-#pragma unroll
-    for (int k = c + 1; k < NB; ++k) uk[k] = u[k];
-#pragma unroll
-    for (int k = c + 1; k < NB; ++k) {
-      if (k < w && below) a[k] = fma(-l, uk[k], a[k]);
-    }
+    if (c < w) lu_column<T, NB, 32, PIVOT>(c, lane, j, w, pm, a, rid, rows, nullptr, nullptr,
+                                           ipiv, first_zero);
   }
   if (lane == 0 && first_zero != 0 && info[q] == 0) info[q] = first_zero;
   panel_out<T, NB, 32, ROW>(L + at<ROW>(j, j, ld), ld, pm, w, lane, rid, a,
@@ -397,39 +428,8 @@ getrf_regs(const unsigned long long* tbl, const long long* meta, const int* imet
   int first_zero = 0;
 #pragma unroll
   for (int c = 0; c < NB; ++c) {
-    if (c >= w) continue;
-    const int b = c & 1;
-    int p = c;
-    if (PIVOT) {
-      const int bi = block_argmax<Key, W>(pivot_key(cabs1(a[c]), rid >= c && rid < pm), rid,
-                                        sk, si);
-      if (bi != 0x7fffffff) p = bi;
-    }
-    if (rid == p) {
-#pragma unroll
-      for (int k = c; k < NB; ++k) {
-        if (k < w) s_row[b][k] = a[k];
-      }
-    }
-    __syncthreads();
-    const T d = s_row[b][c];
-    if (d == T(0) && first_zero == 0) first_zero = j + c + 1;
-    if (tid == 0) ipiv[j + c] = j + p;
-    if (rid == p) rid = c;
-    else if (rid == c) rid = p;
-    const bool below = rid > c;
-    T l = a[c];
-    if (below && d != T(0)) {
-      l = l / d;
-      a[c] = l;
-    }
-    T uk[NB];  // (as getrf_warp's)
-#pragma unroll
-    for (int k = c + 1; k < NB; ++k) uk[k] = s_row[b][k];
-#pragma unroll
-    for (int k = c + 1; k < NB; ++k) {
-      if (k < w && below) a[k] = fma(-l, uk[k], a[k]);
-    }
+    if (c < w) lu_column<T, NB, 32 * W, PIVOT>(c, tid, j, w, pm, a, rid, &s_row[0][0], sk, si,
+                                               ipiv, first_zero);
   }
   if (tid == 0 && first_zero != 0 && info[q] == 0) info[q] = first_zero;
   panel_out<T, NB, 32 * W, ROW>(L + at<ROW>(j, j, ld), ld, pm, w, tid, rid, a, s_tile);
