@@ -155,6 +155,24 @@ def test_ties_take_the_first_row_of_largest_magnitude(device, dtype, form):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_a_column_of_subnormals_pivots_on_its_largest(device, dtype):
+    """The pivot search compares subnormal magnitudes as LAPACK's does (a search through fabs
+    in a build that flushes subnormals to zero saw a column of zeros and kept the diagonal),
+    through each GETRF kernel."""
+    rng = np.random.default_rng(9)
+    tiny = np.finfo(dtype).smallest_subnormal
+    mats = []
+    for n in (8, 33, 100):
+        a = rng.standard_normal((n, n))
+        a[:, 0] = tiny * rng.integers(1, 4, n)
+        a[5, 0] = -4 * tiny
+        mats.append(a.astype(dtype))
+    res = Runtime(device).getrf(_packed(mats, "F", device, dtype)).result()
+    assert [int(to_host(p)[0]) for p in res.ipiv] == [5, 5, 5]
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_float32_against_lapack_on_its_own_input(device):
     mats = [np.asarray(a, np.float32) for a in _gaussian(SHAPES, seed=3)]
     res = Runtime(device).getrf(_list(mats, device, np.float32)).result()
