@@ -2,7 +2,7 @@
 (key, kept call, replay, outputs, future) on a stub backend that launches nothing, so that
 neither a GPU nor the host's noise enters the number.
 
-    python benchmarks/host_stub.py [--op potrf|gemm] [--calls 2000]       # us per call
+    python benchmarks/host_stub.py [--op potrf|gemm|getrf] [--calls 2000] [--result]  # us a call
     python benchmarks/host_stub.py --callgrind [--op potrf] [--calls 2000]  # instructions
 
 ``--callgrind`` runs the calls under ``valgrind --tool=callgrind`` twice (none, then
@@ -10,8 +10,9 @@ neither a GPU nor the host's noise enters the number.
 timing on a shared host moves by 20-40% (docs/performance.md#host-overhead-of-a-call). For a
 before/after comparison, run it under each tree's PYTHONPATH.
 
-POTRF: 2,000 SPD matrices of sizes in [1, 32), packed column-major. GEMM: C = A B + C over 20
-problems of those sizes. The stub is an asynchronous CPU backend whose launches do nothing and
+POTRF and GETRF: 2,000 SPD matrices of sizes in [1, 32), packed column-major. GEMM: C = A B + C
+over 20 problems of those sizes. ``--result``: each call's ``result()`` too (its result object,
+built after the wait). The stub is an asynchronous CPU backend whose launches do nothing and
 whose completions are done at once (it reaches into the backend interface: a probe, not an
 example).
 """
@@ -28,6 +29,7 @@ import numpy as np
 
 import vbatch
 from vbatch.kernels.backend import Completion
+from vbatch.core.batch import tight_template
 from vbatch.kernels.cpu import CpuBackend
 from vbatch.ops.generate import spd_packed
 
@@ -68,11 +70,13 @@ class _Stub(CpuBackend):
     def new_data(d):
         return d
 
-    def batch_of(self, staged):
-        return staged
-
     def buffer_maker(self, m, n, dtype, order, zero=True):
-        return lambda: self.new_buffer(m, n, dtype, order, zero)
+        layout, total = tight_template(m, n, order)
+        data = np.zeros(total, dtype)
+        return layout, lambda: data  # (no allocation a call, as new_data)
+
+    def batch_of(self, staged):
+        return getattr(staged, "batch", staged)  # (inputs come unstaged; new buffers as views)
 
     def begin(self, plan, buffers, config, scalars=None):
         return plan
@@ -87,38 +91,46 @@ class _Stub(CpuBackend):
         return _Done(ex.k)
 
 
-def _calls(op: str, n: int) -> float:
+def _calls(op: str, n: int, result: bool = False) -> float:
     rt = vbatch.Runtime("cpu")
     rt.backend, rt._pool = _Stub(), None
     g = spd_packed(np.random.default_rng(0).integers(1, 32, 2000))
     s = spd_packed(np.random.default_rng(0).integers(1, 32, 20))
-    fn = (lambda: rt.cholesky(g)) if op == "potrf" else (lambda: rt.gemm(s, s, s, beta=1.0))
+    fn = {"potrf": lambda: rt.cholesky(g), "getrf": lambda: rt.getrf(g),
+          "gemm": lambda: rt.gemm(s, s, s, beta=1.0)}[op]
     for _ in range(5):  # (the first calls prepare the call and make the replay)
         fn().result()
     t0 = time.perf_counter()
-    for _ in range(n):
-        fn()
+    if result:
+        for _ in range(n):
+            fn().result()
+    else:
+        for _ in range(n):
+            fn()
     return (time.perf_counter() - t0) / max(n, 1) * 1e6
 
 
-def _instructions(op: str, n: int) -> int:
+def _instructions(op: str, n: int, result: bool) -> int:
     out = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null",
-                          sys.executable, __file__, "--op", op, "--calls", str(n)],
+                          sys.executable, __file__, "--op", op, "--calls", str(n)]
+                         + ["--result"] * result,
                          capture_output=True, text=True, check=True).stderr
     return int(re.search(r"Collected : (\d+)", out).group(1))
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--op", default="potrf", choices=["potrf", "gemm"])
+    ap.add_argument("--op", default="potrf", choices=["potrf", "gemm", "getrf"])
     ap.add_argument("--calls", type=int, default=2000)
     ap.add_argument("--callgrind", action="store_true")
+    ap.add_argument("--result", action="store_true")
     args = ap.parse_args(argv)
     if args.callgrind:
-        per = (_instructions(args.op, args.calls) - _instructions(args.op, 0)) / args.calls
+        per = (_instructions(args.op, args.calls, args.result)
+               - _instructions(args.op, 0, args.result)) / args.calls
         print(f"{args.op}: {per:.0f} instructions a call")
     else:
-        print(f"{args.op}: {_calls(args.op, args.calls):.2f} us a call")
+        print(f"{args.op}: {_calls(args.op, args.calls, args.result):.2f} us a call")
     return 0
 
 

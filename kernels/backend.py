@@ -204,12 +204,14 @@ class Backend(ABC):
         gives the layout of), zeros; ``zero=False``: the kernels will write all of it, so a
         backend may leave it as allocated."""
 
+    @abstractmethod
     def buffer_maker(self, m: np.ndarray, n: np.ndarray, dtype: Any, order: str,
-                     zero: bool = True):
-        """A function that returns a new :meth:`new_buffer` of these shapes on each call (the
-        runtime's replay of a known call: a backend may keep the layout, and what it derived
-        from it, from one call to the next)."""
-        return lambda: self.new_buffer(m, n, dtype, order, zero)
+                     zero: bool = True) -> tuple[Any, Any]:
+        """``(template, alloc)`` for the runtime's replay of a known call: ``alloc()`` returns
+        a new data array of :meth:`new_buffer`'s for these shapes on each call, and
+        ``template.with_data`` lays it out. The replay launches on the bare array and builds
+        the batch after the launch, where the GPU's work hides it. A backend may keep the
+        layout, and what it derived from it, from one call to the next."""
 
     def assemble(self, dst: Any, index: Any, values: Any) -> None:
         """``dst`` zeroed, then ``dst[index] = values`` (int64 ``index`` without repeats, all

@@ -285,10 +285,9 @@ class CpuBackend(Backend):
         return np.zeros(like.shape, like.dtype)  # (zeros: as new_output's)
 
     def buffer_maker(self, m, n, dtype, order: str, zero: bool = True):
-        # A packed batch each call (the runtime's replay makes outputs as batches and passes
-        # them to run), over one layout and cache.
+        # (one layout and cache for every buffer it makes)
         layout, total = tight_template(m, n, order)
-        return lambda: layout.with_data(np.zeros(total, dtype))
+        return layout, lambda: np.zeros(total, dtype)
 
     def batch_of(self, staged: View) -> PackedBatch:
         return staged.batch

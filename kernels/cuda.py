@@ -720,8 +720,8 @@ class CudaBackend(Backend):
         size, dt = (first.data.size,), first.data.dtype
         tmpl = first.with_data(None)
         if zero:
-            return lambda: tmpl.with_data(cupy.zeros(size, dt))
-        return lambda: tmpl.with_data(cupy.ndarray(size, dt))
+            return tmpl, lambda: cupy.zeros(size, dt)
+        return tmpl, lambda: cupy.ndarray(size, dt)
 
     def pick(self, src, index):
         # One kernel, where zeros, a copy into them and cupy's take took three and ~33 us of

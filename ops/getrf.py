@@ -260,9 +260,16 @@ class GetrfResult:
 
 
 def pivots(x: Any) -> Views:
-    """The ipiv output (an ``r x 1`` int32 batch, packed or its views) as 1-D arrays."""
+    """The ipiv output (an ``r x 1`` int32 batch, packed or its views) as 1-D arrays. The
+    mask saying so is kept in the layout's cache, which every ipiv of that layout shares: a
+    new one per call cost ~1.3 us of a ~35 us small call."""
     b = x.batch if type(x) is Views else x
-    return Views(b, np.ones(b.k, dtype=bool))
+    cache = b.cache()
+    every = cache.get("pivots")
+    if every is None:
+        every = cache["pivots"] = np.ones(b.k, dtype=bool)
+        every.flags.writeable = False
+    return Views(b, every)
 
 
 def pivot_operand(v: Any, rows: np.ndarray, like: str, name: str = "ipiv") -> PackedBatch:

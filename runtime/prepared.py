@@ -389,12 +389,13 @@ def _replayer(p: Prepared, ins: tuple, outs: tuple, kind: Any, lists: set) -> An
     buffers = [f"{name!r}: " + ("None" if o is None else var[o]) for name, o in ins]
     make, back = [], []
     for j, (name, how, arg, form) in enumerate(outs):
-        if how == 0:
-            ns[f"make{j}"] = arg
-            make.append(f"        o{j} = make{j}()")
-            datas.append(f"o{j}.data")
-            buffers.append(f"{name!r}: o{j}")
-            work = f"o{j}.with_frontend({shape[form]}.frontend)" if form else None
+        if how == 0:  # (the bare array first; its batch after the launch)
+            ns[f"tmpl{j}"], ns[f"alloc{j}"] = arg
+            make.append(f"        o{j} = alloc{j}()")
+            datas.append(f"o{j}")
+            buffers.append(f"{name!r}: tmpl{j}.with_data(o{j})")
+            work = (f"tmpl{j}.with_data(o{j}).with_frontend({shape[form]}.frontend)" if form
+                    else None)
         elif how == 1:
             make.append(f"        o{j} = new_data({var[arg]}.data)")
             datas.append(f"o{j}")
