@@ -234,7 +234,7 @@ class Runtime:
             part = self._coalescer.offer(o, req, _deps(after), overwrite)
             if part is not None:
                 return part
-        p = Prepared(self, o, req, self._plan(o, req), keep=False)
+        plan = self._plan(o, req)
         if key is not None and any(type(v) is np.ndarray and _val(v) not in key
                                    for n, v in fields.items() if n not in o.operands):
             key = None  # (an array written while the call was made: not what its key read)
@@ -247,10 +247,13 @@ class Runtime:
                     # matrices each) held +1.5 GiB, against +0.4 with the plans alone.
                     key = None
                 else:
+                    p = Prepared(self, o, req, plan, keep=False)
                     calls = self._calls
                     calls[key] = p
                     if len(calls) > self.KNOWN:
                         calls.pop(next(iter(calls)), None)
+        if key is None:  # (nothing will find this call again: no prepared call, no replay)
+            return self._submit(o, req, after, overwrite, plan)
         return p._staged(req, after, overwrite)
 
     def _op(self, op: str | Op) -> Op:
