@@ -37,9 +37,7 @@ def load(name: str) -> np.ndarray:
 @pytest.mark.parametrize("name", FILES)
 def test_diagonal_blocks_of_real_matrices(device, dtype, name):
     """complex128: ``U A U^H`` for a random diagonal unitary ``U``, a Hermitian matrix with
-    complex entries off the diagonal and A's conditioning (the CPU backend's, so far)."""
-    if device == "cuda" and dtype == np.complex128:
-        pytest.skip("the cuda backend takes no complex type yet")
+    complex entries off the diagonal and A's conditioning."""
     a = load(name)
     rng = np.random.default_rng(0)
     if dtype == np.complex128:
