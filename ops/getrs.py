@@ -174,8 +174,10 @@ def getrs_example(rng, sizes, dtype=np.float64) -> Example:
 
 GETRS_OP = register_op(Op(
     name="getrs", api=getrs, example=getrs_example, request=GetrsRequest,
-    buffers=(Buffer("lu", "lu"), Buffer("ipiv", "ipiv"), Buffer("b", "b"),
-             Buffer("x", "b", output=True)),
+    buffers=(Buffer("lu", "lu"),
+             Buffer("ipiv", "ipiv", convert=lambda v, ops: pivot_operand(v, ops["lu"].n,
+                                                                          ops["lu"].kind)),
+             Buffer("b", "b"), Buffer("x", "b", output=True)),
     graph=getrs_graph, signature=_sig("lu", "ipiv", "b", "trans"),
     result=lambda outs, info, plan: outs["x"],
     scalars=lambda req: {"alpha": 1.0, "beta": 0.0}, families=("getrf", "blas"),

@@ -49,7 +49,12 @@ class Buffer:
     kernels write every element of such a new output, so it need not be zeroed first.
     ``scratch``: a new buffer of ``shape(request)`` the kernels work in and the caller never
     sees (no operand; laid out as the field ``form``'s batch). ``dtype``: a new output or
-    scratch buffer of this dtype instead of the form's (GETRF's int32 pivots)."""
+    scratch buffer of this dtype instead of the form's (GETRF's int32 pivots). ``convert``: an
+    input the request also takes as a list of 1-D integer arrays, which it checks and packs
+    (GETRS's pivots): ``convert(value, operands) -> PackedBatch``, ``operands`` the call's
+    operands before this one, bound (a packed batch or a validated list). A call's key holds
+    such a list by its arrays' lengths, so a known call converts it again, its values checked
+    as on the first call."""
 
     name: str
     operand: str | None
@@ -59,6 +64,7 @@ class Buffer:
     complete: bool = False
     scratch: bool = False
     dtype: str | None = None
+    convert: Callable[[Any, dict], Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -104,6 +110,7 @@ class Op:
             (o.name, o.operand, next((b.name for b in ins if b.operand == o.operand), None), o)
             for o in outs))
         object.__setattr__(self, "_scratch", tuple(b for b in self.buffers if b.scratch))
+        object.__setattr__(self, "_convert", {b.operand: b.convert for b in ins if b.convert})
         object.__setattr__(self, "names", tuple(b.name for b in self.buffers))
         # (the request fields that are batches: a call's key reads a list there by its sizes)
         object.__setattr__(self, "operands", frozenset(b.operand for b in ins if b.operand))

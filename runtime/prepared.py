@@ -196,9 +196,12 @@ class Prepared:
         so their layouts are known to be the prepared ones."""
         out = {}
         layout = self._layout
+        convert = self.op._convert
         for name in self._operands:
             v = given.get(name)
             lay = layout.get(name)
+            if name in convert and type(v) in (list, tuple):
+                v = convert[name](v, out)  # (its values checked: InputError at call time)
             if v is None:
                 if lay is not None or name in self._sizes:
                     return None
@@ -379,8 +382,13 @@ def _replayer(p: Prepared, ins: tuple, outs: tuple, kind: Any, lists: set) -> An
             gather.append(f"        {v} = pack({ml}, {ml}.packed_order, backend)")
             continue
         shape[o] = v
-        src += [f"    {v} = given[{o!r}]",
-                f"    if type({v}) is Views:",  # (a list an earlier call gave: its batch)
+        src += [f"    {v} = given[{o!r}]"]
+        if o in p.op._convert:  # (checked and packed again: InputError at call time)
+            ns[f"conv{v}"] = p.op._convert[o]
+            before = ", ".join(f"{q!r}: {shape[q]}" for q in shape if q != o)
+            src += [f"    if type({v}) is list or type({v}) is tuple:",
+                    f"        {v} = conv{v}({v}, {{{before}}})"]
+        src += [f"    if type({v}) is Views:",  # (a list an earlier call gave: its batch)
                 f"        {v} = {v}.batch",
                 f"    if type({v}.data) is not kind or ow and not getattr({v}.data.flags, "
                 "'writeable', True):",

@@ -29,6 +29,7 @@ from vbatch.core.batch import (
     PackedBatch,
     Views,
     first_time,
+    index_signature,
     list_signature,
     staged_order,
 )
@@ -545,7 +546,7 @@ def _key(op: Op, fields: dict) -> tuple | None:
             put(t)
             put(v)
         else:
-            sig = list_signature(v) if name in op.operands else _val(v)
+            sig = (list_signature(v) or index_signature(v)) if name in op.operands else _val(v)
             if sig is None or sig is _NOKEY:
                 return None
             put(sig)
@@ -577,7 +578,7 @@ def _lay(v: Any) -> Any:
         return v.__dict__.get("_vb_cache", _NONE).get("layout") or layout_token(v)
     if v is None:
         return None
-    return list_signature(v) or _NOKEY
+    return list_signature(v) or index_signature(v) or _NOKEY
 
 
 # The largest 1-D numpy array (a per-problem argument, as a partial factor's npiv) a call's key

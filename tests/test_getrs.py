@@ -104,6 +104,34 @@ def test_pivots_as_lists_and_factors_of_another_order(device, order):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+def test_a_kept_call_checks_and_packs_its_list_of_pivots_on_every_call(device):
+    """Pivots given as a list are part of a kept call's key by their lengths only: later calls
+    with other pivots of those lengths replay it, each list checked and packed again (a bad
+    one named before any work, as on the first call)."""
+    mats = _matrices(2)
+    rhs = [x if x.ndim == 2 else x[:, None] for x in _rhs(3)]  # (all 2-D: one signature)
+    xp = _xp(device)
+    facs = [lu_factor(a) if a.size else (a, np.zeros(0, np.int32)) for a in mats]
+    lus, b = [xp.asarray(f) for f, _ in facs], [xp.asarray(x) for x in rhs]
+    rt = Runtime(device)
+    for _ in range(3):  # (a list's sizes are kept the second time they come)
+        x = rt.getrs(lus, [xp.asarray(p) for _, p in facs], b).result()
+        _check(x, mats, rhs, 0, device)
+    assert [key[0] for key in rt._calls] == ["getrs"]
+    assert next(iter(rt._calls.values()))._replay  # (the replay road)
+    other = [p.copy() for _, p in facs]
+    other[5][0] = SIZES[5] - 1  # (another valid swap: another system)
+    got = _solutions(rt.getrs(lus, [xp.asarray(p) for p in other], b).result())
+    want = lu_solve((facs[5][0], other[5]), rhs[5])
+    assert np.linalg.norm(np.asarray(got[5]) - want) <= C * SIZES[5] * np.finfo(float).eps * (
+        np.linalg.norm(want))
+    other[5][3] = SIZES[5]
+    with pytest.raises(InputError, match=r"problem 5: ipiv: a pivot outside \[0, 70\)"):
+        rt.getrs(lus, [xp.asarray(p) for p in other], b)
+    assert len(rt._calls) == 1
+
+
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("form", ["list", "F", "C"])
 def test_gesv_is_lapacks_and_a_singular_problem_keeps_b(device, form):
     mats, rhs = _matrices(4), _rhs(5)

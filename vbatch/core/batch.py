@@ -766,6 +766,27 @@ def list_signature(mats: Any) -> tuple | None:
     return t, dtype, _shapes(mats, t is not np.ndarray).tobytes()
 
 
+def index_signature(mats: Any) -> tuple | None:
+    """A list of 1-D integer arrays in a call's key (GETRS's pivots, which an op's
+    ``Buffer.convert`` checks and packs on every call): its arrays' type, dtype and lengths;
+    None for anything else."""
+    if type(mats) not in (list, tuple) or not mats:
+        return None
+    types = set(map(type, mats))
+    if len(types) != 1:
+        return None
+    t = types.pop()
+    if t is not np.ndarray and array_kind(mats[0]) != "cupy":
+        return None
+    dtypes = set(map(_DTYPE, mats))
+    if len(dtypes) != 1 or set(map(_NDIM, mats)) != {1}:
+        return None
+    dtype = dtypes.pop()
+    if np.dtype(dtype).kind not in "iu":
+        return None
+    return t, dtype, "1-D", tuple(map(len, mats))
+
+
 class MatrixList(BaseModel):
     """A validated list of 2-D arrays: one kind (numpy or cupy), one dtype; ``m`` and ``n``
     hold each array's rows and columns. With ``square=True`` (an operation's shape rule that
