@@ -741,6 +741,24 @@ def overlaps(a: tuple, b: tuple) -> bool:
     return bool((end[i[hit]] > b[0][hit]).any())
 
 
+def _one_kind(mats: Any, ndim: int) -> tuple | None:
+    """``(array type, dtype)`` of a non-empty list (or tuple) of plain numpy arrays or of cupy
+    arrays, all of one dtype and ``ndim`` dimensions; else None (a numpy subclass, a foreign
+    framework's array, mixed types, dtypes or dimensions)."""
+    if type(mats) not in (list, tuple) or not mats:
+        return None
+    types = set(map(type, mats))
+    if len(types) != 1:
+        return None
+    t = types.pop()
+    if t is not np.ndarray and array_kind(mats[0]) != "cupy":
+        return None
+    dtypes = set(map(_DTYPE, mats))
+    if len(dtypes) != 1 or set(map(_NDIM, mats)) != {ndim}:
+        return None
+    return t, dtypes.pop()
+
+
 def list_signature(mats: Any) -> tuple | None:
     """A list operand's part of a call's key (runtime/runtime.py): its arrays' type, dtype and
     shapes. A later list of the same signature is the same call on other data: it is staged
@@ -749,20 +767,10 @@ def list_signature(mats: Any) -> tuple | None:
     on every call (adopted frameworks, 1-D right-hand sides, anything the general pass
     names). Reading the shapes is the floor of any list call: ~0.05 us an array for numpy,
     ~0.1 for cupy by ``len`` and ``size`` (docs/decisions.md#host-list-reads)."""
-    if type(mats) not in (list, tuple) or not mats:
+    one = _one_kind(mats, 2)
+    if one is None or one[1] not in SUPPORTED_DTYPES:
         return None
-    types = set(map(type, mats))
-    if len(types) != 1:
-        return None
-    t = types.pop()
-    if t is not np.ndarray and array_kind(mats[0]) != "cupy":
-        return None  # (a numpy subclass, a foreign framework's array)
-    dtypes = set(map(_DTYPE, mats))
-    if len(dtypes) != 1:
-        return None
-    dtype = dtypes.pop()
-    if dtype not in SUPPORTED_DTYPES or set(map(_NDIM, mats)) != {2}:
-        return None
+    t, dtype = one
     return t, dtype, _shapes(mats, t is not np.ndarray).tobytes()
 
 
@@ -770,21 +778,10 @@ def index_signature(mats: Any) -> tuple | None:
     """A list of 1-D integer arrays in a call's key (GETRS's pivots, which an op's
     ``Buffer.convert`` checks and packs on every call): its arrays' type, dtype and lengths;
     None for anything else."""
-    if type(mats) not in (list, tuple) or not mats:
+    one = _one_kind(mats, 1)
+    if one is None or np.dtype(one[1]).kind not in "iu":
         return None
-    types = set(map(type, mats))
-    if len(types) != 1:
-        return None
-    t = types.pop()
-    if t is not np.ndarray and array_kind(mats[0]) != "cupy":
-        return None
-    dtypes = set(map(_DTYPE, mats))
-    if len(dtypes) != 1 or set(map(_NDIM, mats)) != {1}:
-        return None
-    dtype = dtypes.pop()
-    if np.dtype(dtype).kind not in "iu":
-        return None
-    return t, dtype, "1-D", tuple(map(len, mats))
+    return *one, "1-D", tuple(map(len, mats))
 
 
 class MatrixList(BaseModel):
