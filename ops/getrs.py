@@ -81,6 +81,12 @@ def solve_graph(n: np.ndarray, nrhs: np.ndarray, trans: int, x_rows: bool, opts:
                      single_graph(swap_kind("x", "", False, sf), n, nrhs, nrhs)])
 
 
+def _pivots_for(ipiv: Any, operands: dict):
+    """``ipiv`` checked and packed for the factors ``operands["lu"]`` (the request's check,
+    and its Buffer's ``convert``: a known call's list of pivots, again)."""
+    return pivot_operand(ipiv, operands["lu"].n, operands["lu"].kind)
+
+
 class GetrsRequest(_Request):
     """``op(A) X = B`` with ``P A = L U`` given by getrf's ``lu`` (square) and ``ipiv``."""
 
@@ -96,7 +102,7 @@ class GetrsRequest(_Request):
         v = _parsed(cls, v, (), ("overwrite",), ("trans",))
         v["lu"], v["b"] = _system(v, "lu", ("b",))
         fit_trans(v, v["lu"].dtype, ("trans",))
-        v["ipiv"] = pivot_operand(v.get("ipiv"), v["lu"].n, v["lu"].kind)
+        v["ipiv"] = _pivots_for(v.get("ipiv"), v)
         return v
 
 
@@ -175,8 +181,7 @@ def getrs_example(rng, sizes, dtype=np.float64) -> Example:
 GETRS_OP = register_op(Op(
     name="getrs", api=getrs, example=getrs_example, request=GetrsRequest,
     buffers=(Buffer("lu", "lu"),
-             Buffer("ipiv", "ipiv", convert=lambda v, ops: pivot_operand(v, ops["lu"].n,
-                                                                          ops["lu"].kind)),
+             Buffer("ipiv", "ipiv", convert=_pivots_for),
              Buffer("b", "b"), Buffer("x", "b", output=True)),
     graph=getrs_graph, signature=_sig("lu", "ipiv", "b", "trans"),
     result=lambda outs, info, plan: outs["x"],
