@@ -214,7 +214,7 @@ def kernel_of(symbol: str) -> str | None:
     """A kernel's name as :func:`kernel_names` spells it, from its mangled symbol: a function
     template in namespace ``vb`` whose arguments are ``double``, ``float``, their complex types
     (``NS_2cxIdEE``: ``vb::cx<double>``), integers and booleans
-    (``_ZN2vb10small_stepIfLi4ELb0ELi16EEEv...``: ``vb::small_step<float,4,false,16>``).
+    (``_ZN2vb10small_stepIfLi4ELb0ELi16ELi32EEEv...``: ``vb::small_step<float,4,false,16,32>``).
     None for any other symbol."""
     m = re.match(r"_ZN2vb(\d+)", symbol)
     if m is None:

@@ -511,13 +511,14 @@ __device__ __forceinline__ void small_panel(const T* Ab, T* Lb, long long ld, in
   }
 }
 
-// NBMIN: the narrowest of the four register widths compiled (potrf_cuda.SMALL_NBMIN says which
-// and why); a panel narrower than it takes the NBMIN-wide code.
+// NBMIN, NBMAX: the narrowest and widest of the four register widths compiled (potrf_cuda.small
+// says which a launch takes and why); a panel narrower than NBMIN takes the NBMIN-wide code, and
+// no panel of the launch is wider than NBMAX.
 // Four blocks of four warps an SM at least: 128 registers a thread (142 unbounded, for the NB
 // = 32 branch; complex types two blocks). At 128 some float64 ones spill a little (ptxas, sm_90,
 // 2026-11-26: column-major with every width 52 bytes of spill stores, the 32-wide code alone
 // none; row-major 0 and 28).
-template <typename T, int WARPS, bool ROW, int NBMIN = 8>
+template <typename T, int WARPS, bool ROW, int NBMIN, int NBMAX>
 __global__ void __launch_bounds__(32 * WARPS, 16 / WARPS / wide<T>())
 small_step(const unsigned long long* tbl, const long long* meta, const int* imeta,
            const int* tasks, int K, int lo, int hi, int unused) {
@@ -544,11 +545,12 @@ small_step(const unsigned long long* tbl, const long long* meta, const int* imet
   T* rt = dynamic_tiles<T>()
               ? reinterpret_cast<T*>(smem_raw) + (ROW ? warp * 2 * row_tile<T>() : 0)
               : rtile[ST ? warp : 0];
-  if (NBMIN <= 8 && w <= 8)
+  static_assert(NBMIN <= NBMAX && NBMAX % 8 == 0 && NBMAX <= 32, "register widths");
+  if (NBMIN <= 8 && (NBMAX == 8 || w <= 8))
     small_panel<T, 8, ROW>(Ab, Lb, pr.ld, j, kb, m, w, info, tk.q, failed, cb, tw, rt);
-  else if (NBMIN <= 16 && w <= 16)
+  else if (NBMIN <= 16 && (NBMAX == 16 || w <= 16))
     small_panel<T, 16, ROW>(Ab, Lb, pr.ld, j, kb, m, w, info, tk.q, failed, cb, tw, rt);
-  else if (NBMIN <= 24 && w <= 24)
+  else if (NBMIN <= 24 && (NBMAX == 24 || w <= 24))
     small_panel<T, 24, ROW>(Ab, Lb, pr.ld, j, kb, m, w, info, tk.q, failed, cb, tw, rt);
   else small_panel<T, 32, ROW>(Ab, Lb, pr.ld, j, kb, m, w, info, tk.q, failed, cb, tw, rt);
 }

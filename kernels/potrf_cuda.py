@@ -98,6 +98,12 @@ SMALL_WARPS = 4
 # code 1.2-1.3x slower (complex128 uniform Nmax 48-128, H200). (Built with the 24- and 32-wide
 # code, complex128's kernel spills 164-740 bytes; the 16-wide code alone none: ptxas, sm_90.)
 SMALL_NBMIN = {"double": 32, "float": 16, "vb::cx<double>": 16, "vb::cx<float>": 16}
+# A launch whose panels are all narrower than that runs one width alone, the narrowest that
+# holds its widest panel (small_widths): every warp then runs the same code, so none of the
+# above's instruction fetch, and a batch of 8 x 8 problems does not run the 32-wide code. GPU
+# time a call against that rule, float64 (H200, docs/decisions.md#potrf-small-nbmin): equal
+# Nmax 8 8.1 -> 4.6 us, uniform 16 8.8 -> 6.3, equal 40 64.0 -> 50.7.
+SMALL_WIDTHS = (8, 16, 24, 32)
 # Taller ones as fused_step, in whole warps up to FUSED_ROWS_MAX: a panel of r rows gets the
 # smallest block that holds it.
 FUSED_THREADS = tuple(range(SMALL_ROWS + 32, FUSED_ROWS_MAX + 1, 32))
@@ -240,8 +246,22 @@ def fused_name(T: str, nb: int, nt: int, R: str) -> str:
     return f"vb::fused_step<{T},{nb},{nt},{R}>"
 
 
-def small_name(T: str, R: str) -> str:
-    return f"vb::small_step<{T},{SMALL_WARPS},{R},{SMALL_NBMIN[T]}>"
+def small_name(T: str, R: str, widths: tuple[int, int]) -> str:
+    return f"vb::small_step<{T},{SMALL_WARPS},{R},{widths[0]},{widths[1]}>"
+
+
+def small_widths(T: str, width: int) -> tuple[int, int]:
+    """The register widths (NBMIN, NBMAX) small_step compiles for a launch whose widest panel
+    has ``width`` columns: that panel's width alone where it is at most the type's
+    SMALL_NBMIN, else the type's widths from SMALL_NBMIN up."""
+    cover = next(c for c in SMALL_WIDTHS if c >= width)
+    lo = SMALL_NBMIN[T]
+    return (cover, cover) if cover <= lo else (lo, SMALL_WIDTHS[-1])
+
+
+def _small_sets(T: str) -> list[tuple[int, int]]:
+    """Every (NBMIN, NBMAX) small_widths gives for type ``T``."""
+    return sorted({small_widths(T, w) for w in SMALL_WIDTHS})
 
 
 def update_name(T: str, nb: int, rc: int, R: str) -> str:
@@ -290,7 +310,8 @@ def select(lc, nb: int, dtype, order: str, fp64_update: str = "fma") -> Selectio
     rows = lc.rows[1]
     tiles = order == "C" and isz > 8  # (potrf.cu: dynamic_tiles)
     if lc.kind == "fused" and rows <= SMALL_ROWS:
-        sel = Selection(small_name(T, R), (-(-lc.count // SMALL_WARPS),), (32 * SMALL_WARPS,),
+        sel = Selection(small_name(T, R, small_widths(T, lc.width)),
+                        (-(-lc.count // SMALL_WARPS),), (32 * SMALL_WARPS,),
                         tiles * row_smem(SMALL_WARPS, isz))
     elif lc.kind == "fused":
         nt = fused_threads(rows)
@@ -347,5 +368,5 @@ def kernel_names(dtypes=DTYPES, nbs=NB_SUPPORTED, orders=ORDERS) -> list[str]:
                 if T == "double":
                     out += [update_mma_name(nb, rc, R) for rc in UPDATE_RCS]
                 out += [trsm_name(T, nb, R)]
-            out += [schur_name(T, R), small_name(T, R)]
+            out += [schur_name(T, R)] + [small_name(T, R, ws) for ws in _small_sets(T)]
     return out

@@ -52,24 +52,26 @@ def check_failed(a, f, info: int, dtype, npiv=None, where: str = "", ref=None) -
     (``a_jj`` less the squares of row ``j`` of L before it; NaN where LAPACK's is NaN), zeros
     above the diagonal; all of it within the normwise tolerance of the float64 reference
     (``ref``: ``reference(a, npiv)``, where the caller has it already)."""
-    a = to_host(a).astype(np.float64)
-    f = to_host(f).astype(np.float64)
+    wide = np.complex128 if np.dtype(dtype).kind == "c" else np.float64
+    a = to_host(a).astype(wide)
+    f = to_host(f).astype(wide)
     n = a.shape[0]
     ref, want = reference(a, npiv) if ref is None else ref
     assert info == want, f"{where}: info {info}, LAPACK's {want}"
     g = info - 1
-    sym = np.tril(a) + np.tril(a, -1).T
+    sym = np.tril(a) + np.tril(a, -1).conj().T
     scale = max(np.linalg.norm(sym), 1.0)
     tol = tolerance(n, dtype)
     lead, lead_ref = np.tril(f[:info, :info]), ref[:info, :info].copy()
     assert not np.any(np.triu(f[:info, :info], 1)), f"{where}: non-zero above the diagonal"
-    assert not lead[g, g] > 0, f"{where}: the failed pivot {lead[g, g]!r} is > 0"
+    assert not lead[g, g].real > 0 and lead[g, g].imag == 0, \
+        f"{where}: the failed pivot {lead[g, g]!r} is > 0 or not real"
     if np.isnan(lead_ref[g, g]):
         assert np.isnan(lead[g, g]), f"{where}: pivot {lead[g, g]}, LAPACK's is NaN"
         lead[g, g] = lead_ref[g, g] = 0.0
     lk = f[:, :g]
     assert np.all(np.isfinite(lk)), f"{where}: NaN or inf in the first {g} columns"
-    err = np.linalg.norm(sym[:, :g] - lk @ lk[:g].T) / scale
+    err = np.linalg.norm(sym[:, :g] - lk @ lk[:g].conj().T) / scale
     assert err <= tol, f"{where} (n={n}, info={info}): columns before it, error {err:.2e}"
     err = np.linalg.norm(lead - lead_ref) / scale
     assert err <= tol, (f"{where} (n={n}, info={info}): leading block error {err:.2e}, "

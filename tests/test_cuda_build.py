@@ -62,6 +62,9 @@ def test_every_selected_kernel_is_in_kernel_names():
                         if s.name.startswith("vb::small_step"):
                             # A warp per panel of at most 32 rows, several to a block.
                             assert lc.kind == "fused" and lc.rows[1] <= sel.SMALL_ROWS
+                            # its register code holds the launch's widest panel
+                            lo, hi = sel.small_widths(build.ctype(dtype), lc.width)
+                            assert lo <= hi and hi >= lc.width and s.name.endswith(f"{lo},{hi}>")
                             assert s.grid[0] * s.block[0] // 32 >= lc.count
                             small += 1
                         elif lc.kind == "fused":
@@ -264,12 +267,15 @@ def test_kernel_names_is_the_whole_set_once():
     names = build.kernel_names()
     assert len(names) == len(set(names))
     # Per dtype and order: 7 fused, 3 update, trsm for each nb; 3 update_mma in float64;
-    # then schur and small_step; per dtype, copy and spd_fill (copy alone for the complex
-    # types: spd_fill makes real SPD batches).
+    # then schur and small_step, one per register width up to the type's SMALL_NBMIN and one
+    # for every width from it (float64: 8, 16, 24, 32 alone; the others 8 and 16 alone, 16-32);
+    # per dtype, copy and spd_fill (copy alone for the complex types: spd_fill makes real SPD
+    # batches).
     per_nb = {"float64": 7 + 3 + 3 + 1, "float32": 7 + 3 + 1, "complex128": 7 + 3 + 1,
               "complex64": 7 + 3 + 1}
     nbs = len(sel.NB_SUPPORTED)
-    want = sum(2 * (nbs * per_nb[dt] + 2) for dt in sel.DTYPES) + len(build.DTYPES) \
+    smalls = {"float64": 4, "float32": 3, "complex128": 3, "complex64": 3}
+    want = sum(2 * (nbs * per_nb[dt] + 1 + smalls[dt]) for dt in sel.DTYPES) + len(build.DTYPES) \
         + len(build.REAL)
     # The blas family, per dtype (no order or panel width: its kernels read layouts at run
     # time): two GEMM tiles, the diagonal kernel per unrolled width (solve and product), the
