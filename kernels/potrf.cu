@@ -111,42 +111,75 @@ __device__ void gemm_nt(const T* L, long long ld, int rx, int mx, int ry, int ny
 }
 
 // ------------------------------------------------------------------ POTF2 in one warp's registers
-// Lane r holds row r of the panel in a[0..NB) (the w x w diagonal block; in small_step also the
+// Lane r holds row r of the panel in a[0..NB) (the w x w diagonal block; with `act`, also the
 // rows below it, which the same elimination solves): right-looking, one column per
 // iteration. The pivot (the diagonal's real part) comes by one shuffle; the scaled column goes
-// through shared memory conjugated (`col`, 2 * NB elements per warp, double-buffered) and every
+// through shared memory conjugated (`col`, 2 * NB elements, double-buffered) and every
 // lane reads it back as broadcasts, which pair into 128-bit loads. Lanes update their whole row
 // without a per-column predicate: entries above the diagonal become junk that is never read.
-// Lanes with `act` false (rows not in the diagonal block) only serve the shuffles and keep their
-// values. Returns 0, or the first column + 1 whose pivot is not > 0 (NaN included, as reference
-// LAPACK); the same in every lane.
+// Lanes with `act` false (rows not in the panel, or not to be solved here) only serve the
+// shuffles and keep their values. Returns 0, or the first column + 1 whose pivot is not > 0 (NaN
+// included, as reference LAPACK); the same in every lane.
 // On failure at column f, columns [0, f - 1) of every active lane are final: LAPACK's leading
 // factor, which the callers complete and write back, and lane f - 1's a[f - 1] is the pivot as
 // tested (real).
+// BLOCK: the rows are a whole block's threads (fused_step), the diagonal block in warp 0, which
+// hands each pivot (`piv`, two slots) and scaled column to the other warps behind one barrier a
+// column, so the rows below are solved in the same pass as the diagonal block. Run as POTF2 by
+// warp 0, then a TRSM of the rows below (a second chain as long), fused_step took 44.0 us for
+// 2,000 panels of 40 x 32, now 35.8 (float64, H200; docs/decisions.md#potrf-fused-one-pass). The
+// rows below run a loop of their own: under one `if` a column with warp 0's work, the row-major
+// float64 build spilled 640 bytes and ran slower.
 // The shuffle-per-element version took about 3,000 instructions and 15 us per 32 x 32 block
 // (ncu, H100, 2026-11-21: 5.5 cycles per issued instruction at 6% occupancy).
-template <typename T, int NB>
-__device__ __forceinline__ int potf2_regs(T (&a)[NB], int w, bool act, T* col) {
+template <typename T, int NB, bool BLOCK = false>
+__device__ __forceinline__ int potf2_regs(T (&a)[NB], int w, bool act, T* col,
+                                          real_t<T>* piv = nullptr) {
   static_assert(NB <= 32, "one lane per row of the diagonal block");
   using R = real_t<T>;
   const int lane = threadIdx.x & 31;
+  if (BLOCK && threadIdx.x >= 32) {  // rows below the diagonal block: each column handed over
+#pragma unroll
+    for (int k = 0; k < NB; ++k) {
+      if (k < w) {
+        __syncthreads();
+        const R dkk = piv[k & 1];
+        if (!(dkk > R(0))) return k + 1;
+        if (act) {
+          const T* cb = col + (k & 1) * NB;
+          a[k] = a[k] * vrsqrt(dkk);
+#pragma unroll
+          for (int c = k + 1; c < NB; ++c) a[c] = fma(-a[k], cb[c], a[c]);
+        }
+      }
+    }
+    return 0;
+  }
 #pragma unroll
   for (int k = 0; k < NB; ++k) {
     if (k < w) {
+      T* cb = col + (k & 1) * NB;
       if (lane == k) a[k] = real_part(a[k]);  // (the pivot as tested, should it fail)
       const R dkk = __shfl_sync(0xffffffffu, re(a[k]), k);
-      if (!(dkk > R(0))) return k + 1;
-      const R rd = vrsqrt(dkk);  // scale by the reciprocal, as LAPACK's potf2 does
-      T* cb = col + (k & 1) * NB;
-      if (act) {
+      // (BLOCK: the other warps' reads of the slot written here ended before the last barrier)
+      if (BLOCK && lane == 0) piv[k & 1] = dkk;
+      const bool ok = dkk > R(0);
+      if (!BLOCK && !ok) return k + 1;
+      if (act && ok) {
         // An infinite pivot: reference LAPACK takes sqrt(inf) = inf and scales the column by
         // 1 / inf = 0 (info stays 0); dkk * rsqrt(dkk) would be inf * 0 = NaN.
+        const R rd = vrsqrt(dkk);  // scale by the reciprocal, as LAPACK's potf2 does
         a[k] = lane == k ? T(isinf(dkk) ? dkk : dkk * rd) : a[k] * rd;
-        // Only the first NB rows are read back; a row below them (small_step: a panel narrower
-        // than its height) would write into the other buffer, which may still be being read.
+        // Only the first NB rows are read back; a row below them (a panel narrower than its
+        // height) would write into the other buffer, which may still be being read.
         if (lane < NB) cb[lane] = conj(a[k]);
       }
-      __syncwarp();
+      if (BLOCK) {
+        __syncthreads();
+        if (!ok) return k + 1;
+      } else {
+        __syncwarp();
+      }
       if (act) {
 #pragma unroll
         for (int c = k + 1; c < NB; ++c) a[c] = fma(-a[k], cb[c], a[c]);
@@ -354,8 +387,9 @@ __device__ void zero_rect(T* L, long long ld, int r0, int r1, int c0, int nc, in
 //      factored columns from global memory (coalesced across lanes for column-major L) and the
 //      top w rows, which are warp 0's own rows, come through a shared-memory tile that every
 //      thread reads as a broadcast: 32 FMAs per 16 wide shared loads;
-//   3. POTF2 of the diagonal block in warp 0's registers (its lanes r < w hold those rows);
-//   4. TRSM: threads r >= w solve their rows against L11 (shared memory, broadcast reads);
+//   3. POTF2 of the diagonal block in warp 0's registers (its lanes r < w hold those rows),
+//   4. which also solves the rows below it: every thread eliminates each column as warp 0
+//      hands it over (potf2_regs<BLOCK>);
 //   5. each thread writes its row back.
 // NT = 32 * ceil(tallest panel / 32) threads, picked per launch, so a block is as small as its
 // panels: the earlier design (panel in shared memory, 4x4 register tiles, POTF2 in one warp of
@@ -371,10 +405,8 @@ fused_step(const unsigned long long* tbl, const long long* meta, const int* imet
   int* info = reinterpret_cast<int*>(tbl[2]);
   constexpr int KB = 8;
   __shared__ __align__(16) T Lt[2][KB][NB];  // top rows of the factored columns, by k
-  __shared__ __align__(16) T D[NB * NB];     // L11, D[k * NB + c] = L(c, k)
   __shared__ __align__(16) T pcol[2 * NB];   // POTF2's column broadcast
-  __shared__ T invd[NB];
-  __shared__ int s_fail;
+  __shared__ real_t<T> piv[2];               // and its pivots
   constexpr bool ST = ROW && !dynamic_tiles<T>();
   __shared__ __align__(16) T rtile[ST ? NT / 32 : 1][ST ? 2 * row_tile<T>() : 1];  // row tiles
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -416,29 +448,16 @@ fused_step(const unsigned long long* tbl, const long long* meta, const int* imet
     else panel_update<T, NB, ROW, false, KB>(x, Lb, ld, j, kb, r, w, row, Lt);
   }
 
-  // 3. POTF2 by warp 0.
-  if (r < 32) {
-    const int fail = potf2_regs<T, NB>(x, w, r < w, pcol);
-    if (r < w) {
-#pragma unroll
-      for (int c = 0; c < NB; ++c) {
-        if (c < w && c <= r) D[c * NB + r] = x[c];
-        if (c == r) invd[c] = T(1) / x[c];  // compile-time index: x stays in registers
-      }
-    }
-    if (r == 0) s_fail = fail;
-  }
-  __syncthreads();
+  // 3-4. POTF2 of the diagonal block by warp 0, the rows below solved in the same pass (with
+  //      a failure at column wf, rows [wf, w) of the block and the rows below have their first
+  //      wf columns final, LAPACK's leading block).
+  const int fail = potf2_regs<T, NB, true>(x, w, row, pcol, piv);
   // A failed pivot at panel column f - 1: its first f - 1 columns are still completed and
   // written, so that the columns before the failing one hold the factor (the partial
   // factorization of those columns), and the pivot as tested, as the CPU backend leaves them
   // (LAPACK's leading f x f block); the rest is not written.
-  const int wf = s_fail ? s_fail - 1 : w;
-  if (s_fail && r == 0) info[tk.q] = j + s_fail;
-
-  // 4. TRSM for the rows below the diagonal block (with wf < w, rows [wf, w) of the block are
-  //    final already: POTF2 eliminated their first wf columns).
-  if (row && r >= w) trsm_row<T, NB>(x, D, NB, invd, wf);
+  const int wf = fail ? fail - 1 : w;
+  if (fail && r == 0) info[tk.q] = j + fail;
 
   // 5. own row back to L (zeros above the diagonal inside the block); after a failure also
   //    the failed column down to its diagonal, where thread wf holds the pivot as tested.
@@ -448,12 +467,12 @@ fused_step(const unsigned long long* tbl, const long long* meta, const int* imet
       if (r < w && c > r) x[c] = T(0);
     warp_rows_store(x, Lb, ld, j + rb, j, w, [&](int i, int c) {
       const int rr = rb + i;
-      return rr < m && (c < wf || (s_fail && c == wf && rr <= wf));
+      return rr < m && (c < wf || (fail && c == wf && rr <= wf));
     }, tile);
   } else if (row) {
 #pragma unroll
     for (int c = 0; c < NB; ++c)
-      if (c < wf || (s_fail && c == wf && r <= wf))
+      if (c < wf || (fail && c == wf && r <= wf))
         Lb[at<ROW>(j + r, j + c, ld)] = (r < w && c > r) ? T(0) : x[c];
   }
 }
