@@ -530,9 +530,9 @@ __device__ __forceinline__ void small_panel(const T* Ab, T* Lb, long long ld, in
   }
 }
 
-// NBMIN, NBMAX: the narrowest and widest of the four register widths compiled (potrf_cuda.small
-// says which a launch takes and why); a panel narrower than NBMIN takes the NBMIN-wide code, and
-// no panel of the launch is wider than NBMAX.
+// NBMIN, NBMAX: the narrowest and widest of the four register widths compiled
+// (potrf_cuda.small_widths says which a launch takes and why); a panel narrower than NBMIN takes
+// the NBMIN-wide code, and no panel of the launch is wider than NBMAX.
 // Four blocks of four warps an SM at least: 128 registers a thread (142 unbounded, for the NB
 // = 32 branch; complex types two blocks). At 128 some float64 ones spill a little (ptxas, sm_90,
 // 2026-11-26: column-major with every width 52 bytes of spill stores, the 32-wide code alone

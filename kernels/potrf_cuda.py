@@ -98,11 +98,11 @@ SMALL_WARPS = 4
 # code 1.2-1.3x slower (complex128 uniform Nmax 48-128, H200). (Built with the 24- and 32-wide
 # code, complex128's kernel spills 164-740 bytes; the 16-wide code alone none: ptxas, sm_90.)
 SMALL_NBMIN = {"double": 32, "float": 16, "vb::cx<double>": 16, "vb::cx<float>": 16}
-# A launch whose panels are all narrower than that runs one width alone, the narrowest that
-# holds its widest panel (small_widths): every warp then runs the same code, so none of the
-# above's instruction fetch, and a batch of 8 x 8 problems does not run the 32-wide code. GPU
-# time a call against that rule, float64 (H200, docs/decisions.md#potrf-small-nbmin): equal
-# Nmax 8 8.1 -> 4.6 us, uniform 16 8.8 -> 6.3, equal 40 64.0 -> 50.7.
+# A launch whose widest panel is at most that wide runs one width alone, the narrowest that
+# holds it (small_widths): every warp then runs the same code, so none of the above's
+# instruction fetch, and a batch of 8 x 8 problems does not run the 32-wide code. GPU time a
+# call against that rule, float64, best of two (H200, docs/decisions.md#potrf-small-nbmin):
+# equal Nmax 8 8.0 -> 4.5 us, uniform 16 8.6 -> 6.2, equal 40 64.0 -> 50.6.
 SMALL_WIDTHS = (8, 16, 24, 32)
 # Taller ones as fused_step, in whole warps up to FUSED_ROWS_MAX: a panel of r rows gets the
 # smallest block that holds it.
@@ -254,7 +254,10 @@ def small_widths(T: str, width: int) -> tuple[int, int]:
     """The register widths (NBMIN, NBMAX) small_step compiles for a launch whose widest panel
     has ``width`` columns: that panel's width alone where it is at most the type's
     SMALL_NBMIN, else the type's widths from SMALL_NBMIN up."""
-    cover = next(c for c in SMALL_WIDTHS if c >= width)
+    cover = next((c for c in SMALL_WIDTHS if c >= width), None)
+    if cover is None:
+        raise ValueError(f"small_step takes panels of at most {SMALL_WIDTHS[-1]} columns, "
+                         f"got {width}")
     lo = SMALL_NBMIN[T]
     return (cover, cover) if cover <= lo else (lo, SMALL_WIDTHS[-1])
 

@@ -328,20 +328,28 @@ def test_a_failed_factor_leaves_lapacks_leading_block(device, dtype, case):
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("order", ["F", "C"])
-@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.complex128])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.complex128, np.complex64])
 @pytest.mark.parametrize("nmax", [8, 16, 24, 32])
 def test_batches_of_small_problems_at_every_register_width(device, order, dtype, nmax):
-    """A batch whose problems are all at most 8, 16, 24 or 32 rows: on CUDA one small_step
-    launch whose register code is the narrowest that holds them (potrf_cuda.small_widths).
-    Every size up to nmax, one failing in its first and one in its last column, and one
-    failing mid-way, with the failed factors' leading blocks LAPACK's."""
+    """A batch whose problems are all at most 8, 16, 24 or 32 rows, panels 32 wide (complex
+    types too, whose default is 16): on CUDA one small_step launch whose register code is the
+    narrowest that holds them, or the type's widths from SMALL_NBMIN up
+    (potrf_cuda.small_widths). Every size up to nmax, one failing in its first and one in its
+    last column, and one failing mid-way, with the failed factors' leading blocks LAPACK's."""
     rng = np.random.default_rng(nmax)
     wide = np.complex128 if np.dtype(dtype).kind == "c" else np.float64
     mats = [spd(n, wide, rng) for n in range(nmax + 1)]
     fails = [(nmax, 0), (nmax, nmax - 1), (max(nmax - 3, 1), nmax // 3)]
     mats += [make_indefinite(spd(n, wide, rng), c) for n, c in fails]
     mats = [m.astype(dtype) for m in mats]
-    res = runtime(device).cholesky(packed_from(mats, order, device)).result()
+    res = runtime(device, nb=32).cholesky(packed_from(mats, order, device)).result()
+    if device == "cuda":
+        from vbatch.kernels import potrf_cuda
+        from vbatch.kernels.cuda_build import ctype
+
+        T, lo = ctype(dtype), potrf_cuda.SMALL_NBMIN[ctype(dtype)]
+        ran = {potrf_cuda.small_widths(T, lc.width) for lc in res.plan.launches}
+        assert ((nmax, nmax) if nmax <= lo else (lo, 32)) in ran, ran
     want = [0] * (nmax + 1) + [c + 1 for _, c in fails]
     assert res.info.tolist() == want
     for i, (a, f) in enumerate(zip(mats, res.factors.unpack())):

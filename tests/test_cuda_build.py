@@ -359,9 +359,19 @@ def _readelf_kernels(cubin: Path) -> set[str]:
     return {re.sub(r"^void |\(.*$", "", ln).replace(" ", "") for ln in plain.splitlines() if ln}
 
 
+def test_small_step_takes_the_narrowest_width_that_holds_a_launch():
+    # float64 runs each width alone; the others alone up to 16 columns, then 16 to 32
+    assert [sel.small_widths("double", w) for w in (1, 8, 9, 17, 25, 32)] == [
+        (8, 8), (8, 8), (16, 16), (24, 24), (32, 32), (32, 32)]
+    assert [sel.small_widths("float", w) for w in (8, 16, 17, 32)] == [
+        (8, 8), (16, 16), (16, 32), (16, 32)]
+    with pytest.raises(ValueError, match="at most 32 columns"):
+        sel.small_widths("double", 33)
+
+
 def test_a_kernel_symbol_reads_back_as_its_name():
-    assert build.kernel_of("_ZN2vb10small_stepIfLi4ELb0ELi16EEEvPKyPKlPKiPKiiiii") \
-        == "vb::small_step<float,4,false,16>"
+    assert build.kernel_of("_ZN2vb10small_stepIfLi4ELb0ELi16ELi32EEEvPKyPKlPKiPKiiiii") \
+        == "vb::small_step<float,4,false,16,32>"
     assert build.kernel_of("_ZN2vb13blas_gemm_mmaILi64ELi64ELi32ELi3ELb1ELb1ELi3EEEvPKy") \
         == "vb::blas_gemm_mma<64,64,32,3,true,true,3>"
     assert build.kernel_of("_ZN2vb13copy_matricesIdEEvPKliiii") == "vb::copy_matrices<double>"
