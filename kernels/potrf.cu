@@ -124,7 +124,8 @@ __device__ void gemm_nt(const T* L, long long ld, int rx, int mx, int ry, int ny
 // factor, which the callers complete and write back, and lane f - 1's a[f - 1] is the pivot as
 // tested (real).
 // BLOCK: the rows are a whole block's threads (fused_step), the diagonal block in warp 0, which
-// hands each pivot (`piv`, two slots) and scaled column to the other warps behind one barrier a
+// hands each pivot and its reciprocal root (`piv`, two slots) and the scaled column to the other
+// warps behind one barrier a
 // column, so the rows below are solved in the same pass as the diagonal block. Run as POTF2 by
 // warp 0, then a TRSM of the rows below (a second chain as long), fused_step took 44.0 us for
 // 2,000 panels of 40 x 32, now 35.8 (float64, H200; docs/decisions.md#potrf-fused-one-pass). The
@@ -143,11 +144,10 @@ __device__ __forceinline__ int potf2_regs(T (&a)[NB], int w, bool act, T* col,
     for (int k = 0; k < NB; ++k) {
       if (k < w) {
         __syncthreads();
-        const R dkk = piv[k & 1];
-        if (!(dkk > R(0))) return k + 1;
+        if (!(piv[2 * (k & 1)] > R(0))) return k + 1;
         if (act) {
           const T* cb = col + (k & 1) * NB;
-          a[k] = a[k] * vrsqrt(dkk);
+          a[k] = a[k] * piv[2 * (k & 1) + 1];
 #pragma unroll
           for (int c = k + 1; c < NB; ++c) a[c] = fma(-a[k], cb[c], a[c]);
         }
@@ -161,14 +161,17 @@ __device__ __forceinline__ int potf2_regs(T (&a)[NB], int w, bool act, T* col,
       T* cb = col + (k & 1) * NB;
       if (lane == k) a[k] = real_part(a[k]);  // (the pivot as tested, should it fail)
       const R dkk = __shfl_sync(0xffffffffu, re(a[k]), k);
-      // (BLOCK: the other warps' reads of the slot written here ended before the last barrier)
-      if (BLOCK && lane == 0) piv[k & 1] = dkk;
       const bool ok = dkk > R(0);
       if (!BLOCK && !ok) return k + 1;
+      // (BLOCK: the pivot's slot; its reciprocal square root below, which the other warps
+      // scale by, not each working it out again. Their reads of these slots ended before the
+      // last barrier.)
+      if (BLOCK && lane == 0) piv[2 * (k & 1)] = dkk;
       if (act && ok) {
         // An infinite pivot: reference LAPACK takes sqrt(inf) = inf and scales the column by
         // 1 / inf = 0 (info stays 0); dkk * rsqrt(dkk) would be inf * 0 = NaN.
         const R rd = vrsqrt(dkk);  // scale by the reciprocal, as LAPACK's potf2 does
+        if (BLOCK && lane == 0) piv[2 * (k & 1) + 1] = rd;
         a[k] = lane == k ? T(isinf(dkk) ? dkk : dkk * rd) : a[k] * rd;
         // Only the first NB rows are read back; a row below them (a panel narrower than its
         // height) would write into the other buffer, which may still be being read.
@@ -406,7 +409,7 @@ fused_step(const unsigned long long* tbl, const long long* meta, const int* imet
   constexpr int KB = 8;
   __shared__ __align__(16) T Lt[2][KB][NB];  // top rows of the factored columns, by k
   __shared__ __align__(16) T pcol[2 * NB];   // POTF2's column broadcast
-  __shared__ real_t<T> piv[2];               // and its pivots
+  __shared__ real_t<T> piv[4];               // its pivots and their reciprocal roots
   constexpr bool ST = ROW && !dynamic_tiles<T>();
   __shared__ __align__(16) T rtile[ST ? NT / 32 : 1][ST ? 2 * row_tile<T>() : 1];  // row tiles
   extern __shared__ __align__(16) unsigned char smem_raw[];
