@@ -125,12 +125,13 @@ __device__ void gemm_nt(const T* L, long long ld, int rx, int mx, int ry, int ny
 // tested (real).
 // BLOCK: the rows are a whole block's threads (fused_step), the diagonal block in warp 0, which
 // hands each pivot and its reciprocal root (`piv`, two slots) and the scaled column to the other
-// warps behind one barrier a
-// column, so the rows below are solved in the same pass as the diagonal block. Run as POTF2 by
-// warp 0, then a TRSM of the rows below (a second chain as long), fused_step took 44.0 us for
-// 2,000 panels of 40 x 32, now 35.8 (float64, H200; docs/decisions.md#potrf-fused-one-pass). The
-// rows below run a loop of their own: under one `if` a column with warp 0's work, the row-major
-// float64 build spilled 640 bytes and ran slower.
+// warps behind one barrier a column, so the rows below are solved in the same pass as the
+// diagonal block. Run as POTF2 by warp 0, then a TRSM of the rows below (a second chain as long),
+// fused_step took 44.0 us for 2,000 panels of 40 x 32, now 35.8 (float64, H200;
+// docs/decisions.md#potrf-fused-one-pass). The rows below run a loop of their own: under one `if`
+// a column with warp 0's work, the row-major float64 build spilled 640 bytes and ran slower.
+// Each warp working the root out again kept a register busy: the float64 column-major build
+// spilled one slot, loaded and stored every column.
 // The shuffle-per-element version took about 3,000 instructions and 15 us per 32 x 32 block
 // (ncu, H100, 2026-11-21: 5.5 cycles per issued instruction at 6% occupancy).
 template <typename T, int NB, bool BLOCK = false>
