@@ -376,12 +376,14 @@ class _Slot:
 
 class _SlotPool:
     """Slots go back to the free list only after their reader copied info out
-    (Completion.wait). One taken by a call whose future is dropped unread is kept here until its
-    event completes, so memory the kernels may still write is never freed under them."""
+    (Completion.wait), or, for a call whose future is dropped unread, once its event completes
+    (orphan); until then such a slot is kept here, so memory the kernels may still write is
+    never freed under them."""
 
     def __init__(self):
         self._free: dict[tuple, list] = {}
         self._inflight: deque = deque()
+        self._orphans: deque = deque()  # slots of futures dropped unread (_Done.__del__)
         self._lock = threading.Lock()
         self._track = threading.Lock()
 
@@ -391,7 +393,34 @@ class _SlotPool:
         try:
             return self._free[k, nptr].pop()
         except (KeyError, IndexError):
-            return _Slot(k, nptr)
+            pass
+        if self._orphans:
+            self._adopt()
+            try:
+                return self._free[k, nptr].pop()
+            except (KeyError, IndexError):
+                pass
+        return _Slot(k, nptr)
+
+    def orphan(self, slot: _Slot) -> None:
+        """``slot``'s future was dropped unread: no one will copy its info out, so it goes back
+        to the free list once its event completes (_adopt). Without this, a loop of submits
+        whose futures are dropped (a pipeline waited for by Runtime.wait) allocated pinned
+        memory on every call (docs/decisions.md#host-orphan-slots)."""
+        self._orphans.append(slot)
+
+    def _adopt(self) -> None:
+        # (each orphan looked at once: the finished ones to the free lists, the others back)
+        orphans = self._orphans
+        for _ in range(len(orphans)):
+            try:
+                slot = orphans.popleft()
+            except IndexError:
+                return
+            if slot.event.done:
+                self.give(slot)
+            else:
+                orphans.append(slot)
 
     def track(self, slot: _Slot) -> None:
         """Keep ``slot`` until its event completes; called once the call's event is recorded.
@@ -431,6 +460,10 @@ class _Done(Completion):
         self.event, self.queue = slot.event, queue
         self._slot, self._pool, self._keep = slot, pool, keep
         self._info = None
+
+    def __del__(self):
+        if self._slot is not None:  # (never waited for: its slot is no one's now)
+            self._pool.orphan(self._slot)
 
     def wait(self) -> np.ndarray:
         if self._info is None:

@@ -523,6 +523,39 @@ def test_slot_pool_keeps_a_running_slot(cupy):
     assert len(loop._inflight) == 1, f"{len(loop._inflight)} entries for one slot"
 
 
+def test_futures_dropped_unread_give_their_slots_back(cupy, monkeypatch):
+    """Submits whose futures are dropped unread (a pipeline waited for by Runtime.wait) hand
+    their slots back once their calls are done: 200 such calls make far fewer slots than 200
+    (each made one before), and a call after them, on a slot whose last call failed, reports
+    its own info and factors."""
+    import vbatch.kernels.cuda as kc
+
+    made = []
+
+    class Counting(kc._Slot):
+        __slots__ = ()
+
+        def __init__(self, k, nptr):
+            made.append(1)
+            super().__init__(k, nptr)
+
+    monkeypatch.setattr(kc, "_Slot", Counting)
+    rng = np.random.default_rng(3)
+    good = spd_list([8, 40, 3], np.float64, rng)
+    bad = [make_indefinite(good[0], 2)] + good[1:]
+    rt = _rt()
+    pb, pg = (pack(m, order="F") for m in (bad, good))
+    pb, pg = (b.with_data(cupy.asarray(b.data)) for b in (pb, pg))
+    for _ in range(200):
+        rt.cholesky(pb)
+    rt.wait()
+    res = rt.cholesky(pg).result()
+    assert len(made) <= 100, f"{len(made)} slots made for 201 calls"
+    assert res.info.tolist() == [0, 0, 0]
+    for a, f in zip(good, res.factors.unpack()):
+        check_factor(a, to_host(f), np.float64)
+
+
 @pytest.mark.gpu
 def test_host_batches_cross_through_the_pinned_chunks(cupy, monkeypatch):
     """Host arrays past STAGE_MIN bytes go up and come back through two pinned buffers, a
