@@ -124,14 +124,14 @@ __device__ void gemm_nt(const T* L, long long ld, int rx, int mx, int ry, int ny
 // factor, which the callers complete and write back, and lane f - 1's a[f - 1] is the pivot as
 // tested (real).
 // BLOCK: the rows are a whole block's threads (fused_step), the diagonal block in warp 0, which
-// hands each pivot and its reciprocal root (`piv`, two slots) and the scaled column to the other
-// warps behind one barrier a column, so the rows below are solved in the same pass as the
-// diagonal block. Run as POTF2 by warp 0, then a TRSM of the rows below (a second chain as long),
-// fused_step took 44.0 us for 2,000 panels of 40 x 32, now 35.8 (float64, H200;
-// docs/decisions.md#potrf-fused-one-pass). The rows below run a loop of their own: under one `if`
-// a column with warp 0's work, the row-major float64 build spilled 640 bytes and ran slower.
-// Each warp working the root out again kept a register busy: the float64 column-major build
-// spilled one slot, loaded and stored every column.
+// hands each pivot and its reciprocal root (`piv`: two slots of both) and the scaled column to
+// the other warps behind one barrier a column, so the rows below are solved in the same pass as
+// the diagonal block. Run as POTF2 by warp 0, then a TRSM of the rows below (a second chain as
+// long), fused_step took 44.0 us for 2,000 panels of 40 x 32, now 35.8 (float64, H200;
+// docs/decisions.md#potrf-fused-one-pass). The rows below run a loop of their own: under one
+// `if` a column with warp 0's work, the row-major float64 build spilled 640 bytes and ran
+// slower. Each warp working the root out again kept a register busy: the float64 column-major
+// build spilled one slot, loaded and stored every column.
 // The shuffle-per-element version took about 3,000 instructions and 15 us per 32 x 32 block
 // (ncu, H100, 2026-11-21: 5.5 cycles per issued instruction at 6% occupancy).
 template <typename T, int NB, bool BLOCK = false>
@@ -168,6 +168,8 @@ __device__ __forceinline__ int potf2_regs(T (&a)[NB], int w, bool act, T* col,
       // scale by, not each working it out again. Their reads of these slots ended before the
       // last barrier.)
       if (BLOCK && lane == 0) piv[2 * (k & 1)] = dkk;
+      // (lane 0's row is in every panel, m >= w >= 1: act there, so a passing pivot's root
+      // is always written for the other warps)
       if (act && ok) {
         // An infinite pivot: reference LAPACK takes sqrt(inf) = inf and scales the column by
         // 1 / inf = 0 (info stays 0); dkk * rsqrt(dkk) would be inf * 0 = NaN.
