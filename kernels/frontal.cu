@@ -416,15 +416,12 @@ __device__ __forceinline__ void sweep_small_row(const SweepTables<T>& st, const 
 }
 
 // RC: right-hand sides a pass (1 for one: a quarter of the registers and shared memory of 4).
-// Three blocks a multiprocessor for one right-hand side (80 registers; at 64 the backward
-// spilled 130 bytes in float64), two for 4 a pass. Since sweep_small's chunked loads (two
-// instances, two register buffers each) the float64 backward spills 156-192 bytes at 80
-// (68 before, nvcc 13.0); the large fronts' sweeps did not move (bcsstk16 175/214 ->
-// 175/215 us, lap3-40 662/885 -> 656/877, H200, 2026-11-26).
+// MINB: blocks a multiprocessor (registers capped to fit): 2 for 4 a pass; for one, per type
+// (frontal_cuda.SWEEP_BLOCKS: at 3, 80 registers, the float64 builds spilled 48-240 bytes).
 // SR: a small front's rows a lane, at most (fronts of up to 32 SR rows go to a warp each;
 // SMALL_FRONT in vbatch.ops.frontal, where the measurement that chose 2 is).
-template <typename T, bool ROW, bool FWD, int CH, int UR, int RC, int SR>
-__global__ void __launch_bounds__(256, RC == 1 ? 3 : 2)
+template <typename T, bool ROW, bool FWD, int CH, int UR, int RC, int SR, int MINB>
+__global__ void __launch_bounds__(256, MINB)
 frontal_sweep(const unsigned long long* tbl, const long long* meta, const int* imeta,
               const int* tasks, int K, int lo, int hi, int extra) {
   static_assert(CH == 64, "a chunk is 64 rows: one a thread of each of 4 slices, two a lane");

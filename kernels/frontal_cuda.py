@@ -83,11 +83,20 @@ def extend_name(T: str, order: str) -> str:
 
 
 RHS_PASSES = (1, 4)  # right-hand sides a pass of the sweeps: 1 for one, else 4
+# frontal_sweep's blocks a multiprocessor with one right-hand side a pass, per type (4 a pass:
+# 2). At 3 (80 registers) the float64 builds spilled 48-240 bytes (ptxas, sm_90, nvcc 13.0);
+# at 2 none. GPU us of a solve, 3 -> 2 (with the small sweeps' 3 -> 2 beside it, which moved
+# no all-small case; H200, two alternated runs, docs/decisions.md#sparse-solve-sweeps):
+# bcsstk09 111 -> 104, bcsstk16 393 -> 361, lap2-100 194 -> 179, lap3-20 422 -> 385, lap3-40
+# 1542 -> 1448. float32 (spilling 0-16 bytes at 3) lost 4% at lap3-40 with both at 2, so it
+# keeps 3. Complex types take their real type's (not measured on them).
+SWEEP_BLOCKS = {"double": 2, "float": 3, "vb::cx<double>": 2, "vb::cx<float>": 3}
 
 
 def sweep_name(T: str, order: str, forward: bool, rc: int) -> str:
     row, f = ("true" if order == "C" else "false"), ("true" if forward else "false")
-    return f"vb::frontal_sweep<{T},{row},{f},{CHUNK},{UPDATE_ROWS},{rc},{SMALL_FRONT // 32}>"
+    return (f"vb::frontal_sweep<{T},{row},{f},{CHUNK},{UPDATE_ROWS},{rc},{SMALL_FRONT // 32},"
+            f"{SWEEP_BLOCKS[T] if rc == 1 else 2}>")
 
 
 # frontal_sweep_small's blocks a multiprocessor (8 warps each; registers capped to fit): 3

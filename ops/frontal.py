@@ -590,7 +590,8 @@ FRONTAL_SOLVE_OP = register_op(Op(
     name="frontal_solve", request=FrontalSolveRequest,
     buffers=(Buffer("l", "a"), Buffer("rel", "rel"), Buffer("b", "x"),
              Buffer("x", "x", output=True), Buffer("sync_in", "sync"),
-             Buffer("sync", "sync", output=True, shape=_sync_shape, form="x")),
+             # (complete: the reset, the graph's first launch, zeroes every counter it reads)
+             Buffer("sync", "sync", output=True, shape=_sync_shape, form="x", complete=True)),
     graph=frontal_solve_graph, signature=_solve_sig,
     result=lambda outs, info, plan: FrontalResult(outs["x"], info, plan),
     returns=(("fronts", "x"),),

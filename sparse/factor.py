@@ -263,19 +263,26 @@ class Factor:
         ``info`` is set get NaN."""
         t0 = time.perf_counter()
         N = int(self._row0[-1])
-        stacked = self._batched and array_kind(b) is not None
-        if stacked:
-            if b.ndim not in (1, 2) or b.shape[0] != N:
-                raise InputError([(None, f"stacked right-hand sides: expected an array of "
-                                         f"shape ({N},) or ({N}, r), got {b.shape}")],
+        kind = array_kind(b)
+        if not self._batched or kind is not None:  # one array: a matrix's, or stacked rows
+            if kind is None or b.ndim not in (1, 2) or b.shape[0] != N:
+                who = "stacked right-hand sides" if self._batched else "right-hand side 0"
+                raise InputError([(None, f"{who}: expected an array of shape ({N},) or ({N}, r), "
+                                         f"got {getattr(b, 'shape', type(b).__name__)}")],
                                  what="right-hand sides")
-            bs, kinds, shapes = [b], [array_kind(b)], [b.shape]
-        else:
-            bs = list(b) if self._batched else [b]
-            if len(bs) != len(self.analyses):
-                raise InputError([(None, f"expected {len(self.analyses)} right-hand sides, "
-                                         f"got {len(bs)}")], what="right-hand sides")
-            kinds, shapes = self._describe(bs)
+            xp = self._xp()
+            r = 1 if b.ndim == 1 else b.shape[1]
+            if (xp is np) != (kind == "numpy") or b.dtype != self.dtype:
+                b = xp.asarray(b.get() if xp is np and kind == "cupy" else b, dtype=self.dtype)
+            src = b.reshape(-1)
+            out = self._as_kind(self._solved(src, r, xp).reshape(b.shape), kind, xp)
+            self.stats.solve_s = time.perf_counter() - t0
+            return out
+        bs = list(b)
+        if len(bs) != len(self.analyses):
+            raise InputError([(None, f"expected {len(self.analyses)} right-hand sides, "
+                                     f"got {len(bs)}")], what="right-hand sides")
+        kinds, shapes = self._describe(bs)
         ndims = set(map(len, shapes))  # (one pass per attribute: no Python step per array)
         if ndims == {1}:
             r = {1}
@@ -289,42 +296,53 @@ class Factor:
         r = r.pop()
         xp = self._xp()
         one = kinds[0] if len(set(kinds)) == 1 else None  # the kind of them all, if one
+        if r and one == "cupy" and xp is not np and len(set(map(_DTYPE, bs))) == 1:
+            # one gather kernel (as a list of dense operands is), each b an n x r matrix
+            # of the stacked (N, r) rows: cupy.concatenate and a reshape per array were
+            # most of a 1000-matrix solve
+            isz = np.dtype(self.dtype).itemsize
+            if bs[0].dtype != self.dtype:
+                bs = [x.astype(self.dtype) for x in bs]
+            addr = np.empty((3, len(bs)), np.int64)
+            addr[0] = np.fromiter(map(_PTR, bs), np.int64, len(bs))
+            strides = list(map(_STRIDES, bs))
+            addr[1] = np.fromiter(map(itemgetter(0), strides), np.int64, len(bs)) // isz
+            addr[2] = 1 if r == 1 else np.fromiter(
+                map(itemgetter(-1), strides), np.int64, len(bs)) // isz
+            rows = np.diff(self._row0)
+            src = xp.empty(N * r, dtype=self.dtype)
+            self._rt.backend.copy_in(bs, src, rows, np.full(len(bs), r, np.int64),
+                                     self._row0[:-1] * r, np.full(len(bs), r, np.int64),
+                                     addr)
+        elif r:
+            # host right-hand sides go over in one copy, not one per matrix; device ones
+            # come to the host for the CPU backend
+            host = one == "numpy" or xp is np
+            parts = [(x.get() if kd == "cupy" else np.asarray(x)) if host else xp.asarray(x)
+                     for x, kd in zip(bs, kinds)]
+            mod = np if host else xp
+            if len(ndims) == 1:  # one ndim: no reshape per array
+                stack = mod.concatenate(parts)
+            else:
+                stack = mod.concatenate([p.reshape(an.n, r)
+                                         for p, an in zip(parts, self.analyses)])
+            src = xp.asarray(stack, dtype=self.dtype).reshape(-1)
+        else:
+            src = None
+        sol = self._solved(src, r, xp)
+        if one is not None:
+            sol = self._as_kind(sol, one, xp)  # one copy for them all, where one is needed
+        out = Solutions(sol, self._row0, shapes, None if one is not None else kinds, xp)
+        self.stats.solve_s = time.perf_counter() - t0
+        return out
+
+    def _solved(self, src, r: int, xp):
+        """The ``(N, r)`` solution (on this factor's device) of the stacked right-hand sides
+        ``src`` (``N * r`` entries, row by row, of the factor's dtype and device); the rows of
+        failed matrices NaN."""
+        N = int(self._row0[-1])
         if r:
             tmpl, into, back = self._layout(r, xp)
-            if stacked or len(bs) == 1:
-                x = bs[0].get() if xp is np and kinds[0] == "cupy" else bs[0]
-                src = xp.asarray(x, dtype=self.dtype).reshape(-1)  # (b itself where it can)
-            elif one == "cupy" and xp is not np and len(set(map(_DTYPE, bs))) == 1:
-                # one gather kernel (as a list of dense operands is), each b an n x r matrix
-                # of the stacked (N, r) rows: cupy.concatenate and a reshape per array were
-                # most of a 1000-matrix solve
-                isz = np.dtype(self.dtype).itemsize
-                if bs[0].dtype != self.dtype:
-                    bs = [x.astype(self.dtype) for x in bs]
-                addr = np.empty((3, len(bs)), np.int64)
-                addr[0] = np.fromiter(map(_PTR, bs), np.int64, len(bs))
-                strides = list(map(_STRIDES, bs))
-                addr[1] = np.fromiter(map(itemgetter(0), strides), np.int64, len(bs)) // isz
-                addr[2] = 1 if r == 1 else np.fromiter(
-                    map(itemgetter(-1), strides), np.int64, len(bs)) // isz
-                rows = np.diff(self._row0)
-                src = xp.empty(N * r, dtype=self.dtype)
-                self._rt.backend.copy_in(bs, src, rows, np.full(len(bs), r, np.int64),
-                                         self._row0[:-1] * r, np.full(len(bs), r, np.int64),
-                                         addr)
-            else:
-                # host right-hand sides go over in one copy, not one per matrix; device ones
-                # come to the host for the CPU backend
-                host = one == "numpy" or xp is np
-                parts = [(x.get() if kd == "cupy" else np.asarray(x)) if host else xp.asarray(x)
-                         for x, kd in zip(bs, kinds)]
-                mod = np if host else xp
-                if len(ndims) == 1:  # one ndim: no reshape per array
-                    stack = mod.concatenate(parts)
-                else:
-                    stack = mod.concatenate([p.reshape(an.n, r)
-                                             for p, an in zip(parts, self.analyses)])
-                src = xp.asarray(stack, dtype=self.dtype).reshape(-1)
             # b's entries (and zeros, for the fronts' update rows) into the workspace, and the
             # solution out of it, as one gather each (Backend.pick): fancy-index assignments
             # cost ~85 us each with cupy (494_bus, H100, 2026-11-25)
@@ -334,18 +352,9 @@ class Factor:
             sol = pick(data, back).reshape(N, r)
         else:
             sol = xp.zeros((N, 0), dtype=self.dtype)
-        bad = np.flatnonzero(self.info)
-        if len(bad):  # one assignment: the rows of every failed matrix
+        if self.info.any():  # one assignment: the rows of every failed matrix
             sol[xp.asarray(np.repeat(self.info != 0, np.diff(self._row0)))] = np.nan
-        if stacked:
-            out = self._as_kind(sol.reshape(b.shape), kinds[0], xp)
-            self.stats.solve_s = time.perf_counter() - t0
-            return out
-        if one is not None:
-            sol = self._as_kind(sol, one, xp)  # one copy for them all, where one is needed
-        out = Solutions(sol, self._row0, shapes, None if one is not None else kinds, xp)
-        self.stats.solve_s = time.perf_counter() - t0
-        return out if self._batched else out[0]
+        return sol
 
     def _describe(self, bs: list) -> tuple[list, list]:
         """Each right-hand side's kind and shape, checked against its matrix's order: by one

@@ -784,6 +784,37 @@ def test_one_triangle_either_way_and_1x1(device):
     assert host(sparse.cholesky(one, runtime=rt).solve(np.array([2.0]))).tolist() == [0.5]
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_one_matrix_takes_any_array_form(device):
+    """One matrix's right-hand sides as a strided 1-D view, a column-major n x 2, another
+    dtype than the factor's and the other backend's kind: each solution in its right-hand
+    side's shape and kind; a matrix that fails gets NaN in every form."""
+    rt = runtime(device)
+    xp = np
+    if device == "cuda":
+        import cupy as xp
+    A = lap(13, 2)
+    n = A.shape[0]
+    rng = np.random.default_rng(5)
+    F = sparse.cholesky(A, runtime=rt)
+    forms = [xp.asarray(rng.standard_normal(2 * n))[::2],
+             xp.asfortranarray(xp.asarray(rng.standard_normal((n, 2)))),
+             xp.asarray(rng.standard_normal(n)).astype(np.float32),
+             rng.standard_normal(n)]
+    for j, b in enumerate(forms):
+        x = F.solve(b)
+        assert type(x) is type(b) and x.shape == b.shape, f"form {j}"
+        assert backward(A, host(x), host(b).astype(np.float64)) <= 30 * n * np.finfo(
+            np.float64).eps, f"form {j}"
+    bad = A.tolil()
+    bad[7, 7] = -50.0
+    G = sparse.cholesky(sp.csr_matrix(bad), runtime=rt)
+    assert G.info[0] > 0
+    for b in forms:
+        x = G.solve(b)
+        assert x.shape == b.shape and np.isnan(host(x)).all()
+
+
 def test_bad_input_names_the_matrix():
     good = lap(3, 2)
     nan = good.copy()
