@@ -417,7 +417,7 @@ __device__ __forceinline__ void sweep_small_row(const SweepTables<T>& st, const 
 
 // RC: right-hand sides a pass (1 for one: a quarter of the registers and shared memory of 4).
 // MINB: blocks a multiprocessor (registers capped to fit): 2 for 4 a pass; for one, per type
-// (frontal_cuda.SWEEP_BLOCKS: at 3, 80 registers, the float64 builds spilled 48-240 bytes).
+// (frontal_cuda.SWEEP_BLOCKS: at 3, 80 registers, the float64 builds spilled up to 240 bytes).
 // SR: a small front's rows a lane, at most (fronts of up to 32 SR rows go to a warp each;
 // SMALL_FRONT in vbatch.ops.frontal, where the measurement that chose 2 is).
 template <typename T, bool ROW, bool FWD, int CH, int UR, int RC, int SR, int MINB>

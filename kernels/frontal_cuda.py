@@ -84,12 +84,13 @@ def extend_name(T: str, order: str) -> str:
 
 RHS_PASSES = (1, 4)  # right-hand sides a pass of the sweeps: 1 for one, else 4
 # frontal_sweep's blocks a multiprocessor with one right-hand side a pass, per type (4 a pass:
-# 2). At 3 (80 registers) the float64 builds spilled 48-240 bytes (ptxas, sm_90, nvcc 13.0);
-# at 2 none. GPU us of a solve, 3 -> 2 (with the small sweeps' 3 -> 2 beside it, which moved
-# no all-small case; H200, two alternated runs, docs/decisions.md#sparse-solve-sweeps):
-# bcsstk09 111 -> 104, bcsstk16 393 -> 361, lap2-100 194 -> 179, lap3-20 422 -> 385, lap3-40
-# 1542 -> 1448. float32 (spilling 0-16 bytes at 3) lost 4% at lap3-40 with both at 2, so it
-# keeps 3. Complex types take their real type's (not measured on them).
+# 2). At 3 (80 registers) the float64 builds spilled 4-192 bytes of stores and 12-240 of loads
+# (ptxas, sm_90, nvcc 13.0); at 2 none. GPU us of a solve, 3 -> 2 (the small sweeps' 3 -> 2
+# beside it, which moved no all-small case; H200, two alternated runs,
+# docs/decisions.md#sparse-solve-sweeps): bcsstk09 111 -> 104, bcsstk16 393 -> 361, lap2-100
+# 194 -> 179, lap3-20 422 -> 385, lap3-40 1542 -> 1448. float32 (at most 8 bytes of spill
+# stores at 3) lost 4% at lap3-40 and 8% on the 1000 Laplacians with both at 2, so it keeps 3.
+# Complex types take their real type's (not measured on them).
 SWEEP_BLOCKS = {"double": 2, "float": 3, "vb::cx<double>": 2, "vb::cx<float>": 3}
 
 
