@@ -46,7 +46,9 @@ class Buffer:
     it takes that input's layout and, when the caller overwrites, its memory. Where that input is
     absent, the output is new: ``shape(request) -> (m, n)`` gives its sizes and it comes back in
     the form of the request field ``form`` (a list for a list, ...). ``complete``: the op's
-    kernels write every element of such a new output, so it need not be zeroed first.
+    kernels write every element of such a new output that is ever read (all of an output the
+    caller gets; of the sparse ops' counters, those their reset zeroes for the kernels, not the
+    padding), so it need not be zeroed first.
     ``scratch``: a new buffer of ``shape(request)`` the kernels work in and the caller never
     sees (no operand; laid out as the field ``form``'s batch). ``dtype``: a new output or
     scratch buffer of this dtype instead of the form's (GETRF's int32 pivots). ``convert``: an
