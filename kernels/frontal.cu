@@ -237,10 +237,12 @@ __device__ __forceinline__ void small_fwd(const T (&l)[R][CB], T (&v)[R], const 
   for (int t = 0; t < CB; ++t) {
     const int j = j0 + t;
     if (j >= p) break;  // (uniform)
-    T own = T(0);
+    // the pivot row's value from its slice j / 32, as a select over the slices: written as
+    // `if (s == j / 32)` the compiler indexed v and d by j / 32, which put both in local
+    // memory, a load and a store on the chain every column
+    T own = v[0] * d[0];
 #pragma unroll
-    for (int s = 0; s < R; ++s)
-      if (s == j / 32) own = v[s] * d[s];
+    for (int s = 1; s < R; ++s) own = j >= 32 * s ? v[s] * d[s] : own;
     const T y = __shfl_sync(0xffffffffu, own, j % 32);
 #pragma unroll
     for (int s = 0; s < R; ++s) {
@@ -274,13 +276,13 @@ __device__ __forceinline__ void small_bwd(const T (&l)[R][CB], T (&x)[R], T (&ac
   for (int t = 0; t < CB; ++t) {
     const int i = top - 1 - t;
     if (i < 0) break;  // (uniform)
+    // (selects over the slices, not an index i / 32: as in small_fwd)
     T own = T(0);
 #pragma unroll
     for (int s = 0; s < R; ++s) {
-      if (s == i / 32) {
-        if (i < p && lane == i % 32) x[s] = (x[s] - acc[s]) * d[s];
-        own = x[s];
-      }
+      const bool here = i >= 32 * s && i < 32 * (s + 1);
+      x[s] = here && i < p && lane == i % 32 ? (x[s] - acc[s]) * d[s] : x[s];
+      own = here ? x[s] : own;
     }
     const T xi = __shfl_sync(0xffffffffu, own, i % 32);
 #pragma unroll
