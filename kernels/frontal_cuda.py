@@ -105,7 +105,10 @@ def sweep_name(T: str, order: str, forward: bool, rc: int) -> str:
 # in float64), GPU us of the 1000 Laplacians' small sweeps, forward / backward, two rounds
 # (H200, 2026-11-26): 208-212 / 244 against 224-226 / 271-273; lap2-300 48-49 / 71-72 against
 # 49-56 / 74-76. With 4 and half the chunk (64 registers, 8-40 bytes of spills) 216-217 / 248,
-# with 5 243-245 / 284-291: more warps with fewer loads each gain nothing.
+# with 5 243-245 / 284-291: more warps with fewer loads each gain nothing. Since a front's rows
+# stay in registers (the slice selects, docs/decisions.md#sparse-solve-small-fronts) the builds
+# spill 16-76 bytes of stores at 3 and none at 2, where the small matrices' solves were 2-5%
+# faster but the 1000 Laplacians' 3% (float64) and 6% (float32) slower.
 SWEEP_SMALL_BLOCKS = 3
 
 
