@@ -214,15 +214,17 @@ class Backend(ABC):
         layout, and what it derived from it, from one call to the next."""
 
     def assemble(self, dst: Any, index: Any, values: Any) -> None:
-        """``dst`` zeroed, then ``dst[index] = values`` (int64 ``index`` without repeats, all
-        three arrays of this backend's kind): a sparse matrix's entries into its fronts."""
+        """``dst`` zeroed, then ``dst[index] = values`` (a contiguous int64 ``index`` without
+        repeats and ``values`` of its size and ``dst``'s dtype, all three arrays of this
+        backend's kind): a sparse matrix's entries into its fronts."""
         dst.fill(0)
         dst[index] = values
 
     def pick(self, src: Any, index: Any) -> Any:
         """A new array: ``src[index[i]]``, or zero where ``index[i] >= src.size`` (1-D ``src``
-        and int64 ``index`` of this backend's kind): a sparse solve's right-hand sides into
-        its fronts (update rows start at zero) and its solution out of them."""
+        and a contiguous, non-negative int64 ``index`` of this backend's kind): a sparse
+        solve's right-hand sides into its fronts (update rows start at zero) and its solution
+        out of them."""
         ext = np.zeros(src.size + 1, dtype=src.dtype)
         ext[:-1] = src
         return ext.take(index)
