@@ -46,6 +46,7 @@ from vbatch.kernels.backend import Backend, Completion, TraceRecord
 from vbatch.kernels.cuda_build import (
     Binaries,
     copy_name,
+    move_names,
     launchers,
     source_of,
     source_text,
@@ -183,36 +184,24 @@ class _Record:
                             ctypes.addressof(self.params), 0)
 
 
-# What pick and assemble move: elements as bits, by their size (4, 8 or 16 bytes), with a
-# grid-stride loop. Raw kernels: a cupy ElementwiseKernel call cost ~13 us of the host's time
-# (arguments checked and broadcast each call), on the path of every sparse solve twice.
-_MOVE_SOURCE = r"""
-typedef %s E;
-extern "C" __global__ void vbatch_pick(const E* src, const long long* at, long long n,
-                                       long long total, E* out) {
-  for (long long i = blockIdx.x * 256LL + threadIdx.x; i < total; i += gridDim.x * 256LL) {
-    const long long a = at[i];
-    out[i] = a < n ? src[a] : E();
-  }
-}
-extern "C" __global__ void vbatch_put(const E* v, const long long* at, long long total, E* out) {
-  for (long long i = blockIdx.x * 256LL + threadIdx.x; i < total; i += gridDim.x * 256LL)
-    out[at[i]] = v[i];
-}
-"""
-_MOVE_TYPES = {4: "unsigned int", 8: "unsigned long long", 16: "ulonglong2"}
-
-
+# pick and put (copy.cu): Backend.pick and Backend.assemble, prebuilt with every other kernel
+# (as NVRTC source they were compiled at a process's first sparse solve), launched through the
+# driver as the plans' records are. The host's time is a launch's either way.
 @functools.cache
-def _move_kernels(itemsize: int) -> tuple:
-    """(pick, put) for elements of ``itemsize`` bytes: ``out = src[at]`` (zero for
-    ``at >= n``; CudaBackend.pick) and ``out[at] = v`` (CudaBackend.assemble)."""
-    mod = cupy.RawModule(code=_MOVE_SOURCE % _MOVE_TYPES[itemsize])
-    return mod.get_function("vbatch_pick"), mod.get_function("vbatch_put")
+def _move_func(dtype, put: bool, device: int) -> int:
+    name = move_names(dtype)[put]
+    return _kernel(name, source_of(name)).kernel.ptr
 
 
-def _move_grid(total: int) -> tuple:
-    return (min(-(-total // 256), 8192),)
+def _move(dtype, put: bool, args: tuple, total: int) -> None:
+    """copy.cu's pick (``put`` False) or put on ``total`` elements of ``dtype``, on the current
+    stream; ``args``: its parameters, each a 64-bit integer (an address or a count)."""
+    func = _move_func(dtype, put, cupy.cuda.runtime.getDevice())
+    vals = (ctypes.c_int64 * len(args))(*args)
+    base = ctypes.addressof(vals)
+    params = (ctypes.c_void_p * len(args))(*range(base, base + 8 * len(args), 8))
+    driver.launchKernel(func, min(-(-total // 256), 8192), 1, 1, 256, 1, 1, 0,
+                        cupy.cuda.get_current_stream().ptr, ctypes.addressof(params), 0)
 
 
 def _issue(records: list, main, sides: list, tracer: list | None = None) -> None:
@@ -779,21 +768,23 @@ class CudaBackend(Backend):
         # the host's time (494_bus's solve: 172 us in all; H200, 2026-11-25).
         out = cupy.empty(index.size, dtype=src.dtype)
         if index.size:
-            src = cupy.ascontiguousarray(src)
-            _move_kernels(src.itemsize)[0](_move_grid(index.size), (256,),
-                                           (src, index, np.int64(src.size),
-                                            np.int64(index.size), out))
+            if not src.flags.c_contiguous:
+                src = cupy.ascontiguousarray(src)
+            _move(src.dtype, False, (src.data.ptr, index.data.ptr, src.size, index.size,
+                                     out.data.ptr), index.size)
         return out
 
     def assemble(self, dst, index, values) -> None:
         # One kernel: cupy's fancy-index assignment checks and normalizes the index first
         # (several launches and ~85 us of host time for a small matrix's factor; H100,
-        # 2026-11-25).
-        dst.fill(0)
+        # 2026-11-25). The zeros by a memset: dst.fill is a kernel call of cupy's.
+        stream = cupy.cuda.get_current_stream().ptr
+        cupy.cuda.runtime.memsetAsync(dst.data.ptr, 0, dst.nbytes, stream)
         if index.size:
-            values = cupy.ascontiguousarray(values)
-            _move_kernels(dst.itemsize)[1](_move_grid(index.size), (256,),
-                                           (values, index, np.int64(index.size), dst))
+            if not values.flags.c_contiguous:
+                values = cupy.ascontiguousarray(values)
+            _move(dst.dtype, True, (values.data.ptr, index.data.ptr, index.size, dst.data.ptr),
+                  index.size)
 
     @staticmethod
     def batch_of(staged: PackedBatch) -> PackedBatch:

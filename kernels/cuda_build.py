@@ -50,7 +50,8 @@ DTYPES = ("float64", "float32", "complex128", "complex64")
 REAL = ("float64", "float32")
 ORDERS = ("F", "C")
 # Kernels every op shares, by template, and the file each is in.
-SHARED = {"vb::copy_matrices": "copy.cu", "vb::spd_fill": "generate.cu"}
+SHARED = {"vb::copy_matrices": "copy.cu", "vb::pick": "copy.cu", "vb::put": "copy.cu",
+          "vb::spd_fill": "generate.cu"}
 # The C++ type of each dtype the kernels are templated on (vbatched.cuh: vb::cx).
 _CTYPE = {"float64": "double", "float32": "float", "complex128": "vb::cx<double>",
           "complex64": "vb::cx<float>"}
@@ -86,6 +87,12 @@ def copy_name(dtype) -> str:
     return f"vb::copy_matrices<{ctype(dtype)}>"
 
 
+def move_names(dtype) -> tuple[str, str]:
+    """copy.cu's ``pick`` and ``put`` for elements of ``dtype``."""
+    T = ctype(dtype)
+    return f"vb::pick<{T}>", f"vb::put<{T}>"
+
+
 def spd_fill_name(dtype) -> str:
     return f"vb::spd_fill<{ctype(dtype)}>"
 
@@ -112,7 +119,7 @@ def kernel_names(dtypes=DTYPES, nbs=None, orders=ORDERS) -> list[str]:
         widths = getattr(mod, "NB_SUPPORTED", None) if nbs is None else nbs
         out += mod.kernel_names([d for d in dtypes if d in mod.DTYPES], widths, orders)
     for dt in dtypes:
-        out += [copy_name(dt)] + ([spd_fill_name(dt)] if dt in REAL else [])
+        out += [copy_name(dt), *move_names(dt)] + ([spd_fill_name(dt)] if dt in REAL else [])
     return out
 
 

@@ -47,9 +47,13 @@ def test_every_kernel_loads_from_the_cubins_built_for_this_device(cupy):
     for name in build.kernel_names():
         kern = kc._prebuilt(name)
         assert kern is not None and kern.kernel.ptr, name
-    code = ("import cupy, numpy as np, vbatch; "
+    # (a sparse factor and solve too: they move entries through copy.cu's pick and put)
+    code = ("import cupy, numpy as np, scipy.sparse as sp, vbatch, vbatch.sparse as vs; "
             "m = [cupy.asarray(np.eye(n) * 4) for n in (1, 40, 300)]; "
-            "r = vbatch.posv(m, m).result(); print(r.info.tolist())")
+            "r = vbatch.posv(m, m).result(); print(r.info.tolist()); "
+            "A = sp.diags([-1.0, 4.0, -1.0], [-1, 0, 1], (50, 50)).tocsc(); "
+            "x = vs.cholesky(A, runtime=vbatch.Runtime('cuda')).solve(cupy.asarray(np.ones(50))); "
+            "assert abs(A @ x.get() - 1).max() < 1e-12")
     with tempfile.TemporaryDirectory() as cache:
         p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                            env=dict(os.environ, CUPY_CACHE_DIR=cache), timeout=300)
@@ -235,6 +239,32 @@ def test_gather_and_scatter_for_cupy_lists(cupy):
     for a, m in zip(host, mats):
         check_factor(a, m.get(), np.float64)
     assert not cupy.any(big[1::2, :]), "scatter wrote outside the strided view"
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.complex128, np.complex64])
+def test_pick_and_assemble_move_every_dtype(cupy, dtype):
+    """Backend.pick and Backend.assemble (copy.cu's pick and put): every element through the
+    index, zeros past the source's end, a strided source, more elements than the grid has
+    threads (its stride loop), an empty index; assemble zeroes the rest of its target."""
+    b = _rt().backend
+    rng = np.random.default_rng(5)
+    n = 1000
+    src = rng.standard_normal(6 * n) + (1j * rng.standard_normal(6 * n)
+                                        if np.dtype(dtype).kind == "c" else 0)
+    src = src.astype(dtype)
+    idx = rng.integers(0, n + 200, 3_000_000)  # (over 8192 blocks of 256 threads)
+    got = b.pick(cupy.asarray(src)[:2 * n:2], cupy.asarray(idx))
+    want = np.append(src[:2 * n:2], 0)[np.minimum(idx, n)]
+    assert got.dtype == dtype and np.array_equal(got.get(), want)
+    assert b.pick(cupy.asarray(src), cupy.zeros(0, np.int64)).size == 0
+    dst = cupy.full(5 * n, 7, dtype)
+    at = rng.permutation(5 * n)[:3 * n]
+    b.assemble(dst, cupy.asarray(at), cupy.asarray(src)[:6 * n:2])  # (strided values)
+    want = np.zeros(5 * n, dtype)
+    want[at] = src[:6 * n:2]
+    assert np.array_equal(dst.get(), want)
+    b.assemble(dst, cupy.zeros(0, np.int64), cupy.zeros(0, dtype))
+    assert not dst.any()
 
 
 @pytest.mark.parametrize("order", ["F", "C"])
