@@ -220,15 +220,6 @@ class Backend(ABC):
         dst.fill(0)
         dst[index] = values
 
-    def pick(self, src: Any, index: Any) -> Any:
-        """A new array: ``src[index[i]]``, or zero where ``index[i] >= src.size`` (1-D ``src``
-        and a contiguous, non-negative int64 ``index`` of this backend's kind): a sparse
-        solve's right-hand sides into its fronts (update rows start at zero) and its solution
-        out of them."""
-        ext = np.zeros(src.size + 1, dtype=src.dtype)
-        ext[:-1] = src
-        return ext.take(index)
-
     def batch_of(self, staged: Any) -> PackedBatch:
         """The packed batch behind a staged output (the runtime builds results from it)."""
         return staged

@@ -9,9 +9,8 @@
 // packed offset and leading dimension, m and n. Compiled behind the generated preamble and
 // vbatched.cuh.
 //
-// pick and put move single elements through an index (Backend.pick, Backend.assemble): the
-// sparse solve's right-hand sides into the fronts and back, the factor's values into the
-// fronts. Grid-stride loops of 256-thread blocks.
+// put moves single elements through an index (Backend.assemble: a sparse factor's values into
+// its fronts), a grid-stride loop of 256-thread blocks.
 
 namespace vb {
 
@@ -53,16 +52,6 @@ copy_matrices(const long long* tab, T* packed, int k, int row_major, int to_pack
     copy_one<T, int>(user, urs, ucs, pk, pld, (int)m, (int)n, (int)total, row_major, to_packed);
   else
     copy_one<T, long long>(user, urs, ucs, pk, pld, m, n, total, row_major, to_packed);
-}
-
-// out[i] = src[at[i]], or zero where at[i] >= n.
-template <typename T>
-__global__ void __launch_bounds__(256)
-pick(const T* src, const long long* at, long long n, long long total, T* out) {
-  for (long long i = blockIdx.x * 256LL + threadIdx.x; i < total; i += gridDim.x * 256LL) {
-    const long long a = at[i];
-    out[i] = a < n ? src[a] : T(0);
-  }
 }
 
 // out[at[i]] = v[i].

@@ -46,7 +46,7 @@ from vbatch.kernels.backend import Backend, Completion, TraceRecord
 from vbatch.kernels.cuda_build import (
     Binaries,
     copy_name,
-    move_names,
+    put_name,
     launchers,
     source_of,
     source_text,
@@ -184,24 +184,13 @@ class _Record:
                             ctypes.addressof(self.params), 0)
 
 
-# pick and put (copy.cu): Backend.pick and Backend.assemble, prebuilt with every other kernel
-# (as NVRTC source they were compiled at a process's first sparse solve), launched through the
-# driver as the plans' records are. The host's time is a launch's either way.
+# put (copy.cu): Backend.assemble, prebuilt with every other kernel (as NVRTC source it was
+# compiled at a process's first sparse factor), launched through the driver as the plans'
+# records are.
 @functools.cache
-def _move_func(dtype, put: bool, device: int) -> int:
-    name = move_names(dtype)[put]
+def _put_func(dtype, device: int) -> int:
+    name = put_name(dtype)
     return _kernel(name, source_of(name)).kernel.ptr
-
-
-def _move(dtype, put: bool, args: tuple, total: int) -> None:
-    """copy.cu's pick (``put`` False) or put on ``total`` elements of ``dtype``, on the current
-    stream; ``args``: its parameters, each a 64-bit integer (an address or a count)."""
-    func = _move_func(dtype, put, cupy.cuda.runtime.getDevice())
-    vals = (ctypes.c_int64 * len(args))(*args)
-    base = ctypes.addressof(vals)
-    params = (ctypes.c_void_p * len(args))(*range(base, base + 8 * len(args), 8))
-    driver.launchKernel(func, min(-(-total // 256), 8192), 1, 1, 256, 1, 1, 0,
-                        cupy.cuda.get_current_stream().ptr, ctypes.addressof(params), 0)
 
 
 def _issue(records: list, main, sides: list, tracer: list | None = None) -> None:
@@ -763,17 +752,6 @@ class CudaBackend(Backend):
             return tmpl, lambda: cupy.zeros(size, dt)
         return tmpl, lambda: cupy.ndarray(size, dt)
 
-    def pick(self, src, index):
-        # One kernel, where zeros, a copy into them and cupy's take took three and ~33 us of
-        # the host's time (494_bus's solve: 172 us in all; H200, 2026-11-25).
-        out = cupy.empty(index.size, dtype=src.dtype)
-        if index.size:
-            if not src.flags.c_contiguous:
-                src = cupy.ascontiguousarray(src)
-            _move(src.dtype, False, (src.data.ptr, index.data.ptr, src.size, index.size,
-                                     out.data.ptr), index.size)
-        return out
-
     def assemble(self, dst, index, values) -> None:
         # One kernel: cupy's fancy-index assignment checks and normalizes the index first
         # (several launches and ~85 us of host time for a small matrix's factor; H100,
@@ -783,8 +761,13 @@ class CudaBackend(Backend):
         if index.size:
             if not values.flags.c_contiguous:
                 values = cupy.ascontiguousarray(values)
-            _move(dst.dtype, True, (values.data.ptr, index.data.ptr, index.size, dst.data.ptr),
-                  index.size)
+            args = (ctypes.c_int64 * 4)(values.data.ptr, index.data.ptr, index.size,
+                                        dst.data.ptr)
+            base = ctypes.addressof(args)
+            params = (ctypes.c_void_p * 4)(base, base + 8, base + 16, base + 24)
+            driver.launchKernel(_put_func(dst.dtype, cupy.cuda.runtime.getDevice()),
+                                min(-(-index.size // 256), 8192), 1, 1, 256, 1, 1, 0, stream,
+                                ctypes.addressof(params), 0)
 
     @staticmethod
     def batch_of(staged: PackedBatch) -> PackedBatch:

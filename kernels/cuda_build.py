@@ -50,8 +50,7 @@ DTYPES = ("float64", "float32", "complex128", "complex64")
 REAL = ("float64", "float32")
 ORDERS = ("F", "C")
 # Kernels every op shares, by template, and the file each is in.
-SHARED = {"vb::copy_matrices": "copy.cu", "vb::pick": "copy.cu", "vb::put": "copy.cu",
-          "vb::spd_fill": "generate.cu"}
+SHARED = {"vb::copy_matrices": "copy.cu", "vb::put": "copy.cu", "vb::spd_fill": "generate.cu"}
 # The C++ type of each dtype the kernels are templated on (vbatched.cuh: vb::cx).
 _CTYPE = {"float64": "double", "float32": "float", "complex128": "vb::cx<double>",
           "complex64": "vb::cx<float>"}
@@ -87,10 +86,9 @@ def copy_name(dtype) -> str:
     return f"vb::copy_matrices<{ctype(dtype)}>"
 
 
-def move_names(dtype) -> tuple[str, str]:
-    """copy.cu's ``pick`` and ``put`` for elements of ``dtype``."""
-    T = ctype(dtype)
-    return f"vb::pick<{T}>", f"vb::put<{T}>"
+def put_name(dtype) -> str:
+    """copy.cu's ``put`` for elements of ``dtype`` (Backend.assemble)."""
+    return f"vb::put<{ctype(dtype)}>"
 
 
 def spd_fill_name(dtype) -> str:
@@ -119,7 +117,7 @@ def kernel_names(dtypes=DTYPES, nbs=None, orders=ORDERS) -> list[str]:
         widths = getattr(mod, "NB_SUPPORTED", None) if nbs is None else nbs
         out += mod.kernel_names([d for d in dtypes if d in mod.DTYPES], widths, orders)
     for dt in dtypes:
-        out += [copy_name(dt), *move_names(dt)] + ([spd_fill_name(dt)] if dt in REAL else [])
+        out += [copy_name(dt), put_name(dt)] + ([spd_fill_name(dt)] if dt in REAL else [])
     return out
 
 

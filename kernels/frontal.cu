@@ -98,6 +98,51 @@ frontal_sweep_reset(const unsigned long long* tbl, const long long* meta, const 
   }
 }
 
+// frontal_sweep_move: the solve's stacked right-hand sides into the fronts (IN: a front's
+// pivot row i from stacked row rows[i], its update rows zero) or its solution out of them (the
+// pivot rows into y), a warp a task, 8 a block; a task moves CH rows of a front from row i0
+// (up to its n rows in, its p pivot rows out). The stacked arrays are N x r row-major, tbl[5]
+// (rhs) and tbl[7] (y); tbl[6] holds each front's rows as integers in its elements' bits (int32
+// in 4-byte elements, int64 in the first 8 bytes of wider ones: ops.frontal.index_bits). extra:
+// bits 0-3, 4-7, 8-11, 12-15 the plan slots of x, rhs, rows and y; bits 16-30 r. A warp walks
+// its rows of X along the unit stride.
+template <int S> struct move_index { using type = long long; };
+template <> struct move_index<4> { using type = int; };
+
+template <typename T, bool ROW, bool IN, int CH>
+__global__ void __launch_bounds__(256)
+frontal_sweep_move(const unsigned long long* tbl, const long long* meta, const int* imeta,
+                   const int* tasks, int K, int lo, int hi, int extra) {
+  using I = typename move_index<sizeof(T)>::type;
+  constexpr int STEP = (int)(sizeof(T) / sizeof(I));
+  const int t = lo + (int)blockIdx.x * 8 + (int)threadIdx.x / 32;
+  if (t >= hi) return;
+  const int lane = (int)threadIdx.x % 32;
+  const int* row = tasks + (long long)t * VB_TASK_COLS;
+  const int q = row[0], p = row[2], i0 = row[4];
+  const int h = min(CH, (IN ? p + row[3] : p) - i0);
+  const int r = (extra >> 16) & 0x7fff;
+  const long long* mx = meta + 2LL * K * (extra & 15);
+  T* X = reinterpret_cast<T*>(tbl[2]) + mx[q];
+  const long long ldx = mx[K + q];
+  const I* at = reinterpret_cast<const I*>(reinterpret_cast<const T*>(tbl[6]) +
+                                           meta[2LL * K * ((extra >> 8) & 15) + q]);
+  T* V = reinterpret_cast<T*>(tbl[IN ? 5 : 7]) +
+         meta[2LL * K * ((extra >> (IN ? 4 : 12)) & 15)];
+  for (int e = lane; e < h * r; e += 32) {
+    const int i = i0 + (ROW ? e / r : e % h);
+    const int c = ROW ? e % r : e / h;
+    T* xe = X + (ROW ? (long long)i * ldx + c : i + (long long)c * ldx);
+    if (i < p) {
+      T* ve = V + (long long)at[(long long)i * STEP] * r + c;
+      if (IN) *xe = *ve;
+      else *ve = *xe;
+    } else if (IN) {
+      *xe = T(0);
+    }
+  }
+}
+
 // The forward sum of CH rows [a, a + h) of a front over the pivot columns of chunks [0, ncb):
 // vals[i][c] = X[a + i, c0 + c] - sum_j L[a + i, j] X[j, c0 + c]. Thread (ri, sl): row ri of the
 // rows, columns sl, sl + 4, ... of each chunk (coalesced down a column in order F). Waits for

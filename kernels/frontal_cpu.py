@@ -7,7 +7,8 @@ threads, so a launch's tasks are grouped by parent and each group goes to one th
 
 The solve's sweeps (:func:`vbatch.ops.frontal.sweep_items`) run their items one after
 another in the launch's order, which is an order where each needs only earlier ones: the
-CUDA kernel's device counters are not needed here, and the reset has nothing to do.
+CUDA kernel's device counters are not needed here, and the reset has nothing to do. The moves
+of the stacked right-hand sides in and of the solution out run a task after another too.
 
 Each thread's share of a launch is one call of a compiled loop over its tasks' entries (numba,
 releasing the GIL), reading the workspace through each front's offset and leading dimension.
@@ -26,11 +27,12 @@ import numpy as np
 from vbatch.kernels.cpu import Work, split
 from vbatch.core.jit import njit, packed, strides
 from vbatch.ops.frontal import (CHUNK, EXTEND, SWEEP_BWD, SWEEP_BWD_SMALL, SWEEP_FWD,
-                                   SWEEP_FWD_SMALL, SWEEP_RESET, SWEEP_SPLIT, TREE,
-                                   UPDATE_ROWS)
+                                   SWEEP_FWD_SMALL, SWEEP_IN, SWEEP_OUT, SWEEP_RESET,
+                                   SWEEP_SPLIT, TREE, UPDATE_ROWS)
 
 _FWD = (SWEEP_FWD, SWEEP_FWD_SMALL)  # the small subtrees' sweeps: the same items, a warp's on CUDA
 _SWEEPS = _FWD + (SWEEP_BWD, SWEEP_BWD_SMALL)
+_MOVES = (SWEEP_IN, SWEEP_OUT)  # the stacked right-hand sides in, the solution out
 
 OP = "frontal"
 
@@ -75,7 +77,7 @@ def prepare(backend, plan, launches) -> State:
     work = {}
     for lc in launches:
         sl = slice(lc.lo, lc.hi)
-        if lc.kind in _SWEEPS:  # one table, in order, on one thread
+        if lc.kind in _SWEEPS + _MOVES:  # one table, in order, on one thread
             rows = np.concatenate([t.problem[sl, None], t.args[sl]], axis=1).astype(np.int64)
             work[lc.index] = Work([rows], [])
             continue
@@ -126,6 +128,20 @@ def run(backend, ex, lc, whole: bool, tasks: list) -> None:
         for rows in tasks:
             (_forward if lc.kind in _FWD else _backward)(*fronts, *x, *rel, rows, r,
                                                          CHUNK, UPDATE_ROWS)
+        return
+    if lc.kind in _MOVES:
+        x = packed(ex.buffers["x"].batch)
+        into = lc.kind == SWEEP_IN
+        v = ex.buffers["rhs" if into else "y"].batch
+        rows_b = ex.buffers["rows"].batch
+        # (rows' integers in its elements' bits: ops.frontal.index_bits)
+        it = np.int32 if rows_b.data.dtype.itemsize == 4 else np.int64
+        bits = rows_b.data.view(it)
+        step = rows_b.data.dtype.itemsize // np.dtype(it).itemsize
+        r = int(ex.buffers["x"].batch.n[0])
+        for rows in tasks:
+            _move(*x, v.data, int(v.offset[0]), bits, np.asarray(rows_b.offset, np.int64),
+                  step, rows, r, CHUNK, into)
         return
     if lc.kind == SWEEP_RESET:
         return
@@ -211,6 +227,29 @@ def _item(rows, t, lld, lcol, xld, xcol):
     li, lj = strides(lld, lcol, q, False)
     xi, xj = strides(xld, xcol, q, False)
     return q, par, p, u, max(i0, 0), i0 < 0, li, lj, xi, xj
+
+
+@njit(cache=True, nogil=True)
+def _move(x, xoff, xld, xcol, v, voff, bits, ioff, step, rows, r, ch, into):
+    """Each task ``(front, parent, p, u, i0, ...)``: ``into``, rows ``[i0, i0 + ch)`` of the
+    front's X from the stacked ``v`` (N x r row-major from ``voff``): pivot row i from
+    stacked row ``bits[step * (ioff[q] + i)]``, an update row zero; else its pivot rows among
+    them into ``v``."""
+    for t in range(rows.shape[0]):
+        q, p, u, i0 = rows[t, 0], rows[t, 2], rows[t, 3], rows[t, 4]
+        xi, xj = strides(xld, xcol, q, False)
+        xb = xoff[q]
+        for i in range(i0, min(i0 + ch, p + u if into else p)):
+            if i < p:
+                g = voff + np.int64(bits[step * (ioff[q] + i)]) * r
+                for c in range(r):
+                    if into:
+                        x[xb + i * xi + c * xj] = v[g + c]
+                    else:
+                        v[g + c] = x[xb + i * xi + c * xj]
+            else:
+                for c in range(r):
+                    x[xb + i * xi + c * xj] = 0
 
 
 @njit(cache=True, nogil=True)

@@ -7,7 +7,9 @@ The kernels are in ``frontal.cu`` beside this file. The extend-add: a block per 
 plan's tables. The solve's sweeps: a block per item (256 threads), ``extra`` the slots of ``l``,
 ``rel``, ``x`` and the scratch, and the column count; the small subtrees' sweeps: a warp per
 front, 8 a block, each warp taking fronts until none is left (so the blocks past those that fit
-on the GPU at once find none and exit); the reset: a thread per front.
+on the GPU at once find none and exit); the reset: a thread per front; the moves of the
+stacked right-hand sides in and of the solution out: a warp per CHUNK rows of a front, 8 a
+block.
 """
 
 from __future__ import annotations
@@ -17,13 +19,14 @@ import numpy as np
 from vbatch.kernels.blas_cuda import Selection  # the launch record every launcher returns
 from vbatch.kernels.cuda_build import ctype
 from vbatch.ops.frontal import (CHUNK, EXTEND, SMALL_FRONT, SWEEP_BWD, SWEEP_BWD_SMALL,
-                                   SWEEP_FWD, SWEEP_FWD_SMALL, SWEEP_RESET, SWEEP_SPLIT, TREE,
-                                   TREE_CLASSES, UPDATE_ROWS)
+                                   SWEEP_FWD, SWEEP_FWD_SMALL, SWEEP_IN, SWEEP_OUT, SWEEP_RESET,
+                                   SWEEP_SPLIT, TREE, TREE_CLASSES, UPDATE_ROWS)
 
 OP = "frontal"
 SOURCE = "frontal.cu"
 TEMPLATES = ("vb::frontal_extend_add", "vb::frontal_sweep", "vb::frontal_sweep_small",
-             "vb::frontal_sweep_reset", "vb::frontal_tree", "vb::frontal_tree_smem")
+             "vb::frontal_sweep_reset", "vb::frontal_sweep_move", "vb::frontal_tree",
+             "vb::frontal_tree_smem")
 DTYPES = ("float64", "float32")
 ORDERS = ("F", "C")
 NB_SUPPORTED = None
@@ -73,9 +76,10 @@ def plan_defaults(dtype) -> dict:
 
 
 def section(names: tuple[str, ...]) -> list[str]:
-    """This family's part of the per-call pointer table (frontal.cu reads tbl[0..4]; the
-    factorization has no ``x``: its entry is null)."""
-    return ["l", "rel", "x", "sync", "info"]
+    """This family's part of the per-call pointer table (frontal.cu reads tbl[0..7]; an
+    absent buffer's entry is null: the factorization's ``x``, a solve's ``rhs`` and ``rows``
+    where it was given none)."""
+    return ["l", "rel", "x", "sync", "info", "rhs", "rows", "y"]
 
 
 def extend_name(T: str, order: str) -> str:
@@ -174,6 +178,11 @@ def reset_name(T: str) -> str:
     return f"vb::frontal_sweep_reset<{T}>"
 
 
+def move_name(T: str, order: str, into: bool) -> str:
+    row = "true" if order == "C" else "false"
+    return f"vb::frontal_sweep_move<{T},{row},{'true' if into else 'false'},{CHUNK}>"
+
+
 def kernel_names(dtypes=DTYPES, nbs=None, orders=ORDERS) -> list[str]:
     out = []
     for dt in dtypes:
@@ -182,6 +191,7 @@ def kernel_names(dtypes=DTYPES, nbs=None, orders=ORDERS) -> list[str]:
             out.append(extend_name(T, o))
             out += [sweep_name(T, o, fw, rc) for fw in (True, False) for rc in RHS_PASSES]
             out += [sweep_small_name(T, o, fw) for fw in (True, False)]
+            out += [move_name(T, o, into) for into in (True, False)]
             out += [tree_name(T, o, c) for c in TREE_CLASSES]
         out.append(reset_name(T))
     return out
@@ -190,6 +200,12 @@ def kernel_names(dtypes=DTYPES, nbs=None, orders=ORDERS) -> list[str]:
 def selection(lc, plan, dtype, layouts: dict, config) -> Selection:
     T = ctype(dtype)
     a = plan.tasks.args[lc.lo:lc.hi]
+    if lc.kind in (SWEEP_IN, SWEEP_OUT):
+        slot = {name: plan.buffers.index(name) for name in ("x", "rhs", "rows", "y")}
+        r = int(plan.tasks.width[lc.lo])
+        extra = slot["x"] | slot["rhs"] << 4 | slot["rows"] << 8 | slot["y"] << 12 | r << 16
+        return Selection(move_name(T, layouts["x"], lc.kind == SWEEP_IN), (-(-lc.count // 8),),
+                         (256,), 0, extra, SOURCE)
     if lc.kind in (SWEEP_FWD, SWEEP_BWD, SWEEP_RESET, SWEEP_FWD_SMALL, SWEEP_BWD_SMALL):
         # (the factor's plan has no x: only the reset of its tree counters comes here)
         slot = {name: plan.buffers.index(name) if name in plan.buffers else 0

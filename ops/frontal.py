@@ -35,7 +35,11 @@ backward sweep (roots first) over every front of the batch, each one launch of i
 for each other on device counters (:func:`sweep_items`, ``TaskKind.ordered``), not a chain of
 launches as deep as the trees; with many fronts in small subtrees, those take a launch of
 their own in each sweep (``SWEEP_SPLIT``). The CPU backend runs a sweep's items one after
-another in the same order.
+another in the same order. Given the stacked right-hand sides ``rhs`` and each pivot row's row
+in them (``rows``), the solve's graph also moves them into the fronts first (``sweep_in``) and
+the solution out into ``y`` last (``sweep_out``), so a solve is one graph, no gathers beside
+it. ``rows`` holds integers in the bits of its elements (:func:`index_bits`): they index rows
+up to the whole system's order, past where float32 is exact.
 """
 
 from __future__ import annotations
@@ -60,6 +64,7 @@ EXTEND = "frontal.extend_add"  # the launch kinds
 TREE = "frontal.tree"
 SWEEP_RESET, SWEEP_FWD, SWEEP_BWD = "frontal.sweep_reset", "frontal.sweep_fwd", "frontal.sweep_bwd"
 SWEEP_FWD_SMALL, SWEEP_BWD_SMALL = "frontal.sweep_fwd_small", "frontal.sweep_bwd_small"
+SWEEP_IN, SWEEP_OUT = "frontal.sweep_in", "frontal.sweep_out"
 # Positions travel as floats (module docstring): exact below 2^24 in float32.
 MAX_FRONT = 1 << 24
 # The solve's items (frontal_solve_graph): pivot rows an item solves (the diagonal block the CUDA
@@ -187,6 +192,19 @@ def _sweep_kind(name: str, which: str) -> TaskKind:
     ), (name,))
 
 
+def _move_traffic(args, rows, cols, width):
+    return 2.0 * rows * width
+
+
+SWEEP_IN_KIND, SWEEP_OUT_KIND = (register(TaskKind(
+    name=name, op="frontal", args=("parent", "p", "u", "i0", "need"), window=_one_window,
+    launches=single(name), flops=_no_flops, traffic=_move_traffic,
+    doc=f"{what}: rows [i0, i0 + {CHUNK}) of front f (args as the sweeps' items; rows: "
+        "those it moves; width: r)",
+), (name,)) for name, what in (
+    (SWEEP_IN, "the right-hand sides from the stacked ones (pivot rows through rows, update "
+               "rows zero)"),
+    (SWEEP_OUT, "the solution's pivot rows into the stacked solution y")))
 SWEEP_FWD_KIND = _sweep_kind(SWEEP_FWD, "forward")
 SWEEP_BWD_KIND = _sweep_kind(SWEEP_BWD, "backward")
 SWEEP_FWD_SMALL_KIND = _sweep_kind(SWEEP_FWD_SMALL, "forward (small subtrees')")
@@ -332,11 +350,13 @@ def _sig(req) -> tuple:
 @dataclass(frozen=True)
 class FrontalResult:
     """``fronts``: the factored workspace (``a`` itself); ``info``: per front, LAPACK's (the
-    column of that front, 1-based, whose pivot was not positive)."""
+    column of that front, 1-based, whose pivot was not positive). From ``frontal_solve``:
+    ``fronts`` is ``x``, and ``solution`` the stacked solution ``y``."""
 
     fronts: Any
     info: np.ndarray
     plan: Any
+    solution: Any = None  # frontal_solve's stacked solution y (given rhs; else empty)
 
     ok = CholeskyResult.ok
     failed = CholeskyResult.failed
@@ -363,9 +383,19 @@ class FrontalSolveRequest(FrontalRequest):
     ``x`` holds each front's right-hand sides (``n_f x r``; the pivot rows hold b's entries,
     the update rows zeros) and comes back holding the solution in its pivot rows (its update
     rows hold the parent's solution at those rows). ``sync`` is the op's own scratch (the
-    sweeps' counters, a new buffer each call): leave it unset."""
+    sweeps' counters, a new buffer each call): leave it unset.
+
+    ``rhs`` and ``rows`` (together, or neither): the right-hand sides of the whole system,
+    stacked, ``N x r`` row-major in problem 0 of ``rhs`` (an ``N r x 1`` column; every other
+    problem ``0 x 0``), and per front the row of each pivot row in them (a ``p_f x 1`` column,
+    order F, integers held as :func:`index_bits` writes them: every row of ``rhs`` once). With
+    them, ``x``'s entries are not read: the graph fills it from ``rhs`` (zeros in the update
+    rows), and the solution comes back stacked as ``rhs`` is, in the new output ``y``."""
 
     x: Any
+    rhs: Any = None
+    rows: Any = None
+    y: Any = None  # the stacked solution, a new output (with rhs)
 
     @model_validator(mode="after")
     def _rhs(self) -> "FrontalSolveRequest":
@@ -385,7 +415,66 @@ class FrontalSolveRequest(FrontalRequest):
                                      "solve reads both in one layout")])
         if len(x.n) and x.n[0] > MAX_RHS:
             raise InputError([(None, f"x: {x.n[0]} columns, at most {MAX_RHS}")])
+        if self.y is not None:
+            raise InputError([(None, "y is the op's output: leave it unset")])
+        self._stacked()
         return self
+
+    def _stacked(self) -> None:
+        """rhs and rows: present together, shaped as the docstring says, rows a permutation
+        (its values read here, once per validated call: a replay is not validated)."""
+        rhs, rows = self.rhs, self.rows
+        if rhs is None and rows is None:
+            return
+        if rhs is None or rows is None:
+            raise InputError([(None, "rhs and rows come together")])
+        for name, b in (("rhs", rhs), ("rows", rows)):
+            if not isinstance(b, PackedBatch):
+                raise InputError([(None, f"{name}: expected a vbatch.PackedBatch, got "
+                                         f"{type(b).__name__}")])
+        together(a=self.a, rhs=rhs, rows=rows)
+        k, p = self.a.k, self.npiv
+        N, r = int(p.sum()), int(self.x.n[0]) if k else 0
+        problems = [(int(i), f"rows is {rows.m[i]} x {rows.n[i]}, expected {p[i]} x 1")
+                    for i in np.flatnonzero((rows.m != p) | (rows.n != 1))]
+        wm, wn = np.zeros(k, np.int64), np.zeros(k, np.int64)
+        wm[:1], wn[:1] = N * r, 1
+        problems += [(int(i), f"rhs is {rhs.m[i]} x {rhs.n[i]}, expected {wm[i]} x {wn[i]}")
+                     for i in np.flatnonzero((rhs.m != wm) | (rhs.n != wn))]
+        if rows.order != "F":
+            problems.append((None, "rows must be order F"))
+        if problems:
+            raise InputError(problems)
+        data = rows.data.get() if rows.kind == "cupy" else np.asarray(rows.data)
+        at = np.repeat(rows.offset - np.cumsum(p) + p, p) + np.arange(N)
+        got = bits_index(data)[at] if N else np.zeros(0, np.int64)
+        if not np.array_equal(np.sort(got), np.arange(N)):
+            raise InputError([(None, f"rows: not a permutation of the {N} stacked rows")])
+
+
+def index_bits(idx, dtype) -> np.ndarray:
+    """Non-negative integers ``idx`` as an array of ``dtype`` holding them in its elements'
+    bits (the solve's ``rows``): int32 in 4-byte elements, int64 in the first 8 bytes of wider
+    ones. The kernels read them back so; no arithmetic ever touches them."""
+    dt = np.dtype(dtype)
+    it = np.dtype(np.int32 if dt.itemsize == 4 else np.int64)
+    out = np.zeros(len(idx), dt)
+    out.view(it)[::dt.itemsize // it.itemsize] = idx
+    return out
+
+
+def bits_index(values: np.ndarray) -> np.ndarray:
+    """The integers :func:`index_bits` put in ``values`` (a contiguous host array), as int64."""
+    it = np.dtype(np.int32 if values.dtype.itemsize == 4 else np.int64)
+    return values.view(it)[::values.dtype.itemsize // it.itemsize].astype(np.int64)
+
+
+def _solution_shape(req) -> tuple:
+    """``y``: ``rhs``'s sizes (empty without it)."""
+    if req.rhs is None:
+        k = req.a.k
+        return np.zeros(k, np.int64), np.zeros(k, np.int64)
+    return req.rhs.m, req.rhs.n
 
 
 def _sync_shape(req) -> tuple:
@@ -576,14 +665,37 @@ def frontal_solve_graph(req: FrontalSolveRequest, opts: dict) -> TaskGraph:
     for a_, b_ in ((fwd[kf == 1], fwd[kf == 2]), (bwd[kb == 3], bwd[kb == 4])):
         if len(a_) and len(b_):
             edges.append(np.stack([np.full(len(b_), a_[0]), b_], 1))
-    return TaskGraph(kinds=(SWEEP_RESET_KIND, SWEEP_FWD_SMALL_KIND, SWEEP_FWD_KIND,
-                            SWEEP_BWD_KIND, SWEEP_BWD_SMALL_KIND), kind=kind,
-                     problem=problem, args=a, rows=rows, cols=cols, width=width,
-                     edges=np.concatenate(edges), k=k)
+    kinds = (SWEEP_RESET_KIND, SWEEP_FWD_SMALL_KIND, SWEEP_FWD_KIND, SWEEP_BWD_KIND,
+             SWEEP_BWD_SMALL_KIND)
+    if req.rhs is not None:
+        # The moves, a task per CHUNK rows of a front (a warp's each on CUDA: a front's rows in
+        # one task made a chain of dependent loads as long as the front). Every move in before
+        # the reset (so before every forward item, whose levels the planner pins to their
+        # lowest), every move out after the first item of the last backward launch.
+        fi = np.repeat(np.arange(k), -(-n // CHUNK))  # (in: every row; out: the pivot rows)
+        fo = np.repeat(np.arange(k), -(-p // CHUNK))
+        chunk = [np.arange(len(f)) - np.repeat(np.cumsum(c) - c, c) for f, c in (
+            (fi, -(-n // CHUNK)), (fo, -(-p // CHUNK)))]
+        tin = len(kind) + np.arange(len(fi))
+        tout = len(kind) + len(fi) + np.arange(len(fo))
+        last = bwd[kb == 4][0] if (kb == 4).any() else bwd[0]
+        kind = np.concatenate([kind, np.full(len(fi), 5, np.int8), np.full(len(fo), 6, np.int8)])
+        problem = np.concatenate([problem, fi, fo])
+        zi, zo = np.zeros(len(fi), np.int64), np.zeros(len(fo), np.int64)
+        a = np.concatenate([a, args(fi, chunk[0] * CHUNK, zi), args(fo, chunk[1] * CHUNK, zo)])
+        rows = np.concatenate([rows, np.minimum(CHUNK, n[fi] - chunk[0] * CHUNK),
+                               np.minimum(CHUNK, p[fo] - chunk[1] * CHUNK)]).astype(np.int64)
+        cols = np.concatenate([cols, zi, zo])
+        width = np.full(len(kind), r, np.int64)
+        edges += [np.stack([tin, np.zeros(len(tin), np.int64)], 1),
+                  np.stack([np.full(len(tout), last), tout], 1)]
+        kinds += (SWEEP_IN_KIND, SWEEP_OUT_KIND)
+    return TaskGraph(kinds=kinds, kind=kind, problem=problem, args=a, rows=rows, cols=cols,
+                     width=width, edges=np.concatenate(edges), k=k)
 
 
 def _solve_sig(req) -> tuple:
-    return _sig(req) + (req.x.n.tobytes(),)
+    return _sig(req) + (req.x.n.tobytes(), req.rhs is not None)
 
 
 FRONTAL_SOLVE_OP = register_op(Op(
@@ -591,10 +703,13 @@ FRONTAL_SOLVE_OP = register_op(Op(
     buffers=(Buffer("l", "a"), Buffer("rel", "rel"), Buffer("b", "x"),
              Buffer("x", "x", output=True), Buffer("sync_in", "sync"),
              # (complete: the reset, the graph's first launch, zeroes every counter it reads)
-             Buffer("sync", "sync", output=True, shape=_sync_shape, form="x", complete=True)),
+             Buffer("sync", "sync", output=True, shape=_sync_shape, form="x", complete=True),
+             Buffer("rhs", "rhs"), Buffer("rows", "rows"),
+             # (complete: the out tasks write every row, rows being a permutation)
+             Buffer("y", "y", output=True, shape=_solution_shape, form="x", complete=True)),
     graph=frontal_solve_graph, signature=_solve_sig,
-    result=lambda outs, info, plan: FrontalResult(outs["x"], info, plan),
-    returns=(("fronts", "x"),),
+    result=lambda outs, info, plan: FrontalResult(outs["x"], info, plan, outs["y"]),
+    returns=(("fronts", "x"), ("solution", "y")),
     families=("frontal",),
     doc="the multifrontal solve: a forward and a backward sweep over the fronts, one graph",
 ))

@@ -26,7 +26,7 @@ from vbatch.sparse.analysis import (
     analyze,
     lower_triangle,
 )
-from vbatch.ops.frontal import FRONTAL_OP, FRONTAL_SOLVE_OP
+from vbatch.ops.frontal import FRONTAL_OP, FRONTAL_SOLVE_OP, index_bits
 
 
 def _lower(A: Any, i: int, dtype) -> Lower:
@@ -179,7 +179,7 @@ class Factor:
             values = np.concatenate(values)
         self._rt.backend.assemble(self._work.data, self._amap,
                                   xp.asarray(values).astype(self.dtype, copy=False))
-        res = self._submit(FRONTAL_OP, None).result()
+        res = self._submit(FRONTAL_OP).result()
         self.info = self._matrix_info(res.info)
         # the rows every solve sets to NaN (a failed matrix's), or None: found once here, not
         # on each solve's path (numpy's any() is ~3 us of a small solve's host time)
@@ -187,23 +187,24 @@ class Factor:
                           if self.info.any() else None)
         self.stats.factor_s = time.perf_counter() - t0
 
-    def _submit(self, op, x):
-        """Run ``op`` over this factor's fronts (and right-hand sides ``x``) as a prepared
-        call, made on the first run: every operand but ``x`` is this factor's own and never
-        changes, and ``x`` is always a twin (``with_data``) of one layout per column count, so
-        a later run replays it (no validation, no staging). Validating a request of 40,000
-        fronts costs milliseconds, and a small matrix's whole factorization is a fraction of
-        one on the GPU."""
+    def _submit(self, op, **operands):
+        """Run ``op`` over this factor's fronts (and, for the solve, ``operands``: the
+        workspace ``x``, the stacked right-hand sides ``rhs`` and their ``rows``) as a prepared
+        call, made on the first run: every other operand is this factor's own and never
+        changes, ``rows`` neither per column count, and ``x`` and ``rhs`` are always twins
+        (``with_data``) of one layout per column count, so a later run replays it (no
+        validation, no staging). Validating a request of 40,000 fronts costs milliseconds, and
+        a small matrix's whole factorization is a fraction of one on the GPU."""
+        x = operands.get("x")
         key = (op.name, None if x is None else int(x.n[0]) if x.k else 0)
         p = self._prepared.get(key)
         if p is None:
-            fields = dict(a=self._work, rel=self._rel, parent=self._parent, npiv=self._width,
-                          overwrite=True)
-            if x is not None:
-                fields["x"] = x
-            p = self._prepared[key] = self._rt.prepare(op, **fields)
+            p = self._prepared[key] = self._rt.prepare(
+                op, a=self._work, rel=self._rel, parent=self._parent, npiv=self._width,
+                overwrite=True, **operands)
             return p.run()
-        return p.run() if x is None else p.run(x=x)
+        operands.pop("rows", None)
+        return p.run(**operands)
 
     def _matrix_info(self, finfo: np.ndarray) -> np.ndarray:
         info = np.zeros(len(self.analyses), np.int64)
@@ -346,14 +347,13 @@ class Factor:
         failed matrices NaN."""
         N = int(self._row0[-1])
         if r:
-            tmpl, into, back = self._layout(r, xp)
-            # b's entries (and zeros, for the fronts' update rows) into the workspace, and the
-            # solution out of it, as one gather each (Backend.pick): fancy-index assignments
-            # cost ~85 us each with cupy (494_bus, H100, 2026-11-25)
-            pick = self._rt.backend.pick
-            data = pick(src, into)
-            self._submit(FRONTAL_SOLVE_OP, tmpl.with_data(data)).result()
-            sol = pick(data, back).reshape(N, r)
+            # (the solve's graph moves src into the fronts and the solution out: no gathers
+            # beside it, each a launch and ~5 us of the host's time)
+            tmpl, stacked, rows = self._layout(r, xp)
+            x = tmpl.with_data(xp.empty(tmpl.data.size, dtype=self.dtype))
+            res = self._submit(FRONTAL_SOLVE_OP, x=x, rhs=stacked.with_data(
+                xp.ascontiguousarray(src)), rows=rows).result()
+            sol = res.solution.data.reshape(N, r)  # (problem 0 holds it all: no padding)
         else:
             sol = xp.zeros((N, 0), dtype=self.dtype)
         if self._nan_rows is not None:  # one assignment: the rows of every failed matrix
@@ -395,31 +395,29 @@ class Factor:
         return a
 
     def _layout(self, r: int, xp):
-        """Each front's ``n_f x r`` right-hand sides, column-major, back to back (made once
-        per column count, and reused through with_data, so that its plan, device tables and
-        CUDA graph are found again), and two maps: ``into``, for each workspace entry, the
-        entry of the stacked ``(N, r)`` right-hand sides it starts as (``N * r``: a zero, for
-        update rows), and ``back``, for each entry of the ``(N, r)`` solution, the workspace
-        entry holding it. The pivot rows of front f are its rows 0..w-1."""
+        """The solve's operands for ``r`` columns (made once per column count, and reused
+        through with_data, so that its plan, device tables and CUDA graph are found again):
+        the fronts' workspace ``x`` (each front's ``n_f x r`` block, column-major, back to
+        back), the stacked right-hand sides (``N x r`` row-major, all in problem 0) and
+        ``rows``, each front's pivot rows' rows in them (the pivot rows of front f are the
+        global permuted rows from ``_first[f]``; ``_gperm`` maps those to stacked rows)."""
         hit = self._layouts.get(r)
         if hit is None:
-            size = self._size
-            off = np.zeros(len(size), np.int64)
+            size, k = self._size, len(self._size)
+            off = np.zeros(k, np.int64)
             np.cumsum(size[:-1] * r, out=off[1:])
-            total = int(size.sum()) * r
-            tmpl = PackedBatch(data=xp.zeros(total, dtype=self.dtype), m=size,
-                               n=np.full(len(size), r, np.int64), offset=off, ld=size,
-                               order="F")
-            f = np.repeat(np.arange(len(size)), self._width)  # the front of each global row
-            base = off[f] + np.arange(len(f)) - self._first[f]
-            idx = base[:, None] + np.arange(r)[None, :] * size[f][:, None]  # (N, r)
-            gperm = np.asarray(self._gperm, np.int64)
-            src = gperm[:, None] * r + np.arange(r)[None, :]  # stacked entry of (g, c)
-            into = np.full(total, len(gperm) * r, np.int64)
-            into[idx.reshape(-1)] = src.reshape(-1)
-            back = np.empty(len(gperm) * r, np.int64)
-            back[src.reshape(-1)] = idx.reshape(-1)
-            hit = self._layouts[r] = (tmpl, xp.asarray(into), xp.asarray(back))
+            tmpl = PackedBatch(data=xp.zeros(int(size.sum()) * r, dtype=self.dtype), m=size,
+                               n=np.full(k, r, np.int64), offset=off, ld=size, order="F")
+            N = len(self._gperm)
+            m, c = np.zeros(k, np.int64), np.zeros(k, np.int64)
+            m[:1], c[:1] = N * r, 1  # (the other problems 0 x 0: no padding)
+            stacked = PackedBatch(data=xp.zeros(N * r, dtype=self.dtype), m=m, n=c,
+                                  offset=np.zeros(k, np.int64), ld=np.maximum(m, 1), order="F")
+            rows = PackedBatch(data=xp.asarray(index_bits(self._gperm, self.dtype)),
+                               m=self._width, n=np.ones(k, np.int64),
+                               offset=np.asarray(self._first, np.int64),
+                               ld=np.maximum(self._width, 1), order="F")
+            hit = self._layouts[r] = (tmpl, stacked, rows)
         return hit
 
     def _height(self) -> int:

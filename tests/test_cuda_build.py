@@ -269,14 +269,14 @@ def test_kernel_names_is_the_whole_set_once():
     # Per dtype and order: 7 fused, 3 update, trsm for each nb; 3 update_mma in float64;
     # then schur and small_step, one per register width up to the type's SMALL_NBMIN and one
     # for every width from it (float64: 8, 16, 24, 32 alone; the others 8 and 16 alone, 16-32);
-    # per dtype, copy, pick, put and spd_fill (no spd_fill for the complex types: it makes real
-    # SPD batches).
+    # per dtype, copy, put and spd_fill (no spd_fill for the complex types: it makes real SPD
+    # batches).
     per_nb = {"float64": 7 + 3 + 3 + 1, "float32": 7 + 3 + 1, "complex128": 7 + 3 + 1,
               "complex64": 7 + 3 + 1}
     nbs = len(sel.NB_SUPPORTED)
     smalls = {"float64": 4, "float32": 3, "complex128": 3, "complex64": 3}
     want = sum(2 * (nbs * per_nb[dt] + 1 + smalls[dt]) for dt in sel.DTYPES) \
-        + 3 * len(build.DTYPES) + len(build.REAL)
+        + 2 * len(build.DTYPES) + len(build.REAL)
     # The blas family, per dtype (no order or panel width: its kernels read layouts at run
     # time): two GEMM tiles, the diagonal kernel per unrolled width (solve and product), the
     # copy, the whole-triangle solve per column count with X in global memory, and in shared
@@ -287,13 +287,13 @@ def test_kernel_names_is_the_whole_set_once():
         + len(blas.TRSV_XS_DTYPES) * len(blas.TRSV_COLS) \
         + 4 * len(blas.MMA_TILES) + 4 * len(blas.SIMT_TILES)
     # The frontal family (vbatch.sparse): per dtype and order, the extend-add, the solve's
-    # two sweeps for each width of a pass, the small subtrees' two and the factor's tree
-    # kernel for each size class;
+    # two sweeps for each width of a pass, the small subtrees' two, its moves in and out and
+    # the factor's tree kernel for each size class;
     # per dtype, the counters' reset.
     from vbatch.ops.frontal import TREE_CLASSES
 
-    want += len(frontal.DTYPES) * (2 * (1 + 2 * len(frontal.RHS_PASSES) + 2 + len(TREE_CLASSES))
-                                   + 1)
+    want += len(frontal.DTYPES) * (2 * (1 + 2 * len(frontal.RHS_PASSES) + 2 + 2
+                                        + len(TREE_CLASSES)) + 1)
     # The getrf family, per dtype, order and pivoting: the factor kernel per thread count (the
     # panel in shared memory or not), the warp factor per width bucket, and the rows kernel
     # (that order's) per panel width; the register-row block factor per width bucket and warp

@@ -16,7 +16,7 @@ import pytest
 import scipy.sparse as sp
 
 from conftest import DEVICES
-from vbatch import InputError, Runtime
+from vbatch import InputError, PackedBatch, Runtime
 
 sparse = pytest.importorskip("vbatch.sparse")  # numba and pymetis: the test extra has them
 
@@ -870,16 +870,41 @@ def sweep_tree(rng, dtype):
     return n, p, parent, fronts, rel
 
 
+def stacked_operands(rng, p, piv) -> tuple[dict, np.ndarray]:
+    """frontal_solve's ``rhs`` and ``rows`` for the fronts' pivot rows ``piv`` (``N x r``, in
+    front order), stacked in a shuffled order, and that order: pivot row j is stacked row
+    ``order[j]``."""
+    from vbatch.ops.frontal import index_bits
+
+    N, r = piv.shape
+    k = len(p)
+    order = rng.permutation(N)  # pivot row j of the fronts is stacked row order[j]
+    b = np.empty_like(piv)
+    b[order] = piv
+    m, c = np.zeros(k, np.int64), np.zeros(k, np.int64)
+    m[0], c[0] = N * r, 1
+    one = np.ones(k, np.int64)
+    rhs = PackedBatch(data=b.reshape(-1), m=m, n=c, offset=np.zeros(k, np.int64),
+                      ld=np.maximum(m, 1), order="F")
+    start = np.cumsum(p) - p
+    rows = PackedBatch(data=index_bits(order, piv.dtype), m=np.asarray(p, np.int64), n=one,
+                       offset=start, ld=np.maximum(p, 1), order="F")
+    return {"rhs": rhs, "rows": rows}, order
+
+
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("order", ["F", "C"])
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 @pytest.mark.parametrize("r", [1, 5])
 @pytest.mark.parametrize("split", [None, 0])
-def test_frontal_solve_sweeps(device, order, dtype, r, split):
+@pytest.mark.parametrize("stacked", [False, True])
+def test_frontal_solve_sweeps(device, order, dtype, r, split, stacked):
     """The solve's sweeps against the numpy reference on fronts that split into several items
     (sweep_tree), with one and with five right-hand sides (two passes of four); with the
     small subtrees' fronts in the other items' launches (the default, for so few) and in
-    launches of their own (``sweep_split`` 0)."""
+    launches of their own (``sweep_split`` 0); ``stacked``: the right-hand sides given as the
+    stacked rows ``rhs`` in a shuffled order (``rows``), moved in and out by the solve's graph
+    (x holds NaN, which it must not read), the solution read from ``y``."""
     from vbatch.core.batch import pack
     from vbatch.ops.frontal import solve_reference
 
@@ -892,22 +917,90 @@ def test_frontal_solve_sweeps(device, order, dtype, r, split):
     a = pack([f.copy() for f in fronts], order=order)
     rr = pack([x.reshape(-1, 1).astype(dtype) for x in rel], order="F")
     x = pack([v.copy() for v in rhs], order=order)
+    more = {}
+    w = np.concatenate([want[f][: p[f]] for f in range(len(n))])
+    if stacked:
+        x = x.with_data(np.full(x.data.shape, np.nan, dtype))
+        more, order = stacked_operands(rng, p, np.concatenate([v[: p[f]]
+                                                               for f, v in enumerate(rhs)]))
     if device == "cuda":
         import cupy
 
         a, rr, x = (b.with_data(cupy.asarray(b.data)) for b in (a, rr, x))
+        more = {k: b.with_data(cupy.asarray(b.data)) for k, b in more.items()}
     rt = Runtime(device, kernel_options={} if split is None else {"sweep_split": split})
     plan = rt.plan_for("frontal_solve", a=a, rel=rr, parent=parent, npiv=p, x=x,
-                       overwrite=True)
-    assert len(plan.launches) == (3 if split is None else 5)
-    got = rt.submit("frontal_solve", a=a, rel=rr, parent=parent, npiv=p, x=x,
-                    overwrite=True).result().fronts
+                       overwrite=True, **more)
+    assert len(plan.launches) == (3 if split is None else 5) + 2 * stacked
+    res = rt.submit("frontal_solve", a=a, rel=rr, parent=parent, npiv=p, x=x,
+                    overwrite=True, **more).result()
     eps = float(np.finfo(dtype).eps)
-    g = np.concatenate([host(got.matrix(f))[: p[f]].astype(np.float64) for f in range(len(n))])
-    w = np.concatenate([want[f][: p[f]] for f in range(len(n))])
+    if stacked:  # (y's rows in rhs's order: back to the fronts' through rows)
+        g = host(res.solution.data).reshape(-1, r)[order].astype(np.float64)
+    else:
+        got = res.fronts
+        g = np.concatenate([host(got.matrix(f))[: p[f]].astype(np.float64)
+                            for f in range(len(n))])
     assert np.isfinite(g).all()
     err = np.linalg.norm(g - w) / np.linalg.norm(w)
     assert err <= 10 * n.max() * eps, f"{err:.3g}"
+
+
+@pytest.mark.parametrize("policy", ["dsse", "ssde"])
+@pytest.mark.parametrize("split", [None, 0])
+def test_frontal_solve_moves_are_a_launch_each_way(policy, split):
+    """Given rhs and rows, the solve's graph adds one launch of moves in, first, and one of
+    moves out, last (a task per 64 rows of a front: 54 in, 37 out on sweep_tree), under
+    either policy, the small subtrees' fronts in launches of their own or not."""
+    from vbatch.core.batch import pack
+
+    rng = np.random.default_rng(11)
+    n, p, parent, fronts, rel = sweep_tree(rng, np.float64)
+    a = pack(fronts)
+    rr = pack([x.reshape(-1, 1).astype(np.float64) for x in rel], order="F")
+    x = pack([np.zeros((k, 3)) for k in n])
+    more, _ = stacked_operands(rng, p, np.zeros((int(p.sum()), 3)))
+    rt = Runtime("cpu", policy=policy, kernel_options={} if split is None else
+                 {"sweep_split": split})
+    plan = rt.plan_for("frontal_solve", a=a, rel=rr, parent=parent, npiv=p, x=x,
+                       overwrite=True, **more)
+    sweeps = ["frontal.sweep_fwd", "frontal.sweep_bwd"] if split is None else [
+        "frontal.sweep_fwd_small", "frontal.sweep_fwd", "frontal.sweep_bwd",
+        "frontal.sweep_bwd_small"]
+    assert [lc.kind for lc in plan.launches] == [
+        "frontal.sweep_in", "frontal.sweep_reset", *sweeps, "frontal.sweep_out"]
+    assert plan.launches[0].count == (-(-n // 64)).sum() == 54
+    assert plan.launches[-1].count == (-(-p // 64)).sum() == 37
+
+
+def test_frontal_solve_stacked_operands_are_checked():
+    """rhs and rows: together or not at all, shaped as the fronts need, rows a permutation of
+    the stacked rows; y is the op's own output."""
+    from vbatch.core.batch import pack
+    from vbatch.ops.frontal import index_bits
+
+    rng = np.random.default_rng(3)
+    n, p, parent, fronts, rel = sweep_tree(rng, np.float64)
+    base = dict(a=pack(fronts), rel=pack([x.reshape(-1, 1).astype(np.float64) for x in rel],
+                                         order="F"),
+                parent=parent, npiv=p, x=pack([np.zeros((k, 2)) for k in n]), overwrite=True)
+    more, _ = stacked_operands(rng, p, np.zeros((int(p.sum()), 2)))
+    rt = Runtime("cpu")
+    with pytest.raises(InputError, match="rhs and rows come together"):
+        rt.plan_for("frontal_solve", **base, rhs=more["rhs"])
+    with pytest.raises(InputError, match="leave it unset"):
+        rt.plan_for("frontal_solve", **base, **more, y=more["rhs"])
+    rows = more["rows"]
+    twice = rows.with_data(index_bits(np.zeros(int(p.sum()), np.int64), np.float64))
+    with pytest.raises(InputError, match="not a permutation"):
+        rt.plan_for("frontal_solve", **base, rhs=more["rhs"], rows=twice)
+    N, k = int(p.sum()), len(p)
+    m, c = np.zeros(k, np.int64), np.zeros(k, np.int64)
+    m[0], c[0] = N, 1  # (N entries, where two columns need 2 N)
+    short = PackedBatch(data=np.zeros(N), m=m, n=c,
+                        offset=np.zeros(k, np.int64), ld=np.maximum(m, 1), order="F")
+    with pytest.raises(InputError, match="rhs is"):
+        rt.plan_for("frontal_solve", **base, rhs=short, rows=rows)
 
 
 @pytest.mark.parametrize("device", DEVICES)
