@@ -21,7 +21,8 @@ triangle** (diagonal included) is read; a matrix that stores one triangle only m
   small fronts as one launch per size class (``Runtime(tree_max=...)``).
 * Solve: forward and backward substitution over the fronts, as one task graph too
   (:func:`vbatch.ops.frontal.frontal_solve_graph`): two sweeps over every front of the
-  batch, one launch each whatever the trees' depth; many right-hand sides at once. A batch's
+  batch, one launch each whatever the trees' depth, with b moved into the fronts and the
+  solution out in the same graph; many right-hand sides at once. A batch's
   right-hand sides may come as a list (one array a matrix) or stacked (one array, the
   matrices' rows one after another): the stacked form makes no Python object per matrix.
 
