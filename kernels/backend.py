@@ -214,9 +214,9 @@ class Backend(ABC):
         layout, and what it derived from it, from one call to the next."""
 
     def assemble(self, dst: Any, index: Any, values: Any) -> None:
-        """``dst`` zeroed, then ``dst[index] = values`` (a contiguous int64 ``index`` without
-        repeats and ``values`` of its size and ``dst``'s dtype, all three arrays of this
-        backend's kind): a sparse matrix's entries into its fronts."""
+        """``dst`` zeroed, then ``dst[index] = values`` (a contiguous ``dst``, a contiguous
+        int64 ``index`` without repeats and ``values`` of its size and ``dst``'s dtype, all
+        three arrays of this backend's kind): a sparse matrix's entries into its fronts."""
         dst.fill(0)
         dst[index] = values
 

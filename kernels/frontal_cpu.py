@@ -139,9 +139,10 @@ def run(backend, ex, lc, whole: bool, tasks: list) -> None:
         bits = rows_b.data.view(it)
         step = rows_b.data.dtype.itemsize // np.dtype(it).itemsize
         r = int(ex.buffers["x"].batch.n[0])
+        move = _move_in if into else _move_out
         for rows in tasks:
-            _move(*x, v.data, int(v.offset[0]), bits, np.asarray(rows_b.offset, np.int64),
-                  step, rows, r, CHUNK, into)
+            move(*x, v.data, int(v.offset[0]), bits, np.asarray(rows_b.offset, np.int64), step,
+                 rows, r, CHUNK)
         return
     if lc.kind == SWEEP_RESET:
         return
@@ -230,26 +231,36 @@ def _item(rows, t, lld, lcol, xld, xcol):
 
 
 @njit(cache=True, nogil=True)
-def _move(x, xoff, xld, xcol, v, voff, bits, ioff, step, rows, r, ch, into):
-    """Each task ``(front, parent, p, u, i0, ...)``: ``into``, rows ``[i0, i0 + ch)`` of the
-    front's X from the stacked ``v`` (N x r row-major from ``voff``): pivot row i from
-    stacked row ``bits[step * (ioff[q] + i)]``, an update row zero; else its pivot rows among
-    them into ``v``."""
+def _move_in(x, xoff, xld, xcol, v, voff, bits, ioff, step, rows, r, ch):
+    """Each task ``(front, parent, p, u, i0, ...)``: rows ``[i0, i0 + ch)`` of the front's X
+    from the stacked ``v`` (N x r row-major from ``voff``; only read, so the caller's array
+    may be read-only): pivot row i from stacked row ``bits[step * (ioff[q] + i)]``, an update
+    row zero."""
     for t in range(rows.shape[0]):
         q, p, u, i0 = rows[t, 0], rows[t, 2], rows[t, 3], rows[t, 4]
         xi, xj = strides(xld, xcol, q, False)
         xb = xoff[q]
-        for i in range(i0, min(i0 + ch, p + u if into else p)):
+        for i in range(i0, min(i0 + ch, p + u)):
             if i < p:
                 g = voff + np.int64(bits[step * (ioff[q] + i)]) * r
                 for c in range(r):
-                    if into:
-                        x[xb + i * xi + c * xj] = v[g + c]
-                    else:
-                        v[g + c] = x[xb + i * xi + c * xj]
+                    x[xb + i * xi + c * xj] = v[g + c]
             else:
                 for c in range(r):
                     x[xb + i * xi + c * xj] = 0
+
+
+@njit(cache=True, nogil=True)
+def _move_out(x, xoff, xld, xcol, v, voff, bits, ioff, step, rows, r, ch):
+    """Each task: the front's pivot rows among ``[i0, i0 + ch)`` into the stacked ``v``."""
+    for t in range(rows.shape[0]):
+        q, p, i0 = rows[t, 0], rows[t, 2], rows[t, 4]
+        xi, xj = strides(xld, xcol, q, False)
+        xb = xoff[q]
+        for i in range(i0, min(i0 + ch, p)):
+            g = voff + np.int64(bits[step * (ioff[q] + i)]) * r
+            for c in range(r):
+                v[g + c] = x[xb + i * xi + c * xj]
 
 
 @njit(cache=True, nogil=True)

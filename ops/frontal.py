@@ -388,9 +388,11 @@ class FrontalSolveRequest(FrontalRequest):
     ``rhs`` and ``rows`` (together, or neither): the right-hand sides of the whole system,
     stacked, ``N x r`` row-major in problem 0 of ``rhs`` (an ``N r x 1`` column; every other
     problem ``0 x 0``), and per front the row of each pivot row in them (a ``p_f x 1`` column,
-    order F, integers held as :func:`index_bits` writes them: every row of ``rhs`` once). With
-    them, ``x``'s entries are not read: the graph fills it from ``rhs`` (zeros in the update
-    rows), and the solution comes back stacked as ``rhs`` is, in the new output ``y``."""
+    order F, integers held as :func:`index_bits` writes them: every row of ``rhs`` once;
+    checked when a request is validated, not on a prepared call's later runs, which take
+    them as they are). With them, ``x``'s entries are not read: the graph fills it from
+    ``rhs`` (zeros in the update rows), and the solution comes back stacked as ``rhs`` is, in
+    the new output ``y``."""
 
     x: Any
     rhs: Any = None
@@ -441,8 +443,8 @@ class FrontalSolveRequest(FrontalRequest):
         wm[:1], wn[:1] = N * r, 1
         problems += [(int(i), f"rhs is {rhs.m[i]} x {rhs.n[i]}, expected {wm[i]} x {wn[i]}")
                      for i in np.flatnonzero((rhs.m != wm) | (rhs.n != wn))]
-        if rows.order != "F":
-            problems.append((None, "rows must be order F"))
+        if rows.order != "F" or rhs.order != "F":
+            problems.append((None, "rhs and rows must be order F"))
         if problems:
             raise InputError(problems)
         data = rows.data.get() if rows.kind == "cupy" else np.asarray(rows.data)
@@ -610,7 +612,9 @@ def frontal_solve_graph(req: FrontalSolveRequest, opts: dict) -> TaskGraph:
     every forward item, every forward item before its front's first backward item, and a front's
     last forward item before each of its backward items (so both policies put each sweep on
     one level). A chain of small launches per front, as before, walked each tree's depth
-    twice: 771 launches for bcsstk16 (203 fronts), 4.8 ms (H100, 2026-11-25)."""
+    twice: 771 launches for bcsstk16 (203 fronts), 4.8 ms (H100, 2026-11-25).
+    With ``rhs``, two launches more: the moves in first (every one before the reset), the
+    moves out last (every one after the first item of the last backward launch)."""
     n, p, par = req.a.n, req.npiv, req.parent
     k = len(n)
     r = int(req.x.n[0]) if k else 0

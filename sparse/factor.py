@@ -182,7 +182,7 @@ class Factor:
             values = np.concatenate(values)
         self._rt.backend.assemble(self._work.data, self._amap,
                                   xp.asarray(values).astype(self.dtype, copy=False))
-        res = self._submit(FRONTAL_OP).result()
+        res = self._run(FRONTAL_OP).result()
         self.info = self._matrix_info(res.info)
         # the rows every solve sets to NaN (a failed matrix's), or None: found once here, not
         # on each solve's path (numpy's any() is ~3 us of a small solve's host time)
@@ -190,23 +190,23 @@ class Factor:
                           if self.info.any() else None)
         self.stats.factor_s = time.perf_counter() - t0
 
-    def _submit(self, op, **operands):
-        """Run ``op`` over this factor's fronts (and, for the solve, ``operands``: the
-        workspace ``x``, the stacked right-hand sides ``rhs`` and their ``rows``) as a prepared
-        call, made on the first run: every other operand is this factor's own and never
-        changes, ``rows`` neither per column count, and ``x`` and ``rhs`` are always twins
-        (``with_data``) of one layout per column count, so a later run replays it (no
-        validation, no staging). Validating a request of 40,000 fronts costs milliseconds, and
-        a small matrix's whole factorization is a fraction of one on the GPU."""
-        x = operands.get("x")
-        key = (op.name, None if x is None else int(x.n[0]) if x.k else 0)
+    def _run(self, op, r: int | None = None, **operands):
+        """Run ``op`` over this factor's fronts as a prepared call, made on the first run from
+        this factor's own operands (the solve's, for ``r`` columns, from the templates of
+        :meth:`_layout`: a caller's array is never kept); ``operands``: the solve's ``x`` and
+        ``rhs`` for this run, twins (``with_data``) of those templates, so a later run replays
+        it (no validation, no staging). Validating a request of 40,000 fronts costs
+        milliseconds, and a small matrix's whole factorization is a fraction of one on the
+        GPU."""
+        key = (op.name, r)
         p = self._prepared.get(key)
         if p is None:
-            p = self._prepared[key] = self._rt.prepare(
-                op, a=self._work, rel=self._rel, parent=self._parent, npiv=self._width,
-                overwrite=True, **operands)
-            return p.run()
-        operands.pop("rows", None)
+            fields = dict(a=self._work, rel=self._rel, parent=self._parent, npiv=self._width,
+                          overwrite=True)
+            if r is not None:
+                tmpl, stacked, rows = self._layout(r, self._xp())
+                fields.update(x=tmpl, rhs=stacked, rows=rows)
+            p = self._prepared[key] = self._rt.prepare(op, **fields)
         return p.run(**operands)
 
     def _matrix_info(self, finfo: np.ndarray) -> np.ndarray:
@@ -353,12 +353,11 @@ class Factor:
         if r:
             # (the solve's graph moves src into the fronts and the solution out: no gathers
             # beside it, each a launch and ~5 us of the host's time)
-            tmpl, stacked, rows = self._layout(r, xp)
+            tmpl, stacked, _ = self._layout(r, xp)
             x = tmpl.with_data(xp.empty(tmpl.data.size, dtype=self.dtype))
             if not src.flags.c_contiguous:
                 src = xp.ascontiguousarray(src)
-            res = self._submit(FRONTAL_SOLVE_OP, x=x, rhs=stacked.with_data(src),
-                               rows=rows).result()
+            res = self._run(FRONTAL_SOLVE_OP, r, x=x, rhs=stacked.with_data(src)).result()
             sol = res.solution.data  # (problem 0 holds it all: no padding)
         else:
             sol = xp.zeros(0, dtype=self.dtype)
@@ -419,10 +418,12 @@ class Factor:
             m[:1], c[:1] = N * r, 1  # (the other problems 0 x 0: no padding)
             stacked = PackedBatch(data=xp.zeros(N * r, dtype=self.dtype), m=m, n=c,
                                   offset=np.zeros(k, np.int64), ld=np.maximum(m, 1), order="F")
-            rows = PackedBatch(data=xp.asarray(index_bits(self._gperm, self.dtype)),
-                               m=self._width, n=np.ones(k, np.int64),
-                               offset=np.asarray(self._first, np.int64),
-                               ld=np.maximum(self._width, 1), order="F")
+            rows = next((h[2] for h in self._layouts.values()), None)  # (one for every r)
+            if rows is None:
+                rows = PackedBatch(data=xp.asarray(index_bits(self._gperm, self.dtype)),
+                                   m=self._width, n=np.ones(k, np.int64),
+                                   offset=np.asarray(self._first, np.int64),
+                                   ld=np.maximum(self._width, 1), order="F")
             hit = self._layouts[r] = (tmpl, stacked, rows)
         return hit
 

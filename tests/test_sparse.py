@@ -787,8 +787,9 @@ def test_one_triangle_either_way_and_1x1(device):
 @pytest.mark.parametrize("device", DEVICES)
 def test_one_matrix_takes_any_array_form(device):
     """One matrix's right-hand sides as a strided 1-D view, a column-major n x 2, another
-    dtype than the factor's and the other backend's kind: each solution in its right-hand
-    side's shape and kind; a matrix that fails gets NaN in every form."""
+    dtype than the factor's, the other backend's kind and a read-only array: each solution in
+    its right-hand side's shape and kind, each b unchanged; a matrix that fails gets NaN in
+    every form."""
     rt = runtime(device)
     xp = np
     if device == "cuda":
@@ -800,12 +801,15 @@ def test_one_matrix_takes_any_array_form(device):
     forms = [xp.asarray(rng.standard_normal(2 * n))[::2],
              xp.asfortranarray(xp.asarray(rng.standard_normal((n, 2)))),
              xp.asarray(rng.standard_normal(n)).astype(np.float32),
-             rng.standard_normal(n)]
+             rng.standard_normal(n), rng.standard_normal(n)]
+    forms[-1].flags.writeable = False  # (the CPU reads b where it lies: never written)
+    kept = [host(b).copy() for b in forms]
     for j, b in enumerate(forms):
         x = F.solve(b)
         assert type(x) is type(b) and x.shape == b.shape, f"form {j}"
         assert backward(A, host(x), host(b).astype(np.float64)) <= 30 * n * np.finfo(
             np.float64).eps, f"form {j}"
+        assert np.array_equal(host(b), kept[j]), f"form {j}: b changed"
     bad = A.tolil()
     bad[7, 7] = -50.0
     G = sparse.cholesky(sp.csr_matrix(bad), runtime=rt)
@@ -886,9 +890,15 @@ def stacked_operands(rng, p, piv) -> tuple[dict, np.ndarray]:
     one = np.ones(k, np.int64)
     rhs = PackedBatch(data=b.reshape(-1), m=m, n=c, offset=np.zeros(k, np.int64),
                       ld=np.maximum(m, 1), order="F")
+    # (rows laid out back to front with a gap after each front: offsets that are not the
+    # running sum of p)
     start = np.cumsum(p) - p
-    rows = PackedBatch(data=index_bits(order, piv.dtype), m=np.asarray(p, np.int64), n=one,
-                       offset=start, ld=np.maximum(p, 1), order="F")
+    off = np.cumsum((p + 1)[::-1])[::-1] - (p + 1)
+    data = np.zeros(int((p + 1).sum()), piv.dtype)
+    for f in range(k):
+        data[off[f]: off[f] + p[f]] = index_bits(order[start[f]: start[f] + p[f]], piv.dtype)
+    rows = PackedBatch(data=data, m=np.asarray(p, np.int64), n=one, offset=off,
+                       ld=np.maximum(p, 1), order="F")
     return {"rhs": rhs, "rows": rows}, order
 
 
@@ -951,8 +961,10 @@ def test_frontal_solve_sweeps(device, order, dtype, r, split, stacked):
 def test_frontal_solve_moves_are_a_launch_each_way(policy, split):
     """Given rhs and rows, the solve's graph adds one launch of moves in, first, and one of
     moves out, last (a task per 64 rows of a front: 54 in, 37 out on sweep_tree), under
-    either policy, the small subtrees' fronts in launches of their own or not."""
+    either policy, the small subtrees' fronts in launches of their own or not; the solution
+    in y is the reference's."""
     from vbatch.core.batch import pack
+    from vbatch.ops.frontal import solve_reference
 
     rng = np.random.default_rng(11)
     n, p, parent, fronts, rel = sweep_tree(rng, np.float64)
@@ -971,6 +983,17 @@ def test_frontal_solve_moves_are_a_launch_each_way(policy, split):
         "frontal.sweep_in", "frontal.sweep_reset", *sweeps, "frontal.sweep_out"]
     assert plan.launches[0].count == (-(-n // 64)).sum() == 54
     assert plan.launches[-1].count == (-(-p // 64)).sum() == 37
+    piv = np.concatenate([rng.standard_normal((pf, 3)) for pf in p])
+    more, order = stacked_operands(rng, p, piv)
+    rhs = [np.zeros((k, 3)) for k in n]
+    start = np.cumsum(p) - p
+    for f in range(len(n)):
+        rhs[f][: p[f]] = piv[start[f]: start[f] + p[f]]
+    want = np.concatenate([w[: p[f]] for f, w in enumerate(solve_reference(fronts, p, parent,
+                                                                           rel, rhs))])
+    got = rt.submit("frontal_solve", a=a, rel=rr, parent=parent, npiv=p, x=x, overwrite=True,
+                    **more).result().solution.data.reshape(-1, 3)[order]
+    assert np.linalg.norm(got - want) <= 1e3 * np.finfo(float).eps * np.linalg.norm(want)
 
 
 def test_frontal_solve_stacked_operands_are_checked():
@@ -991,7 +1014,7 @@ def test_frontal_solve_stacked_operands_are_checked():
     with pytest.raises(InputError, match="leave it unset"):
         rt.plan_for("frontal_solve", **base, **more, y=more["rhs"])
     rows = more["rows"]
-    twice = rows.with_data(index_bits(np.zeros(int(p.sum()), np.int64), np.float64))
+    twice = rows.with_data(index_bits(np.zeros(rows.data.size, np.int64), np.float64))
     with pytest.raises(InputError, match="not a permutation"):
         rt.plan_for("frontal_solve", **base, rhs=more["rhs"], rows=twice)
     N, k = int(p.sum()), len(p)
@@ -1001,6 +1024,11 @@ def test_frontal_solve_stacked_operands_are_checked():
                         offset=np.zeros(k, np.int64), ld=np.maximum(m, 1), order="F")
     with pytest.raises(InputError, match="rhs is"):
         rt.plan_for("frontal_solve", **base, rhs=short, rows=rows)
+    rowwise = more["rhs"]
+    rowwise = PackedBatch(data=rowwise.data, m=rowwise.m, n=rowwise.n, offset=rowwise.offset,
+                          ld=np.ones(k, np.int64), order="C")
+    with pytest.raises(InputError, match="must be order F"):
+        rt.plan_for("frontal_solve", **base, rhs=rowwise, rows=rows)
 
 
 @pytest.mark.parametrize("device", DEVICES)
