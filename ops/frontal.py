@@ -706,7 +706,7 @@ FRONTAL_SOLVE_OP = register_op(Op(
     name="frontal_solve", request=FrontalSolveRequest,
     buffers=(Buffer("l", "a"), Buffer("rel", "rel"), Buffer("b", "x"),
              Buffer("x", "x", output=True), Buffer("sync_in", "sync"),
-             # (complete: the reset, the graph's first launch, zeroes every counter it reads)
+             # (complete: the reset, before every sweep, zeroes every counter they read)
              Buffer("sync", "sync", output=True, shape=_sync_shape, form="x", complete=True),
              Buffer("rhs", "rhs"), Buffer("rows", "rows"),
              # (complete: the out tasks write every row, rows being a permutation)

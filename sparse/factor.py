@@ -4,6 +4,7 @@ whose ``solve`` gives :class:`Solutions`."""
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -404,8 +405,7 @@ class Factor:
         through with_data, so that its plan, device tables and CUDA graph are found again):
         the fronts' workspace ``x`` (each front's ``n_f x r`` block, column-major, back to
         back), the stacked right-hand sides (``N x r`` row-major, all in problem 0) and
-        ``rows``, each front's pivot rows' rows in them (the pivot rows of front f are the
-        global permuted rows from ``_first[f]``; ``_gperm`` maps those to stacked rows)."""
+        ``rows``, each front's pivot rows' rows in them (:attr:`_pivot_rows`)."""
         hit = self._layouts.get(r)
         if hit is None:
             size, k = self._size, len(self._size)
@@ -418,14 +418,17 @@ class Factor:
             m[:1], c[:1] = N * r, 1  # (the other problems 0 x 0: no padding)
             stacked = PackedBatch(data=xp.zeros(N * r, dtype=self.dtype), m=m, n=c,
                                   offset=np.zeros(k, np.int64), ld=np.maximum(m, 1), order="F")
-            rows = next((h[2] for h in self._layouts.values()), None)  # (one for every r)
-            if rows is None:
-                rows = PackedBatch(data=xp.asarray(index_bits(self._gperm, self.dtype)),
-                                   m=self._width, n=np.ones(k, np.int64),
-                                   offset=np.asarray(self._first, np.int64),
-                                   ld=np.maximum(self._width, 1), order="F")
-            hit = self._layouts[r] = (tmpl, stacked, rows)
+            hit = self._layouts[r] = (tmpl, stacked, self._pivot_rows)
         return hit
+
+    @functools.cached_property
+    def _pivot_rows(self) -> PackedBatch:
+        """The solve's ``rows``, one for every column count: front f's pivot rows are the
+        global permuted rows from ``_first[f]``, and ``_gperm`` maps those to stacked rows."""
+        return PackedBatch(data=self._xp().asarray(index_bits(self._gperm, self.dtype)),
+                           m=self._width, n=np.ones(len(self._width), np.int64),
+                           offset=np.asarray(self._first, np.int64),
+                           ld=np.maximum(self._width, 1), order="F")
 
     def _height(self) -> int:
         return int(_tree_height(self._parent))
