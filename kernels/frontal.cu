@@ -199,28 +199,94 @@ __device__ __forceinline__ void sweep_rows(const T* Lq, long long ldl, const T* 
   __syncthreads();
 }
 
-// The diagonal block L[a:a+h, a:a+h] (lower) into tri, and its pivots' reciprocals.
-// (Loads first, then stores: 16 round trips to memory one after another cost ~5 us an item.)
+// The diagonal block L[a:a+h, a:a+h] (lower) into tri, inverted there: the substitutions
+// with it are then products whose rows are independent, where with L itself each of the
+// chunk's CH rows waited on the one before (a shuffle, a multiply and an FMA each, ~1.7 us a
+// chunk on the critical path of a sweep, which runs such chunks one after another up the
+// tree). Entries outside the lower h x h triangle are zero. Called before the item waits, so
+// the inversion is off that path. (Loads first, then stores: 16 round trips to memory one
+// after another cost ~5 us an item.) dinv: scratch for the pivots' reciprocals.
 template <typename T, bool ROW, int CH>
 __device__ __forceinline__ void sweep_triangle(const T* Lq, long long ldl, int a, int h,
                                                T (*tri)[CH + 1], T* dinv) {
-  constexpr int PER = CH * CH / 256;
+  static_assert(CH == 64, "four diagonal blocks of 16");
+  constexpr int PER = CH * CH / 256, B = 16;
+  const int tid = (int)threadIdx.x;
   T v[PER];
 #pragma unroll
   for (int t = 0; t < PER; ++t) {
-    const int e = (int)threadIdx.x + 256 * t;
+    const int e = tid + 256 * t;
     const int i = ROW ? e / CH : e % CH, j = ROW ? e % CH : e / CH;
     v[t] = i < h && j <= i ? __ldg(Lq + at<ROW>(a + i, a + j, ldl)) : T(0);
   }
 #pragma unroll
   for (int t = 0; t < PER; ++t) {
-    const int e = (int)threadIdx.x + 256 * t;
+    const int e = tid + 256 * t;
     const int i = ROW ? e / CH : e % CH, j = ROW ? e % CH : e / CH;
-    if (i < h && j <= i) tri[i][j] = v[t];
+    tri[i][j] = v[t];
   }
   __syncthreads();
-  if ((int)threadIdx.x < h) dinv[threadIdx.x] = T(1) / tri[threadIdx.x][threadIdx.x];
+  if (tid < CH) dinv[tid] = tid < h ? T(1) / tri[tid][tid] : T(0);
   __syncthreads();
+  // The four diagonal 16 x 16 blocks: thread t < 64 solves column t % 16 of block t / 16 by
+  // forward substitution in registers (rows past h are zero, and stay so: dinv is 0 there).
+  T x[B];
+  const int o = (tid / B) * B, c = tid % B;
+  if (tid < CH) {
+#pragma unroll
+    for (int i = 0; i < B; ++i) {
+      T sum = T(0);
+#pragma unroll
+      for (int k = 0; k < i; ++k) sum += tri[o + i][o + k] * x[k];  // (x[k] = 0 for k < c)
+      x[i] = i < c ? T(0) : ((i == c ? T(1) : T(0)) - sum) * dinv[o + i];
+    }
+  }
+  __syncthreads();
+  if (tid < CH) {
+#pragma unroll
+    for (int i = 0; i < B; ++i)
+      if (i >= c) tri[o + i][o + c] = x[i];
+  }
+  __syncthreads();
+  // The blocks below the diagonal, by block column from the right (LAPACK's trti2 by blocks):
+  // Inv[I, J] = -(sum_{K > J} Inv[I, K] L[K, J]) Inv[J, J], the block columns right of J
+  // already inverse, column J still L until it is read whole.
+#pragma unroll
+  for (int J = CH / B - 2; J >= 0; --J) {
+    const int r0 = (J + 1) * B, nel = (CH - r0) * B;
+    if (r0 >= h) continue;  // (uniform: no rows below this block column)
+    T w[3];
+#pragma unroll
+    for (int t = 0; t < 3; ++t) {  // T = sum_{k >= r0} Inv[i, k] L[k, j], k <= i
+      const int e = tid + 256 * t, i = r0 + e / B, j = J * B + e % B;
+      T sum = T(0);
+      if (e < nel)
+        for (int k = r0; k <= i; ++k) sum += tri[i][k] * tri[k][j];
+      w[t] = sum;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int t = 0; t < 3; ++t) {
+      const int e = tid + 256 * t;
+      if (e < nel) tri[r0 + e / B][J * B + e % B] = w[t];
+    }
+    __syncthreads();
+#pragma unroll
+    for (int t = 0; t < 3; ++t) {  // -T Inv[J, J]: columns m >= j of the diagonal block
+      const int e = tid + 256 * t, i = r0 + e / B, j = J * B + e % B;
+      T sum = T(0);
+      if (e < nel)
+        for (int m = j; m < (J + 1) * B; ++m) sum += tri[i][m] * tri[m][j];
+      w[t] = -sum;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int t = 0; t < 3; ++t) {
+      const int e = tid + 256 * t;
+      if (e < nel) tri[r0 + e / B][J * B + e % B] = w[t];
+    }
+    __syncthreads();
+  }
 }
 
 // The backward item's row chunk t: update rows first (ut chunks from p), then the later pivot
@@ -524,25 +590,17 @@ frontal_sweep(const unsigned long long* tbl, const long long* meta, const int* i
         const int rc = min(RC, r - c0);
         sweep_rows<T, ROW, CH, RC>(Lq, ldl, Xq, ldx, i0, h, i0 / CH, p, c0, rc, known, cq + 1,
                                    -1, ys, stage, red, vals);
-        if (tid < 32) {  // forward substitution with the diagonal block: a warp, two rows a lane
+        if (tid < 32) {  // the diagonal block's solve: its inverse (in tri) times vals
           T v0[RC], v1[RC];
 #pragma unroll
-          for (int c = 0; c < RC; ++c) {
-            v0[c] = lane < h && c < rc ? vals[lane][c] : T(0);
-            v1[c] = lane + 32 < h && c < rc ? vals[lane + 32][c] : T(0);
-          }
+          for (int c = 0; c < RC; ++c) v0[c] = v1[c] = T(0);
           for (int j = 0; j < h; ++j) {
-            const T d = dinv[j];
+            const T l0 = tri[lane][j], l1 = tri[lane + 32][j];  // (zero above the diagonal)
 #pragma unroll
             for (int c = 0; c < RC; ++c) {
-              const T y = __shfl_sync(0xffffffffu, j < 32 ? v0[c] : v1[c], j % 32) * d;
-              if (j < 32) {
-                if (lane == j) v0[c] = y;
-                else if (lane > j && lane < h) v0[c] -= tri[lane][j] * y;
-              } else if (lane == j - 32) {
-                v1[c] = y;
-              }
-              if (lane + 32 > j && lane + 32 < h) v1[c] -= tri[lane + 32][j] * y;
+              const T y = vals[j][c];
+              v0[c] += l0 * y;
+              v1[c] += l1 * y;
             }
           }
           for (int c = 0; c < rc; ++c) {
@@ -647,22 +705,21 @@ frontal_sweep(const unsigned long long* tbl, const long long* meta, const int* i
       }
     }
     __syncthreads();
-    if (tid < 32) {  // backward substitution with the diagonal block, transposed
-      T v0[RC], v1[RC];
+    if (tid < 32) {  // the diagonal block's solve, transposed: its inverse (in tri)^T times v
+      T u0[RC], u1[RC], v0[RC], v1[RC];
 #pragma unroll
       for (int c = 0; c < RC; ++c) {
-        v0[c] = lane < h && c < rc ? x0[c] - vals[lane][c] : T(0);
-        v1[c] = lane + 32 < h && c < rc ? x1[c] - vals[lane + 32][c] : T(0);
+        u0[c] = lane < h && c < rc ? x0[c] - vals[lane][c] : T(0);
+        u1[c] = lane + 32 < h && c < rc ? x1[c] - vals[lane + 32][c] : T(0);
+        v0[c] = v1[c] = T(0);
       }
-      for (int j = h - 1; j >= 0; --j) {
-        const T d = dinv[j];
+      for (int j = 0; j < h; ++j) {
+        const T l0 = tri[j][lane], l1 = tri[j][lane + 32];  // (zero where j < the row)
 #pragma unroll
         for (int c = 0; c < RC; ++c) {
-          const T y = __shfl_sync(0xffffffffu, j < 32 ? v0[c] : v1[c], j % 32) * d;
-          if (lane == j) v0[c] = y;
-          else if (lane < j) v0[c] -= tri[j][lane] * y;
-          if (lane + 32 == j) v1[c] = y;
-          else if (lane + 32 < j) v1[c] -= tri[j][lane + 32] * y;
+          const T y = __shfl_sync(0xffffffffu, j < 32 ? u0[c] : u1[c], j % 32);
+          v0[c] += l0 * y;
+          v1[c] += l1 * y;
         }
       }
       for (int c = 0; c < rc; ++c) {
