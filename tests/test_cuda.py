@@ -517,17 +517,18 @@ def test_slot_pool_keeps_a_running_slot(cupy):
     slow.event.synchronize()
     fresh = pool.take(4, 3)  # (taken: not tracked until recorded)
     assert fresh not in pool._inflight
+    # Distinct slots (none given back), each finished when tracked; taken before the gate
+    # closes: a new slot's pinned allocation can wait for the device, which the closed gate
+    # holds (the loop then outlived the gate's 120 s, after some orders of earlier tests).
+    kept = [pool.take(4, 3) for _ in range(200)]
     try:
         gate.close(busy)  # the running call: its event is recorded behind the gate
         slow.event.record(busy)
         pool.track(slow)
-        kept = []
-        for _ in range(200):  # distinct slots (none given back), each finished when tracked
-            s = pool.take(4, 3)
+        for s in kept:
             s.event.record()
             s.event.synchronize()
             pool.track(s)
-            kept.append(s)
         assert not slow.event.done, "the gate gave up (its 120 s liveness bound)"
         assert sum(s is slow for s in pool._inflight) == 1, "the running slot, once"
         assert len(pool._inflight) <= 64 + 1, f"{len(pool._inflight)} slots kept"
