@@ -201,9 +201,10 @@ __device__ __forceinline__ void sweep_rows(const T* Lq, long long ldl, const T* 
 
 // The diagonal block L[a:a+h, a:a+h] (lower) into tri, inverted there: the substitutions
 // with it are then products whose rows are independent, where with L itself each of the
-// chunk's CH rows waited on the one before (a shuffle, a multiply and an FMA each, ~1.7 us a
-// chunk on the critical path of a sweep, which runs such chunks one after another up the
-// tree). Entries outside the lower h x h triangle are zero. Called before the item waits, so
+// chunk's CH rows waited on the one before (a shuffle, a multiply and an FMA each; a sweep
+// runs such chunks one after another up the tree: bcsstk16's solve took 362 us of GPU time
+// that way, 176 with the inverse; docs/decisions.md#sparse-solve-sweeps). Entries outside
+// the lower h x h triangle are zero. Called before the item waits, so
 // the inversion is off that path. (Loads first, then stores: 16 round trips to memory one
 // after another cost ~5 us an item.) dinv: scratch for the pivots' reciprocals.
 template <typename T, bool ROW, int CH>

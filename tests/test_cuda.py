@@ -5,6 +5,8 @@ Run on a GPU machine: ``python -m pytest -m gpu``. Everything here is skipped wi
 
 from __future__ import annotations
 
+import gc
+
 import numpy as np
 import pytest
 
@@ -518,9 +520,12 @@ def test_slot_pool_keeps_a_running_slot(cupy):
     fresh = pool.take(4, 3)  # (taken: not tracked until recorded)
     assert fresh not in pool._inflight
     # Distinct slots (none given back), each finished when tracked; taken before the gate
-    # closes: a new slot's pinned allocation can wait for the device, which the closed gate
-    # holds (the loop then outlived the gate's 120 s, after some orders of earlier tests).
+    # closes, and no collection while it is closed: allocating pinned memory, or freeing an
+    # earlier test's, can wait for the device, which the closed gate holds (with the slots
+    # taken inside the loop, the loop outlived the gate's 120 s after some orders of tests).
     kept = [pool.take(4, 3) for _ in range(200)]
+    gc.collect()
+    gc.disable()
     try:
         gate.close(busy)  # the running call: its event is recorded behind the gate
         slow.event.record(busy)
@@ -534,6 +539,7 @@ def test_slot_pool_keeps_a_running_slot(cupy):
         assert len(pool._inflight) <= 64 + 1, f"{len(pool._inflight)} slots kept"
     finally:
         gate.open()
+        gc.enable()
     # submit-then-wait: the slot is still running (behind a closed gate) when tracked
     loop = _SlotPool()
     for _ in range(300):

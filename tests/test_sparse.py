@@ -597,6 +597,29 @@ def test_analyses_in_threads_keep_their_orders():
 
 # ------------------------------------------------------------------ numeric, every backend
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_an_ill_conditioned_front_keeps_the_solves_backward_error(device, dtype):
+    """A dense SPD matrix of order 150 (one front of three 64-row pivot chunks, past the small
+    sweeps) with eigenvalues from 1 down to 1e-12 (float32: 1e-6): the solve's backward error
+    stays within the suite's bound, for a random b and for b = A x (CUDA solves each chunk
+    with its diagonal block's inverse, whose error grows with that block's condition)."""
+    rng = np.random.default_rng(11)
+    n = 150
+    q, _ = np.linalg.qr(rng.standard_normal((n, n)))
+    low = 1e-12 if dtype == np.float64 else 1e-6
+    dense = (q * np.logspace(0, np.log10(low), n)) @ q.T
+    A = sp.csc_matrix((dense + dense.T) / 2)
+    F = sparse.cholesky(A, runtime=runtime(device), dtype=dtype)
+    assert F.info.tolist() == [0]
+    eps = np.finfo(dtype).eps
+    for b in (rng.standard_normal(n), A @ rng.standard_normal(n)):
+        b = b.astype(dtype)
+        x = host(F.solve(b))
+        assert np.isfinite(x).all()
+        assert backward(A, x, b) <= 30 * n * eps, "solve's backward error"
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_a_band_matrix_in_the_backends_order(device):
     """The factor takes the ordering its backend's cost model chooses (the least fill where
     it has none), and is right in it."""
