@@ -264,6 +264,12 @@ class BlasThreads:
         except ImportError:  # a core dependency; tolerate its absence with no thread control
             ThreadpoolController = None
         if ThreadpoolController is not None:
+            # The BLAS this backend calls is scipy's (cython_lapack, loaded on first use):
+            # loaded here first, or only numpy's was found where scipy.linalg had not been
+            # imported yet, and narrow() left the one that runs the calls at its own count
+            # (500 problems of U[1, 512], 2-core VM: 400-530 ms a call against 150-210).
+            import scipy.linalg.cython_lapack  # noqa: F401
+
             ctl = ThreadpoolController()
             self._libs = [lc for lc in ctl.lib_controllers if lc.user_api == "blas"]
         self._orig = [lc.num_threads for lc in self._libs]
@@ -275,8 +281,18 @@ class BlasThreads:
         self._state = None
 
     def _set(self, counts) -> None:
+        # threadpoolctl 3.8 lets only the first thread that sets a pthreads OpenBLAS's count
+        # (while that thread lives) set it again; others silently do nothing. A launch runs on
+        # its runtime's worker or the caller's thread, one launch at a time (the backend's run
+        # lock): each change takes control and gives it back. (A second runtime's calls ran at
+        # a third of the speed: the first runtime's idle worker held control.)
         for lc, n in zip(self._libs, counts):
+            clear = getattr(lc, "clear_controlling_thread", None)
+            if clear is not None:
+                clear(force=True)
             lc.set_num_threads(n)
+            if clear is not None:
+                clear()
 
     def narrow(self) -> None:
         if self._state != "narrow":

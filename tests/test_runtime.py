@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 
 import numpy as np
@@ -52,6 +54,58 @@ def journal(monkeypatch):
     # test_a_small_cpu_call_runs_in_the_callers_thread_unless_work_is_queued).
     monkeypatch.setattr(Runtime, "INLINE_FLOPS", -1)
     return events, hold
+
+
+def test_the_cpu_backends_blas_count_is_set_from_every_thread():
+    """The CPU backend runs a launch on its runtime's worker thread (or the caller's), with its
+    BLAS at one thread while several problems run at once. threadpoolctl 3.8 lets only the first
+    thread that sets a pthreads OpenBLAS's count set it again while that thread lives: a second
+    runtime's narrowing then did nothing, behind the first one's idle worker, and its calls ran
+    at a third of the speed with the BLAS's own threads inside its workers."""
+    from vbatch.kernels.lapack import BlasThreads
+
+    blas = BlasThreads()
+    if not blas._libs or max(blas._orig) < 2:
+        pytest.skip("the BLAS runs one thread here: nothing to narrow")
+
+    def cycle(out):
+        blas.narrow()
+        out.append([lc.get_num_threads() for lc in blas._libs])
+        blas.restore()
+        out.append([lc.get_num_threads() for lc in blas._libs])
+
+    first, second, done, hold = [], [], threading.Event(), threading.Event()
+
+    def idle_worker():  # (sets the count once, then lives on, as a runtime's worker does)
+        cycle(first)
+        done.set()
+        hold.wait(30)
+
+    a = threading.Thread(target=idle_worker, daemon=True)
+    a.start()
+    assert done.wait(30)
+    b = threading.Thread(target=cycle, args=(second,))
+    b.start()
+    b.join(30)
+    hold.set()
+    a.join(30)
+    one = [1] * len(blas._libs)
+    assert first == [one, blas._orig]
+    assert second == [one, blas._orig], "a second thread's narrowing did nothing"
+
+
+def test_the_cpu_backend_controls_the_blas_it_calls():
+    """The backend's thread control covers scipy's BLAS (the one its LAPACK calls go to) even
+    where scipy.linalg was not imported before the first runtime: only numpy's was found then."""
+    code = ("import threadpoolctl, numpy\n"
+            "from vbatch.kernels.lapack import BlasThreads\n"
+            "found = len(BlasThreads()._libs)\n"
+            "import scipy.linalg.cython_lapack\n"
+            "ctl = threadpoolctl.ThreadpoolController()\n"
+            "print(found, len([lc for lc in ctl.lib_controllers if lc.user_api == 'blas']))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.split()
+    assert out[0] == out[1], f"{out[0]} of the {out[1]} BLAS libraries loaded"
 
 
 def test_after_holds_a_submission_until_its_dependencies_finish(journal, monkeypatch):
