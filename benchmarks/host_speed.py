@@ -115,10 +115,13 @@ def cpu_backend(reps: int, nbs=(None,), dtype=np.float64) -> list[dict]:
                     def loop(mats=mats, npiv=npiv):
                         return scipy_loop(mats, npiv)
 
-                    for _ in range(reps):
-                        tp.append(median_ms(packed_call, 1))
-                        ts.append(median_ms(loop, 1))
-                        tl.append(median_ms(list_call, 1))
+                    # Each form runs after each other one equally often: right after the
+                    # loop, OpenBLAS's own threads still spin (~0.1 s), and the form that came
+                    # next in a fixed order took up to 2.5x its time (2-core VM).
+                    forms = [(tp, packed_call), (ts, loop), (tl, list_call)]
+                    for r in range(reps):
+                        for times, fn in forms[r % 3:] + forms[:r % 3]:
+                            times.append(median_ms(fn, 1))
                     p, s, li = (float(np.median(x)) for x in (tp, ts, tl))
                     rows.append(dict(k=k, nmax=nmax, dist=dist, npiv="n//2" if partial else "full",
                                      nb=rt.plan(packed).nb, packed_ms=p, list_ms=li,
