@@ -29,6 +29,7 @@ with cupy arrays on the GPU (each call synchronized).
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import platform
@@ -115,12 +116,13 @@ def cpu_backend(reps: int, nbs=(None,), dtype=np.float64) -> list[dict]:
                     def loop(mats=mats, npiv=npiv):
                         return scipy_loop(mats, npiv)
 
-                    # Each form runs after each other one equally often: right after the
-                    # loop, OpenBLAS's own threads still spin (~0.1 s), and the form that came
-                    # next in a fixed order took up to 2.5x its time (2-core VM).
+                    # The six orders of the forms in turn, so that none always runs right
+                    # after the same one: on the 2-core VM a list call right after the loop
+                    # took 255-1,104 ms (Nmax 512 uniform; 180 packed), for reasons not found.
                     forms = [(tp, packed_call), (ts, loop), (tl, list_call)]
+                    orders = list(itertools.permutations(forms))
                     for r in range(reps):
-                        for times, fn in forms[r % 3:] + forms[:r % 3]:
+                        for times, fn in orders[r % len(orders)]:
                             times.append(median_ms(fn, 1))
                     p, s, li = (float(np.median(x)) for x in (tp, ts, tl))
                     rows.append(dict(k=k, nmax=nmax, dist=dist, npiv="n//2" if partial else "full",

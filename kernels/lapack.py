@@ -248,7 +248,10 @@ class BlasThreads:
     """The thread counts of the BLAS libraries loaded in this process (threadpoolctl).
 
     ``narrow()`` sets every BLAS library to one thread, for whole problems running one per core;
-    ``wide()`` restores the counts found at start-up, for a problem that needs the whole machine.
+    ``wide()`` and ``restore()`` set back the counts it found, ``wide()`` for a problem that
+    needs the whole machine. Process-wide for a pthreads OpenBLAS (pip's wheels); where the
+    library's count is per thread (an OpenMP OpenBLAS, MKL), the setting reaches only the
+    launching thread, not the pool's.
     Every BLAS library is set, not only scipy's: ours is the only one this backend calls, and one
     thread in a library nobody calls costs nothing, whereas matching the right one of two OpenBLAS
     builds by path is fragile. ``size`` is the number of threads the backend runs problems on: the
@@ -279,6 +282,7 @@ class BlasThreads:
         # (more BLAS threads than cores: a chunk alone still takes one)
         self.oversubscribed = blas > self.size
         self._state = None
+        self._saved = self._orig
 
     def _set(self, counts) -> None:
         # threadpoolctl 3.8 lets only the first thread that sets a pthreads OpenBLAS's count
@@ -296,16 +300,19 @@ class BlasThreads:
 
     def narrow(self) -> None:
         if self._state != "narrow":
+            # (the counts as they are now, not as at start-up: a caller's own limit, a
+            # `threadpool_limits` block around the call, is given back as it was)
+            self._saved = [lc.num_threads for lc in self._libs]
             self._set([1] * len(self._libs))
             self._state = "narrow"
 
     def wide(self) -> None:
-        # (the counts found at start-up are the wide ones: only a narrowed state is set back)
+        # (only a narrowed state is set back: the counts before it are the wide ones)
         if self._state == "narrow":
-            self._set(self._orig)
+            self._set(self._saved)
         self._state = "wide"
 
     def restore(self) -> None:
         if self._state == "narrow":
-            self._set(self._orig)
+            self._set(self._saved)
         self._state = None

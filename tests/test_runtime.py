@@ -94,6 +94,25 @@ def test_the_cpu_backends_blas_count_is_set_from_every_thread():
     assert second == [one, blas._orig], "a second thread's narrowing did nothing"
 
 
+def test_the_cpu_backend_gives_back_the_callers_blas_limit():
+    """A caller's own limit (a threadpool_limits block around its calls) is as it was after a
+    launch narrowed the BLAS from another thread, and the block's end sets its counts back."""
+    from threadpoolctl import threadpool_limits
+
+    from vbatch.kernels.lapack import BlasThreads
+
+    blas = BlasThreads()
+    if not blas._libs or max(blas._orig) < 2:
+        pytest.skip("the BLAS runs one thread here: nothing to narrow")
+    counts = lambda: [lc.get_num_threads() for lc in blas._libs]  # noqa: E731
+    with threadpool_limits(limits=1, user_api="blas"):
+        t = threading.Thread(target=lambda: (blas.narrow(), blas.restore()))
+        t.start()
+        t.join(30)
+        assert counts() == [1] * len(blas._libs), "the caller's limit was not given back"
+    assert counts() == blas._orig, "the caller's block did not set its counts back"
+
+
 def test_the_cpu_backend_controls_the_blas_it_calls():
     """The backend's thread control covers scipy's BLAS (the one its LAPACK calls go to) even
     where scipy.linalg was not imported before the first runtime: only numpy's was found then."""
@@ -104,7 +123,7 @@ def test_the_cpu_backend_controls_the_blas_it_calls():
             "ctl = threadpoolctl.ThreadpoolController()\n"
             "print(found, len([lc for lc in ctl.lib_controllers if lc.user_api == 'blas']))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True).stdout.split()
+                         check=True, timeout=300).stdout.split()
     assert out[0] == out[1], f"{out[0]} of the {out[1]} BLAS libraries loaded"
 
 
