@@ -518,6 +518,14 @@ def tree_levels(parent) -> tuple[np.ndarray, np.ndarray]:
     return height, depth
 
 
+def _expand(fronts: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each of ``fronts`` repeated its ``counts[front]`` times, and each copy's place among its
+    front's (0, 1, ...): a front's items or chunks, in the order of ``fronts``."""
+    c = counts[fronts]
+    f = np.repeat(fronts, c)
+    return f, np.arange(len(f)) - np.repeat(np.cumsum(c) - c, c)
+
+
 def sweep_items(n, p, parent, split: int = SWEEP_SPLIT) -> tuple:
     """The two sweeps' items, as arrays: ``(front, i0)`` of each forward item in the order
     the forward sweep takes them, of each backward item, each front's ``need`` (forward:
@@ -555,18 +563,12 @@ def sweep_items(n, p, parent, split: int = SWEEP_SPLIT) -> tuple:
     lone = subtree_max(n, par, depth) <= SMALL_FRONT
     if lone.sum() < split and not lone.all():
         lone[:] = False
-    fo = np.lexsort((height, ~lone))
-    nf = (npc + extra)[fo]
-    f_fwd = np.repeat(fo, nf)
-    j = np.arange(len(f_fwd)) - np.repeat(np.cumsum(nf) - nf, nf)
+    f_fwd, j = _expand(np.lexsort((height, ~lone)), npc + extra)
     i0_fwd = np.where(j < npc[f_fwd], j * CHUNK, p[f_fwd] + (j - npc[f_fwd] + 1) * UPDATE_ROWS)
     has = par >= 0
     need_fwd = np.bincount(par[has], weights=-(-u[has] // UPDATE_ROWS),
                            minlength=k).astype(np.int64)
-    bo = np.lexsort((depth, lone))
-    nb = npc[bo]
-    f_bwd = np.repeat(bo, nb)
-    jb = np.arange(len(f_bwd)) - np.repeat(np.cumsum(nb) - nb, nb)
+    f_bwd, jb = _expand(np.lexsort((depth, lone)), npc)
     i0_bwd = (npc[f_bwd] - 1 - jb) * CHUNK
     need_bwd = np.where(has, npc[np.maximum(par, 0)], 0)
     grouped = small & ~lone
@@ -676,19 +678,18 @@ def frontal_solve_graph(req: FrontalSolveRequest, opts: dict) -> TaskGraph:
         # one task made a chain of dependent loads as long as the front). Every move in before
         # the reset (so before every forward item, whose levels the planner pins to their
         # lowest), every move out after the first item of the last backward launch.
-        fi = np.repeat(np.arange(k), -(-n // CHUNK))  # (in: every row; out: the pivot rows)
-        fo = np.repeat(np.arange(k), -(-p // CHUNK))
-        chunk = [np.arange(len(f)) - np.repeat(np.cumsum(c) - c, c) for f, c in (
-            (fi, -(-n // CHUNK)), (fo, -(-p // CHUNK)))]
+        fi, ci = _expand(np.arange(k), -(-n // CHUNK))  # (in: every row; out: the pivots)
+        fo, co = _expand(np.arange(k), -(-p // CHUNK))
+        si, so = ci * CHUNK, co * CHUNK  # (each task's first row)
         tin = len(kind) + np.arange(len(fi))
         tout = len(kind) + len(fi) + np.arange(len(fo))
         last = bwd[kb == 4][0] if (kb == 4).any() else bwd[0]
         kind = np.concatenate([kind, np.full(len(fi), 5, np.int8), np.full(len(fo), 6, np.int8)])
         problem = np.concatenate([problem, fi, fo])
         zi, zo = np.zeros(len(fi), np.int64), np.zeros(len(fo), np.int64)
-        a = np.concatenate([a, args(fi, chunk[0] * CHUNK, zi), args(fo, chunk[1] * CHUNK, zo)])
-        rows = np.concatenate([rows, np.minimum(CHUNK, n[fi] - chunk[0] * CHUNK),
-                               np.minimum(CHUNK, p[fo] - chunk[1] * CHUNK)]).astype(np.int64)
+        a = np.concatenate([a, args(fi, si, zi), args(fo, so, zo)])
+        rows = np.concatenate([rows, np.minimum(CHUNK, n[fi] - si),
+                               np.minimum(CHUNK, p[fo] - so)]).astype(np.int64)
         cols = np.concatenate([cols, zi, zo])
         width = np.full(len(kind), r, np.int64)
         edges += [np.stack([tin, np.zeros(len(tin), np.int64)], 1),

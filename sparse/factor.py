@@ -205,8 +205,8 @@ class Factor:
             fields = dict(a=self._work, rel=self._rel, parent=self._parent, npiv=self._width,
                           overwrite=True)
             if r is not None:
-                tmpl, stacked, rows = self._layout(r, self._xp())
-                fields.update(x=tmpl, rhs=stacked, rows=rows)
+                tmpl, stacked = self._layout(r, self._xp())
+                fields.update(x=tmpl, rhs=stacked, rows=self._pivot_rows)
             p = self._prepared[key] = self._rt.prepare(op, **fields)
         return p.run(**operands)
 
@@ -354,7 +354,7 @@ class Factor:
         if r:
             # (the solve's graph moves src into the fronts and the solution out: no gathers
             # beside it, each a launch and ~5 us of the host's time)
-            tmpl, stacked, _ = self._layout(r, xp)
+            tmpl, stacked = self._layout(r, xp)
             x = tmpl.with_data(xp.empty(tmpl.data.size, dtype=self.dtype))
             if not src.flags.c_contiguous:
                 src = xp.ascontiguousarray(src)
@@ -404,8 +404,8 @@ class Factor:
         """The solve's operands for ``r`` columns (made once per column count, and reused
         through with_data, so that its plan, device tables and CUDA graph are found again):
         the fronts' workspace ``x`` (each front's ``n_f x r`` block, column-major, back to
-        back), the stacked right-hand sides (``N x r`` row-major, all in problem 0) and
-        ``rows``, each front's pivot rows' rows in them (:attr:`_pivot_rows`)."""
+        back) and the stacked right-hand sides (``N x r`` row-major, all in problem 0); their
+        ``rows``, one for every column count, is :attr:`_pivot_rows`."""
         hit = self._layouts.get(r)
         if hit is None:
             size, k = self._size, len(self._size)
@@ -418,7 +418,7 @@ class Factor:
             m[:1], c[:1] = N * r, 1  # (the other problems 0 x 0: no padding)
             stacked = PackedBatch(data=xp.zeros(N * r, dtype=self.dtype), m=m, n=c,
                                   offset=np.zeros(k, np.int64), ld=np.maximum(m, 1), order="F")
-            hit = self._layouts[r] = (tmpl, stacked, self._pivot_rows)
+            hit = self._layouts[r] = (tmpl, stacked)
         return hit
 
     @functools.cached_property
