@@ -10,8 +10,9 @@ first ``g`` workers of one local cluster (one worker per GPU), for every ``g`` a
 ``--reps``. The single-GPU ``vbatch.Runtime`` on the same sizes, in this process, is the
 overhead baseline.
 
-After each case's timed calls, one more call is traced (each worker logs when its shards start
-and stop) and split into phases, per worker (ms; the workers' clocks are this host's):
+Each timed call is stamped (each worker logs when its shards start and stop) and split into
+phases, per worker; the table gives each phase's median over the calls (ms; the workers'
+clocks are this host's):
 - ``submit``: the client's part, until the submission returns (validation, the cost model and
   the split);
 - ``dispatch``: from then until the worker starts its first shard of the call (the shards'
@@ -64,11 +65,6 @@ def done(shards):
             raise RuntimeError(f"shard on {s.worker} failed") from s.run.exception()
 
 
-def waited(call):
-    """``call()``, then a wait for its shards (what is timed)."""
-    return lambda: done(call().shards)
-
-
 def _stamp_shards(on: bool) -> list:
     """On a worker: from now on (``on``) each shard it runs logs its start and stop (host
     clock); returns and clears the log so far."""
@@ -93,32 +89,45 @@ def _stamp_shards(on: bool) -> list:
     return out
 
 
-def phases(client, submit, setup=None, raw: dict | None = None) -> dict:
-    """One call's phases per worker (the module docstring says which): ``submit()`` makes the
-    call and returns its future; ``setup()`` (untraced) runs first. ``raw`` (a dict) gets the
-    workers' shard spans and the client's times, for :func:`chrome`."""
-    if setup is not None:
-        setup()
+def phases(client, submit, reps: int, setup=None, raw: dict | None = None) -> tuple:
+    """``reps`` timed calls (after a warm one) and their phases per worker, each phase's median
+    over the calls (the module docstring says which): ``submit()`` makes a call and returns its
+    future; ``setup()`` (untimed) runs before each. Returns (median s, every call's s, the
+    phases' table). ``raw`` (a dict) gets the last call's shard spans and client times, for
+    :func:`chrome`."""
+    calls = []
     client.run(_stamp_shards, True)
-    t0 = time.time()
-    fut = submit()
-    t1 = time.time()
-    done(fut.shards)
-    t2 = time.time()
+    for i in range(reps + 1):  # the first warms: kernels, plans, graphs on every worker
+        if setup is not None:
+            setup()
+        t0 = time.time()
+        fut = submit()
+        t1 = time.time()
+        done(fut.shards)
+        t2 = time.time()
+        if i:
+            calls.append((t0, t1, t2))
     spans = client.run(_stamp_shards, False)
+    rows: dict = {}
+    for t0, t1, t2 in calls:
+        mine = {w: [s for s in log if t0 <= s[0] <= t2] for w, log in spans.items()}
+        per = {w: {"compute": sum(b - a for a, b, _ in log), "first": min(a for a, _, _ in log),
+                   "last": max(b for _, b, _ in log)} for w, log in mine.items() if log}
+        slowest = max((w["last"] for w in per.values()), default=t2)
+        for name, w in per.items():
+            span = w["last"] - w["first"]
+            rows.setdefault(name, []).append({
+                "submit": t1 - t0, "dispatch": w["first"] - t1, "compute": w["compute"],
+                "gaps": span - w["compute"], "back": t2 - slowest,
+                "idle": slowest - w["last"]})
     if raw is not None:
-        raw.update(spans=spans, t0=t0, t1=t1, t2=t2)
-    per = {w: {"compute": sum(b - a for a, b, _ in log), "first": min(a for a, _, _ in log),
-               "last": max(b for _, b, _ in log)} for w, log in spans.items() if log}
-    slowest = max((w["last"] for w in per.values()), default=t2)
-    out = {}
-    for name, w in sorted(per.items()):
-        span = w["last"] - w["first"]
-        out[name] = {k: 1e3 * v for k, v in {
-            "submit": t1 - t0, "dispatch": w["first"] - t1, "compute": w["compute"],
-            "gaps": span - w["compute"], "back": t2 - slowest,
-            "idle": slowest - w["last"]}.items()}
-    return out
+        t0, t1, t2 = calls[-1]
+        raw.update(spans={w: [s for s in log if t0 <= s[0] <= t2] for w, log in spans.items()},
+                   t0=t0, t1=t1, t2=t2)
+    table = {name: {k: 1e3 * statistics.median(r[k] for r in rs) for k in rs[0]}
+             for name, rs in sorted(rows.items())}
+    all_ = [t2 - t0 for t0, _, t2 in calls]
+    return statistics.median(all_), all_, table
 
 
 def _held(key: str):
@@ -306,8 +315,7 @@ def main(argv=None):
                     def call(drt=drt, mats=mats):
                         return drt.cholesky(mats)
 
-                    med, all_ = timed(waited(call), a.reps)
-                    table = phases(client, call)
+                    med, all_, table = phases(client, call, a.reps)
                     batch = rhs = None
                     nbytes = sum(m.nbytes for m in mats)
                     print(f"k={k} {case} gpus={g} from the host: {nbytes / 2**30:.2f} GiB, "
@@ -323,12 +331,14 @@ def main(argv=None):
                             client.run(_free)
                         hold["batch"] = drt.spd(ns, seed=1)
                         done(hold["batch"].shards)
+                        # (a made batch is done once its kernels are queued: their tail on the
+                        # device is the maker's, not the call's)
+                        client.run(_synchronize)
 
                     def call(drt=drt, hold=hold):
                         return drt.cholesky(hold["batch"], overwrite=True)
 
-                    med, all_ = timed(waited(call), a.reps, setup)
-                    table = phases(client, call, setup)
+                    med, all_, table = phases(client, call, a.reps, setup)
                     batch = rhs = None
                 else:
                     batch = drt.spd(ns, seed=1)
@@ -347,9 +357,8 @@ def main(argv=None):
                         def call(drt=drt, batch=batch):
                             return drt.cholesky(batch)
 
-                    med, all_ = timed(waited(call), a.reps)
                     raw: dict = {}
-                    table = phases(client, call, raw=raw)
+                    med, all_, table = phases(client, call, a.reps, raw=raw)
                     if a.trace and rhs is None:
                         events += chrome(client, raw, batch, a.device, f"k={k} {case} gpus={g}",
                                          pid0=100 * traced)
@@ -386,8 +395,8 @@ def main(argv=None):
     drt = vd.Runtime(client, device=a.device, workers=workers[:1])
     batch = drt.spd(small)
     done(batch.shards)
-    t_dask, _ = timed(waited(lambda: drt.cholesky(batch)), max(a.reps, 20))
-    show_phases("k=2000 uniform32 one worker", phases(client, lambda: drt.cholesky(batch)))
+    t_dask, _, table = phases(client, lambda: drt.cholesky(batch), max(a.reps, 20))
+    show_phases("k=2000 uniform32 one worker", table)
     rt = vbatch.Runtime(a.device)
     local = vbatch.pack([np.eye(int(n)) * 2.0 for n in small], order="F")
     if rt.device == "cuda":
@@ -416,6 +425,15 @@ def main(argv=None):
             json.dump({"traceEvents": events, "displayTimeUnit": "ms"}, f)
     client.close()
     cluster.close()
+
+
+def _synchronize():
+    try:
+        import cupy
+
+        cupy.cuda.Device().synchronize()
+    except ImportError:
+        pass
 
 
 def _free():
