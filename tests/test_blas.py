@@ -651,9 +651,10 @@ def test_plan_for_shows_the_plan_of_any_op():
 # ----------------------------------------------------------------------------- repeated calls
 @pytest.mark.parametrize("device", DEVICES)
 def test_a_repeated_packed_call_validates_and_plans_nothing_again(device, monkeypatch):
-    """The known-call path: the same packed batches again skip validation and planning, but a
-    different scalar or flag, another batch of the same sizes, a buffer made read-only, or a
-    value the request refuses is still seen to; no entry keeps a batch alive."""
+    """The known-call path: the same packed batches again, or another batch of an equal
+    layout, skip validation and planning (and the latter's own values are read); a different
+    scalar or flag, another layout of the same sizes, a buffer made read-only, or a value the
+    request refuses is still seen to; no entry keeps a batch alive."""
     import gc
     import weakref
 
@@ -683,8 +684,14 @@ def test_a_repeated_packed_call_validates_and_plans_nothing_again(device, monkey
         out = rt.gemm(a, b, c, alpha=alpha, beta=beta).result()
         _check_gemm(A, B, C, _mats(out), alpha, beta, False, False, np.float64, f"{alpha}")
     assert counts == {"validate": 2, "plan": 2}  # one per distinct (alpha, beta)
-    a2 = _form(A, "packedF", device, np.float64)  # same sizes, another batch: validated
-    rt.gemm(a2, b, c, alpha=2.0, beta=-1.0).result()
+    A2 = [rng.standard_normal(x.shape) for x in A]
+    a2 = _form(A2, "packedF", device, np.float64)  # another batch of a's layout: a's call
+    out = rt.gemm(a2, b, c, alpha=2.0, beta=-1.0).result()
+    _check_gemm(A2, B, C, _mats(out), 2.0, -1.0, False, False, np.float64, "a2")
+    assert counts == {"validate": 2, "plan": 2}
+    a3 = _form(A2, "packedC", device, np.float64)  # the same sizes, another layout: validated
+    out = rt.gemm(a3, b, c, alpha=2.0, beta=-1.0).result()
+    _check_gemm(A2, B, C, _mats(out), 2.0, -1.0, False, False, np.float64, "a3")
     assert counts["validate"] == 3
     with pytest.raises(InputError, match="alpha must be a number"):
         rt.gemm(a, b, c, alpha=True, beta=-1.0)  # True == 1, but it is not a number here

@@ -699,3 +699,48 @@ def test_a_dtype_the_backend_does_not_take_is_refused_before_any_work(monkeypatc
         rt.plan_options(np.complex128, "gemm")
     assert not began
     rt.gemm([np.eye(3)], [np.eye(3)]).result()  # (float64: taken)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("order", ["C", "F"])
+def test_a_batch_packed_afresh_each_call_replays_the_kept_call(device, order, monkeypatch):
+    """A packed batch of a layout equal to a live one's (sizes, offsets, leading dimensions,
+    order, dtype and buffer size) finds that one's kept call and replays it, as the same batch
+    would: a loop that packs its matrices afresh each call plans once. Each call reads its own
+    batch, in place or not; a batch of the same sizes laid out otherwise is a call of its
+    own."""
+    xp = np if device == "cpu" else pytest.importorskip("cupy")
+    rng = np.random.default_rng(31)
+    ns = [0, 1, 7, 8, 9, 16, 3, 12]  # (nb 8: tile-1, tile, tile+1)
+    rt = Runtime(device, nb=8)
+    staged = {"n": 0}
+    real = rt._execute
+
+    def counting(*args, **kw):
+        staged["n"] += 1
+        return real(*args, **kw)
+
+    monkeypatch.setattr(rt, "_execute", counting)
+    for overwrite in (False, True):
+        staged["n"] = 0
+        for step in range(4):
+            mats = spd_list(ns, np.float64, rng)
+            batch = vbatch.pack([xp.asarray(a) for a in mats], order=order)
+            res = rt.cholesky(batch, overwrite=overwrite).result()
+            assert not res.info.any()
+            assert (res.factors is batch) == overwrite
+            for i, (a, f) in enumerate(zip(mats, res.factors.unpack())):
+                check_factor(a, f, np.float64, where=f"step {step} problem {i}")
+        assert staged["n"] == 1, (overwrite, staged)
+    mats = spd_list(ns, np.float64, rng)
+    host = vbatch.pack(mats, order=order)
+    ld = host.ld + 1  # (padded: the same sizes, another layout)
+    padded = vbatch.PackedBatch.from_buffer(
+        xp.zeros(int((ld * host.n).sum()) + 1), n=host.n, ld=ld, order=order,
+        offset=np.concatenate([[0], np.cumsum(ld * host.n)[:-1]]))
+    for i, a in enumerate(mats):
+        padded.matrix(i)[...] = xp.asarray(a)
+    res = rt.cholesky(padded).result()
+    assert staged["n"] == 2
+    for i, (a, f) in enumerate(zip(mats, res.factors.unpack())):
+        check_factor(a, f, np.float64, where=f"padded problem {i}")

@@ -11,7 +11,8 @@ Every operand of every operation comes in one of two forms:
 
 The packed form is what the hot path uses: it is zero-copy, its metadata is numpy arrays (never a
 Python object per matrix), and backends cache plans and device metadata on it, so factoring the
-same layout again costs no planning. :func:`pack` turns a list into a packed batch once; keep the
+same layout again costs no planning (a runtime finds its kept call for another batch of an equal
+layout too, while one lives). :func:`pack` turns a list into a packed batch once; keep the
 result and pass it again to reuse it.
 
 Shape rules (square, inner dimensions that match, ...) belong to each operation (``ops/``);
