@@ -160,8 +160,7 @@ class _Hub:
                 mine = {s.key, *(d.key for d in s.reads)}
                 drops = [k for k in self.drops.pop(where, []) if k not in mine]
                 early = await self._call(where, "run", s.key, s.answer and not s.run.done(),
-                                         s.answer and not s.reads and _tiny(parts),
-                                         drops, *parts)
+                                         s.answer and _tiny(parts), drops, *parts)
             except _Gone:
                 self._lost(where)
                 gone, where = where, None
@@ -305,8 +304,9 @@ INLINE_BYTES = 1 << 18
 
 
 def _tiny(parts: list) -> bool:
-    """Whether a call's operands are few enough bytes that it runs on its worker's event loop
-    (under ``INLINE_BYTES``, the operands of one 181 x 181 GEMM)."""
+    """Whether a call's operands are few enough bytes that it may run on its worker's event
+    loop (under ``INLINE_BYTES``, the operands of one 181 x 181 GEMM; values held there go
+    by reference), as ``Keeper.run`` decides."""
     return sum(memoryview(p).nbytes if isinstance(p, (bytes, memoryview)) else INLINE_BYTES
                for p in parts) < INLINE_BYTES
 

@@ -53,6 +53,7 @@ class Runtime:
         self._hub = _Hub(client, self.workers, retries)
         self._local = None
         self._splits: dict = {}  # a request's sizes and parameters -> its shards (_split)
+        self._reqs: dict = {}  # a call's placeholders and parameters -> its request (_validated)
         self._pending: list = []
         self._lock = threading.Lock()
 
@@ -83,7 +84,7 @@ class Runtime:
                     raise InputError([(None, f"{name}: a distributed batch of another runtime")])
                 dist[name] = v
                 given[name] = v.placeholder
-        req = validated(o.request, **given)  # the whole batch, named in the caller's numbering
+        req = self._validated(o, given, dist)  # the whole batch, in the caller's numbering
         first = getattr(req, o._ins[0][1])
         k = first.k
         if dist:
@@ -120,14 +121,16 @@ class Runtime:
             for _, operand, w in o._ins:        # is fetched, not the one its run sent back)
                 for d in dist[operand].shards if w and operand in dist else ():
                     d.written = True
-        # (a submission holds what it reads until it has run: the caller may drop it at once)
-        holds = [v.keep for v in dist.values()] + [d._keep for d in deps]
-        waits = list(after) + [r for s in out for r in s.reads]
-        self._hub.go(out, waits, holds)
         form = _form_of(req, o, dist)
         res = Future(self, o, out, k, form, None, _shapes_of(req, o), first.dtype)
         with self._lock:
             self._pending = [f for f in self._pending if not f.done()] + [res]
+        # (a submission holds what it reads until it has run: the caller may drop it at once)
+        holds = [v.keep for v in dist.values()] + [d._keep for d in deps]
+        waits = list(after) + [r for s in out for r in s.reads]
+        # (last: the client's loop, sending the shards, would otherwise take the GIL in turns
+        # with the rest of this call)
+        self._hub.go(out, waits, holds)
         return res
 
     def spd(self, sizes: Any, seed: int = 0, dtype: Any = np.float64) -> DistributedBatch:
@@ -162,6 +165,24 @@ class Runtime:
         self._hub.go(list(shards), [], [])
         return DistributedBatch(self, shards, None, m, n, np.dtype(dtype),
                                 _Keep(self._hub, shards))
+
+    def _validated(self, op, given: dict, dist: dict):
+        """``given`` validated as ``op``'s request; where it holds only distributed batches
+        and plain parameters, the request validated for the same ones before (a batch's
+        placeholder holds its shapes only: 0.13 of a 0.22 ms submission of 10^5 problems on
+        a 2-core VM)."""
+        if not dist or any(n not in dist and type(v) not in _PLAIN for n, v in given.items()):
+            return validated(op.request, **given)
+        key = (op.name, *((n, id(v)) if n in dist else (n, type(v), v)
+                          for n, v in given.items()))
+        hit = self._reqs.get(key)
+        if hit is None:
+            # (the placeholders are held with it, so their ids stay theirs)
+            hit = ([given[n] for n in dist], validated(op.request, **given))
+            if len(self._reqs) >= 16:
+                self._reqs.pop(next(iter(self._reqs)))
+            self._reqs[key] = hit
+        return hit[1]
 
     def _split(self, op, req, dtype) -> list:
         """``shard_by_cost`` of the request's problems, kept for the next request of the same
@@ -218,6 +239,7 @@ for _op in public():
 del _op
 
 BIG = 1 << 26  # bytes of host matrices in a call, from which its shards are packed in threads
+_PLAIN = (type(None), bool, int, float, str)
 
 
 @functools.cache

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -34,7 +35,7 @@ class Keeper:
     def __init__(self) -> None:
         self._thread = ThreadPoolExecutor(1, thread_name_prefix="vbatch-keeper")
         self._queued = 0  # calls sent to the thread and not yet back
-        self._warm: set = set()  # signatures of the tiny calls that ran here (run's inline)
+        self._took: dict = {}  # a small call's signature -> seconds its last run took here
 
     async def _on_thread(self, fn, *args):
         self._queued += 1
@@ -47,24 +48,28 @@ class Keeper:
         """Compute ``fn(*args)`` (from ``wire``) and keep it under ``key``, then drop the
         values of ``drops`` (after the reply, off the call's path). ``early``: send its host
         form back at once where it is small (what the caller's ``result()`` reads).
-        ``inline``: a call the client found tiny runs on the worker's event loop when the
-        thread is idle and a call of its sizes ran here before (a first one may compile
-        kernels; its wait behind a long call would hold the loop too)."""
+        ``inline``: a call whose operands the client found small (values held here count by
+        reference) runs on the worker's event loop when the thread is idle and the last call
+        of its signature took less than ``INLINE_S`` here. The hops to the thread and back
+        cost ~0.25 ms a call on an H200 host (docs/decisions.md#dist-keepers); a first call may
+        compile kernels, and a wait behind a long one would hold the loop."""
         try:
             if inline and not self._queued:
                 fn, args = unwire(wire)
                 sig = _signature(fn, args)
-                if sig in self._warm:
-                    return _apply(key, early, fn, args)
-                out = await self._on_thread(_apply, key, early, fn, args)
-                if len(self._warm) >= 256:
-                    self._warm.clear()
-                self._warm.add(sig)
+                took = self._took.get(sig)
+                if took is not None and took < INLINE_S:
+                    out, self._took[sig] = _clocked(key, early, fn, args)
+                    return out
+                out, took = await self._on_thread(_clocked, key, early, fn, args)
+                if len(self._took) >= 256:
+                    self._took.clear()
+                self._took[sig] = took
                 return out
             return await self._on_thread(_run, key, early, wire)
         finally:
-            if drops:
-                self._thread.submit(_drop, drops)
+            if drops:  # (once the reply is on its way: the thread would take the GIL first)
+                asyncio.get_running_loop().call_soon(self._thread.submit, _drop, drops)
 
     async def fetch(self, key: str, name: str | None) -> Any:
         return await self._on_thread(_reply, VALUES[key], name)
@@ -108,10 +113,27 @@ def _apply(key: str, early: bool, fn, args: tuple) -> Any:
     return _reply(value, None) if early and _nbytes(value) < SMALL else None
 
 
+INLINE_S = 0.025  # s: the event loop is held for at most about this long by one call
+
+
+def _clocked(key: str, early: bool, fn, args: tuple) -> tuple:
+    """``_apply`` and the seconds it took."""
+    t0 = time.perf_counter()
+    out = _apply(key, early, fn, args)
+    return out, time.perf_counter() - t0
+
+
 def _signature(fn, args: tuple) -> tuple:
     """What a call's plans and kernels depend on: its function, its operands' sizes and
     dtypes, its other arguments."""
     def one(v):
+        if type(v) is tuple and len(v) == 3 and isinstance(v[0], str) and v[0] == _OUT:
+            held = VALUES.get(v[1])  # (a value held here: by its shape, not its key)
+            b = _pick(held, v[2]) if held is not None else None
+            if isinstance(b, (Views, PackedBatch)):
+                b = _packed(b)
+                return ("H", len(b.n), b.data.size, b.data.dtype.str, b.order)
+            return ("H", type(b).__name__)
         if isinstance(v, (Views, PackedBatch)):
             b = _packed(v)
             return ("B", b.n.tobytes(), b.m.tobytes(), b.data.dtype.str, b.order)

@@ -622,6 +622,62 @@ def test_batches_made_on_the_workers(client):
         check_factor(full, f, np.float64, where=f"made {i}")
 
 
+def _shard_threads(on: bool, limit: float | None = None) -> list:
+    """On a worker: from now on (``on``) each shard it runs logs the thread it ran on, with
+    ``INLINE_S`` set to ``limit``; returns and clears the log so far, and puts both back when
+    not ``on``."""
+    import threading
+
+    import vbatch.distributed.worker as m
+
+    real = m.__dict__.setdefault("_threads_real", (m._run_shard, m.INLINE_S))
+    log = m.__dict__.setdefault("_threads_log", [])
+    out = list(log)
+    log.clear()
+    if not on:
+        m._run_shard, m.INLINE_S = m.__dict__.pop("_threads_real")
+        return out
+
+    def logged(*args):
+        log.append(threading.current_thread() is threading.main_thread())
+        return real[0](*args)
+
+    m._run_shard = logged
+    if limit is not None:
+        m.INLINE_S = limit
+    return out
+
+
+def test_a_short_call_on_held_values_runs_on_the_workers_loop(client):
+    """A call that reads values held on its workers, and whose last run of that signature
+    took less than ``INLINE_S`` there, runs on the worker's event loop (no hop to the keeper's
+    thread and back); its first run, and every run once its last took longer, on the thread.
+    Each gives its own answer."""
+    drt = vd.Runtime(client, device="cpu", nb=NB)
+    ns = np.array(edge_sizes(NB) + [3, 40, 0, 25, 31])
+    made = drt.spd(ns, seed=6)
+    mats = [np.tril(a) + np.tril(a, -1).T for a in made.gather()]
+    workers = sorted({s.worker for s in made.shards})
+    assert len(workers) == 2
+    for limit, last in ((None, True), (0.0, False)):
+        client.run(_shard_threads, True, limit)
+        try:
+            for _ in range(4):
+                res = drt.cholesky(made).result()
+                assert not res.info.any()
+                for i, (a, f) in enumerate(zip(mats, res.factors)):
+                    check_factor(a, f, np.float64, where=f"problem {i}")
+        finally:
+            runs = client.run(_shard_threads, False)
+        for w in workers:
+            # (True: on the event loop, the worker process's main thread; the first run, which
+            # plans, may take longer than INLINE_S, and so its next one)
+            assert runs[w][0] is False and runs[w][-1] is last, (limit, w, runs[w])
+            assert last or not any(runs[w]), (limit, w, runs[w])
+        made = drt.spd(ns + (ns > 0), seed=7)  # (another signature: first on the thread)
+        mats = [np.tril(a) + np.tril(a, -1).T for a in made.gather()]
+
+
 def test_wait_lets_go_of_results_the_caller_dropped(client):
     """An in-place factorization is finished by ``wait()`` though its future was dropped, and
     afterwards the runtime holds no future (it kept the last one, and with it the batch on the
