@@ -21,31 +21,18 @@ one of two roads, by what the call's first run found (never by operation):
 
 from __future__ import annotations
 
-import threading
-import weakref
 from typing import Any
 
 import numpy as np
 
-from vbatch.core.batch import MatrixList, PackedBatch, Views, list_signature, pack
+from vbatch.core.batch import (MatrixList, PackedBatch, Views, layout_token, list_signature,
+                                pack)
 from vbatch.core.errors import InputError, constructed, validated
 from vbatch.ops.op import replaced
 from vbatch.runtime.future import Future
 
 _PACKED = object()  # (_list_form: an operand that came as a packed batch)
 _NONE: dict = {}
-
-
-class _Layout:
-    """A layout's token: one per packed batch's cache (which its with_data twins share), and
-    one for every live batch of an equal layout (:func:`layout_token`). A call key holding it
-    cannot be matched by a later layout, as an id could. ``arrays``: what an equal layout
-    must equal (None: a batch without data, which shares with none)."""
-
-    __slots__ = ("__weakref__", "arrays")
-
-    def __init__(self, arrays: tuple | None = None):
-        self.arrays = arrays
 
 
 def staged_bytes(batch: PackedBatch | MatrixList) -> int:
@@ -67,56 +54,6 @@ def output_order(form: PackedBatch | MatrixList) -> str:
     """The order of a new output laid out for ``form``: a packed batch's own, row-major for a
     list."""
     return form.order if type(form) is PackedBatch else "C"
-
-
-def layout_token(batch: PackedBatch) -> _Layout:
-    """The token of ``batch``'s layout, found on first use: that of a live batch of an equal
-    layout (sizes, offsets, leading dimensions, order, dtype and buffer size), else a new one.
-    A batch packed afresh each call then finds the kept call of the last one and replays it:
-    a new layout's call validates, plans and builds its device tables again (44 of a 90 ms
-    in-place POTRF of 2 x 10^5 problems of U[1, 256] on an H200;
-    docs/decisions.md#host-equal-layouts)."""
-    c = batch.cache()
-    t = c.get("layout")
-    if t is None:
-        t = c["layout"] = _equal_layout(batch)
-    return t
-
-
-_TOKENS: dict = {}  # a layout's digest -> weak references to the live tokens of that digest
-_TOKENS_LOCK = threading.Lock()
-_TOKENS_KEPT = 256
-
-
-def _equal_layout(batch: PackedBatch) -> _Layout:
-    data = batch.data
-    if data is None:  # (a backend's template: its cache may hold what is not the layout's)
-        return _Layout()
-    n, off, ld = batch.n, batch.offset, batch.ld
-    m = n if batch.m is None else batch.m
-    k = len(n)
-    # (a digest to find candidates by; an equal layout is then compared in full)
-    key = (k, batch.order, data.dtype.str, int(data.size), int(n.sum()), int(m.sum()),
-           int(off[-1]) if k else 0, int(ld[-1]) if k else 0)
-    arrays = (n, m, ld, off)
-    with _TOKENS_LOCK:
-        refs = _TOKENS.get(key)
-        if refs is not None:
-            for r in refs:
-                t = r()
-                if t is not None and all(map(_same, t.arrays, arrays)):
-                    return t
-        t = _Layout(arrays)
-        refs = [r for r in refs or () if r() is not None][-3:] + [weakref.ref(t)]
-        _TOKENS.pop(key, None)
-        while len(_TOKENS) >= _TOKENS_KEPT:
-            _TOKENS.pop(next(iter(_TOKENS)))
-        _TOKENS[key] = refs
-    return t
-
-
-def _same(a: np.ndarray, b: np.ndarray) -> bool:
-    return a is b or np.array_equal(a, b)
 
 
 class _ListLayout:

@@ -22,6 +22,8 @@ this module checks what every operand must be. Zero-size matrices are valid.
 from __future__ import annotations
 
 import operator
+import threading
+import weakref
 from collections.abc import Sequence
 from itertools import chain
 from operator import attrgetter
@@ -989,6 +991,71 @@ def _pack_host(ml: "MatrixList", layout: "PackedBatch", data: np.ndarray, total:
 
 # The most elements a matrix may have on average for _pack_host's one call (16 x 16).
 _PACK_SMALL = 256
+
+
+class _Layout:
+    """A layout's token: one per packed batch's cache (which its with_data twins share), and
+    one for every live batch of an equal layout (:func:`layout_token`). A key holding it
+    cannot be matched by a later layout, as an id could. ``arrays``: what an equal layout must
+    equal (None: a batch without data, which shares with none). ``entries``: what backends
+    derive from the layout (device tables), kept as long as the token."""
+
+    __slots__ = ("__weakref__", "arrays", "entries")
+
+    def __init__(self, arrays: tuple | None = None):
+        self.arrays = arrays
+        self.entries: dict = {}
+
+
+def layout_token(batch: "PackedBatch") -> _Layout:
+    """The token of ``batch``'s layout, found on first use: that of a live batch of an equal
+    layout (sizes, offsets, leading dimensions, order, dtype and buffer size), else a new one.
+    A runtime keys its kept calls by it and a backend keeps what it derives from the layout on
+    it (``entries``), so a batch packed afresh each call finds the kept call and device tables
+    of the last one: a new layout's call validated, planned and built its device tables again
+    (44 of a 90 ms in-place POTRF of 2 x 10^5 problems of U[1, 256] on an H200;
+    docs/decisions.md#host-equal-layouts)."""
+    c = batch.cache()
+    t = c.get("layout")
+    if t is None:
+        t = c["layout"] = _equal_layout(batch)
+    return t
+
+
+_TOKENS: dict = {}  # a layout's digest -> weak references to the live tokens of that digest
+_TOKENS_LOCK = threading.Lock()
+_TOKENS_KEPT = 256
+
+
+def _equal_layout(batch: "PackedBatch") -> _Layout:
+    data = batch.data
+    if data is None:  # (a backend's template: its cache may hold what is not the layout's)
+        return _Layout()
+    n, off, ld = batch.n, batch.offset, batch.ld
+    m = n if batch.m is None else batch.m
+    k = len(n)
+    # (a digest to find candidates by; an equal layout is then compared in full)
+    key = (k, batch.order, data.dtype.str, int(data.size), int(n.sum()), int(m.sum()),
+           int(off[-1]) if k else 0, int(ld[-1]) if k else 0)
+    arrays = (n, m, ld, off)
+    with _TOKENS_LOCK:
+        refs = _TOKENS.get(key)
+        if refs is not None:
+            for r in refs:
+                t = r()
+                if t is not None and all(map(_same, t.arrays, arrays)):
+                    return t
+        t = _Layout(arrays)
+        refs = [r for r in refs or () if r() is not None][-3:] + [weakref.ref(t)]
+        _TOKENS.pop(key, None)
+        while len(_TOKENS) >= _TOKENS_KEPT:
+            _TOKENS.pop(next(iter(_TOKENS)))
+        _TOKENS[key] = refs
+    return t
+
+
+def _same(a: np.ndarray, b: np.ndarray) -> bool:
+    return a is b or np.array_equal(a, b)
 
 
 def pack(mats: Any, order: Literal["F", "C"] = "C", backend: Any = None) -> PackedBatch:
