@@ -88,3 +88,17 @@ def plan_npiv(plan) -> np.ndarray:
     t = plan.tasks
     panel = np.array([plan.kinds[c].name == "potrf.panel" for c in range(len(plan.kinds))])[t.kind]
     return np.bincount(t.problem[panel], weights=t.width[panel], minlength=plan.k).astype(int)
+
+
+def count_staged(rt, monkeypatch) -> dict:
+    """``{"n": ...}``: how many of ``rt``'s calls take the staged road from here on (a replay
+    does not)."""
+    runs = {"n": 0}
+    real = rt._execute
+
+    def counting(*args, **kw):
+        runs["n"] += 1
+        return real(*args, **kw)
+
+    monkeypatch.setattr(rt, "_execute", counting)
+    return runs

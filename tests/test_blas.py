@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from _check import count_staged
 from conftest import DEVICES
 from hypothesis import given
 from hypothesis import strategies as st
@@ -709,20 +710,6 @@ def test_a_repeated_packed_call_validates_and_plans_nothing_again(device, monkey
     assert ref() is None, "the known-call path kept a batch alive"
 
 
-def _count_staged(rt, monkeypatch) -> dict:
-    """``{"n": ...}``: how many of ``rt``'s calls take the staged road from here on (a replay
-    does not)."""
-    runs = {"n": 0}
-    real = rt._execute
-
-    def counting(*args, **kw):
-        runs["n"] += 1
-        return real(*args, **kw)
-
-    monkeypatch.setattr(rt, "_execute", counting)
-    return runs
-
-
 @pytest.mark.parametrize("device", DEVICES)
 def test_a_known_call_replays_with_fresh_outputs(device, monkeypatch):
     """From its second run on, a known call skips the request, the checks and the staging
@@ -738,7 +725,7 @@ def test_a_known_call_replays_with_fresh_outputs(device, monkeypatch):
     C = [rng.standard_normal((m, n)) for m, n, k in shapes]
     a, b, c = (_form(x, "packedC", device, np.float64) for x in (A, B, C))
     rt = vbatch.Runtime(device)
-    runs = _count_staged(rt, monkeypatch)
+    runs = count_staged(rt, monkeypatch)
 
     def ptr(x):
         return x.data.ptr if device == "cuda" else x.ctypes.data
@@ -785,7 +772,7 @@ def test_a_known_list_call_replays(device, monkeypatch):
     rng = np.random.default_rng(23)
     ns = [0, 1, 7, 8, 9, 16, 3]
     rt = vbatch.Runtime(device)
-    runs = _count_staged(rt, monkeypatch)
+    runs = count_staged(rt, monkeypatch)
     eps = np.finfo(np.float64).eps
     outs, As, Bs = [], [], []
     for _ in range(4):

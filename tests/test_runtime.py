@@ -14,7 +14,7 @@ from vbatch import DependencyError, Runtime
 from vbatch.core import jit
 from vbatch.kernels.cpu import CpuBackend
 from vbatch.ops.generate import spd_list
-from _check import check_factor, plan_npiv
+from _check import check_factor, count_staged, plan_npiv
 from conftest import DEVICES
 from vbatch.runtime.device import cuda_status
 
@@ -713,14 +713,7 @@ def test_a_batch_packed_afresh_each_call_replays_the_kept_call(device, order, mo
     rng = np.random.default_rng(31)
     ns = [0, 1, 7, 8, 9, 16, 3, 12]  # (nb 8: tile-1, tile, tile+1)
     rt = Runtime(device, nb=8)
-    staged = {"n": 0}
-    real = rt._execute
-
-    def counting(*args, **kw):
-        staged["n"] += 1
-        return real(*args, **kw)
-
-    monkeypatch.setattr(rt, "_execute", counting)
+    staged = count_staged(rt, monkeypatch)
     for overwrite in (False, True):
         staged["n"] = 0
         for step in range(4):
