@@ -123,14 +123,14 @@ class Runtime:
                     d.written = True
         form = _form_of(req, o, dist)
         res = Future(self, o, out, k, form, None, _shapes_of(req, o), first.dtype)
-        with self._lock:
-            self._pending = [f for f in self._pending if not f.done()] + [res]
         # (a submission holds what it reads until it has run: the caller may drop it at once)
         holds = [v.keep for v in dist.values()] + [d._keep for d in deps]
         waits = list(after) + [r for s in out for r in s.reads]
-        # (last: the client's loop, sending the shards, would otherwise take the GIL in turns
-        # with the rest of this call)
+        # (near the end: the client's loop, sending the shards, would otherwise take the GIL
+        # in turns with the rest of this call)
         self._hub.go(out, waits, holds)
+        with self._lock:
+            self._pending = [f for f in self._pending if not f.done()] + [res]
         return res
 
     def spd(self, sizes: Any, seed: int = 0, dtype: Any = np.float64) -> DistributedBatch:
@@ -179,9 +179,10 @@ class Runtime:
         if hit is None:
             # (the placeholders are held with it, so their ids stay theirs)
             hit = ([given[n] for n in dist], validated(op.request, **given))
-            if len(self._reqs) >= 16:
-                self._reqs.pop(next(iter(self._reqs)))
-            self._reqs[key] = hit
+            with self._lock:
+                if len(self._reqs) >= 16:
+                    self._reqs.pop(next(iter(self._reqs)))
+                self._reqs[key] = hit
         return hit[1]
 
     def _split(self, op, req, dtype) -> list:
@@ -193,9 +194,10 @@ class Runtime:
         if idx is None:
             cost = problem_cost(op, req, self._plan_options(op, dtype))
             idx = shard_by_cost(cost, len(self.workers))
-            if len(self._splits) >= 16:
-                self._splits.pop(next(iter(self._splits)))
-            self._splits[key] = idx
+            with self._lock:
+                if len(self._splits) >= 16:
+                    self._splits.pop(next(iter(self._splits)))
+                self._splits[key] = idx
         return idx
 
     def _plan_options(self, op, dtype) -> dict:

@@ -69,7 +69,18 @@ class Keeper:
             return await self._on_thread(_run, key, early, wire)
         finally:
             if drops:  # (once the reply is on its way: the thread would take the GIL first)
-                asyncio.get_running_loop().call_soon(self._thread.submit, _drop, drops)
+                asyncio.get_running_loop().call_soon(self._drop_later, drops)
+
+    def _drop_later(self, drops: list) -> None:
+        # (counted as queued until done: a call run on the loop meanwhile could otherwise
+        # write a key, computed again, that this drop then takes)
+        self._queued += 1
+        loop = asyncio.get_running_loop()
+        self._thread.submit(_drop, drops).add_done_callback(
+            lambda _: loop.call_soon_threadsafe(self._dropped))
+
+    def _dropped(self) -> None:
+        self._queued -= 1
 
     async def fetch(self, key: str, name: str | None) -> Any:
         return await self._on_thread(_reply, VALUES[key], name)
@@ -130,9 +141,11 @@ def _signature(fn, args: tuple) -> tuple:
         if type(v) is tuple and len(v) == 3 and isinstance(v[0], str) and v[0] == _OUT:
             held = VALUES.get(v[1])  # (a value held here: by its shape, not its key)
             b = _pick(held, v[2]) if held is not None else None
-            if isinstance(b, (Views, PackedBatch)):
-                b = _packed(b)
-                return ("H", len(b.n), b.data.size, b.data.dtype.str, b.order)
+            if isinstance(b, (Views, PackedBatch)):  # (a digest: a collision costs a call
+                b = _packed(b)                          # that plans on the loop, nothing more)
+                k = len(b.n)
+                return ("H", k, b.data.size, b.data.dtype.str, b.order, int(b.n.sum()),
+                        int(b.offset[-1]) if k else 0)
             return ("H", type(b).__name__)
         if isinstance(v, (Views, PackedBatch)):
             b = _packed(v)

@@ -60,7 +60,6 @@ from vbatch.core.batch import (
     extents,
     first_time,
     in_place_layout,
-    layout_token,
     overlaps,
     pack,
 )
@@ -838,9 +837,8 @@ class CudaBackend(Backend):
     def _prepare(self, plan: Plan, buffers: dict, config) -> _Prepared:
         # The tables depend on every buffer's layout. A list's (or a new output's) follows
         # from its sizes, which the plan fixes: "tight". A packed batch's is its own, named by
-        # its layout token (shared by batches made with with_data, and by live batches of an
-        # equal layout: vbatch.core.batch.layout_token). The entry lives on the first packed
-        # buffer's token (it dies with it), else with the plan.
+        # a token kept in its cache (shared by batches made with with_data). The entry lives
+        # with the first packed buffer (it dies with it), else with the plan.
         # The last buffers' caches seen with this plan, and what they found: a repeated call
         # on the same layout (a packed batch factored again: its output shares its cache)
         # skips the walk below. The memo holds those cache dicts, so their ids stay theirs.
@@ -856,13 +854,16 @@ class CudaBackend(Backend):
             if b is None:
                 tokens.append(None)
                 continue
-            if b.cache().get("tight"):
+            c = b.cache()
+            if c.get("tight"):
                 tokens.append(("tight", b.order))
                 continue
-            tok = layout_token(b)
+            tok = c.get("token")
+            if tok is None:
+                tok = c["token"] = object()
             tokens.append(tok)
             if home is None:
-                home = tok.entries
+                home = c
         cache = plan.cache if home is None else home
         key = ("cuda", dev, id(plan), config.fp64_update, config.fp64_gemm, tuple(tokens))
         hit = cache.get(key)

@@ -709,7 +709,7 @@ FRONTAL_SOLVE_OP = register_op(Op(
              Buffer("x", "x", output=True), Buffer("sync_in", "sync"),
              # (complete: the reset, before every sweep, zeroes every counter they read)
              Buffer("sync", "sync", output=True, shape=_sync_shape, form="x", complete=True),
-             Buffer("rhs", "rhs"), Buffer("rows", "rows"),
+             Buffer("rhs", "rhs"), Buffer("rows", "rows", checked=True),
              # (complete: the out tasks write every row, rows being a permutation)
              Buffer("y", "y", output=True, shape=_solution_shape, form="x", complete=True)),
     graph=frontal_solve_graph, signature=_solve_sig,

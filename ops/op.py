@@ -67,6 +67,10 @@ class Buffer:
     scratch: bool = False
     dtype: str | None = None
     convert: Callable[[Any, dict], Any] | None = None
+    # Validation reads its values (the solve's rows): a call on it is kept for that batch and
+    # its twins only, never found by another batch of an equal layout, whose values would then
+    # go unchecked (vbatch.core.batch.own_token).
+    checked: bool = False
 
 
 @dataclass(frozen=True)
@@ -116,6 +120,7 @@ class Op:
         object.__setattr__(self, "names", tuple(b.name for b in self.buffers))
         # (the request fields that are batches: a call's key reads a list there by its sizes)
         object.__setattr__(self, "operands", frozenset(b.operand for b in ins if b.operand))
+        object.__setattr__(self, "_checked", frozenset(b.operand for b in ins if b.checked))
         if not self.families:
             object.__setattr__(self, "families", (self.name,))
 
@@ -191,11 +196,12 @@ def caller(op: Op, target: str, namespace: dict | None = None,
 
     ``keyed``: ``target`` is then a runtime (``self``, or an expression giving one), and the
     body finds the call's prepared call in its ``_calls`` by the call's key, built inline from
-    the arguments by the namespace's ``_lay`` (an operand's layout) and ``_val`` (another
-    value), and runs it; on a miss (or a run it cannot take) it calls ``<target>._run(key,
-    op, fields, after)`` (vbatch.runtime.Runtime._run). Its own names start with ``_vb_``, so
-    that no op parameter can shadow them. A repeated call is then one dict
-    lookup from the run, with no loop over the fields and no call in between.
+    the arguments by the namespace's ``_lay`` (an operand's layout; ``_own`` for a
+    ``Buffer.checked`` one) and ``_val`` (another value), and runs it; on a miss (or a run it
+    cannot take) it calls ``<target>._run(key, op, fields, after)``
+    (vbatch.runtime.Runtime._run). Its own names start with ``_vb_``, so that no op parameter
+    can shadow them. A repeated call is then one dict lookup from the run, with no loop over
+    the fields and no call in between.
 
     Generated as source, not as ``*args, **kwargs`` bound per call: binding through
     ``inspect.Signature.bind`` costs ~3 us, more than a whole known call's own path."""
@@ -215,7 +221,8 @@ def caller(op: Op, target: str, namespace: dict | None = None,
         params.append(text)
         field = rename.get(p.name, p.name)
         fields.append((field, p.name))
-        keys.append(_lay_of(p.name) if field in operands else _val_of(p.name))
+        keys.append(f"_own({p.name})" if field in op._checked else
+                    _lay_of(p.name) if field in operands else _val_of(p.name))
     if not star:
         params.append("*")
     params += ["after=()", "overwrite=False"]

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from vbatch.core.batch import (MatrixList, PackedBatch, Views, layout_token, list_signature,
-                                pack)
+                                own_token, pack)
 from vbatch.core.errors import InputError, constructed, validated
 from vbatch.ops.op import replaced
 from vbatch.runtime.future import Future
@@ -110,7 +110,7 @@ class Prepared:
             if v is not None:
                 sizes[name] = (v.m, v.n, v.dtype)
             if type(v) is PackedBatch:
-                layout[name] = layout_token(v)
+                layout[name] = own_token(v) if name in op._checked else layout_token(v)
             elif type(v) is MatrixList and v.vector is None and v.frontend is None:
                 sig = list_signature(v.mats)
                 if sig is not None:  # (a later list of this signature: a twin of v)
@@ -201,9 +201,10 @@ class Prepared:
                 continue
             if type(v) is Views:
                 v = v.batch
-            if lay is None or type(v) is not PackedBatch or (
-                    not known and (v.__dict__.get("_vb_cache", _NONE).get("layout")
-                                   or layout_token(v)) is not lay):
+            if lay is None or type(v) is not PackedBatch or not known and (
+                    own_token(v) if name in self.op._checked else
+                    v.__dict__.get("_vb_cache", _NONE).get("layout") or layout_token(v)
+            ) is not lay:
                 return None
             if ow and not getattr(v.data.flags, "writeable", True):
                 return None  # validation names the read-only operand

@@ -31,6 +31,7 @@ from vbatch.core.batch import (
     first_time,
     index_signature,
     list_signature,
+    own_token,
     staged_order,
 )
 from vbatch.ops.cholesky import CholeskyResult  # noqa: F401 - re-exported
@@ -539,7 +540,8 @@ def _key(op: Op, fields: dict) -> tuple | None:
         if t is PackedBatch or t is Views:
             if t is Views:  # a list an earlier call gave: its packed batch (operands.py)
                 v = v.batch
-            put(v.__dict__.get("_vb_cache", _NONE).get("layout") or layout_token(v))
+            put(own_token(v) if name in op._checked else
+                v.__dict__.get("_vb_cache", _NONE).get("layout") or layout_token(v))
         elif v is None:
             put(None)
         elif t in _PLAIN:
@@ -566,6 +568,14 @@ def _new_buffer(b, req, buf):
 
 
 _NOKEY = object()  # (in a key: an argument that cannot be keyed, as a list of mixed types)
+
+
+def _own(v: Any) -> Any:
+    """An operand whose values validation reads (``Buffer.checked``) in a generated method's
+    key: a packed batch's own token (vbatch.core.batch.own_token), else as ``_lay``."""
+    if type(v) is Views:
+        v = v.batch
+    return own_token(v) if type(v) is PackedBatch else _lay(v)
 
 
 def _lay(v: Any) -> Any:
@@ -642,7 +652,7 @@ def prepare(op: str, **fields: Any) -> Prepared:
 # The operations' methods and module functions, made from the registry (vbatch.ops.op.caller):
 # ``rt.gemm(a, b, ...)`` is ``rt.submit("gemm", a=a, b=b, ...)`` with gemm's signature.
 API = tuple(op.api.__name__ for op in public())
-_KEYS = {"_lay": _lay, "_val": _val, "_PB": PackedBatch, "_NONE": _NONE}
+_KEYS = {"_lay": _lay, "_own": _own, "_val": _val, "_PB": PackedBatch, "_NONE": _NONE}
 for _op in public():
     setattr(Runtime, _op.api.__name__, caller(_op, "self", _KEYS, keyed=True))
     globals()[_op.api.__name__] = caller(_op, "_runtime()",

@@ -251,6 +251,43 @@ def _eye_like(device, n):
     return _cupy_eye(n) if device == "cuda" else np.eye(n)
 
 
+class FakeImmutable(Fake):
+    """A DLPack-only framework whose arrays cannot be written (as JAX's)."""
+
+    __module__ = "fakeimmutable"
+
+
+frontends.register("fakeimmutable", lambda x: FakeImmutable(_fake_from_dlpack(x).arr),
+                   immutable=True)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_kept_call_is_not_found_by_an_equal_layout_of_another_framework(device):
+    """A batch of a layout equal to a kept call's operand, over another framework's buffer,
+    is validated as on a first call: a call of two array kinds is refused, and so is an
+    in-place call on an immutable framework's buffer, which stays as it was."""
+    from vbatch.core.batch import PackedBatch
+
+    xp = pytest.importorskip("cupy") if device == "cuda" else np
+    rng = np.random.default_rng(5)
+    shapes = [(3, 3), (4, 4), (2, 2), (0, 0)]
+    mats = [a @ a.T + len(a) * np.eye(len(a)) for a in (rng.standard_normal(s) for s in shapes)]
+    rt = vbatch.Runtime(device)
+    for _ in range(3):
+        a, b = (vbatch.pack([xp.asarray(m) for m in mats], order="F") for _ in range(2))
+        rt.gemm(a, b).result()
+        rt.cholesky(b, overwrite=True).result()
+    for cls in (Fake, FakeImmutable):
+        other = PackedBatch.from_buffer(cls(a.data.copy()), n=a.n, order="F")
+        with pytest.raises(InputError, match="one array kind"):
+            rt.gemm(a, other)
+    before = a.data.copy()
+    other = PackedBatch.from_buffer(FakeImmutable(before.copy()), n=a.n, order="F")
+    with pytest.raises(InputError, match="immutable"):
+        rt.cholesky(other, overwrite=True)
+    assert bool((other.data == before).all())
+
+
 def test_views_are_made_when_touched():
     """A list's results are views made on access: nothing per matrix until one is read."""
     from vbatch.core.batch import Views

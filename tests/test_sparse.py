@@ -1019,6 +1019,34 @@ def test_frontal_solve_moves_are_a_launch_each_way(policy, split):
     assert np.linalg.norm(got - want) <= 1e3 * np.finfo(float).eps * np.linalg.norm(want)
 
 
+def test_a_kept_solve_checks_the_rows_of_a_batch_it_was_not_made_with():
+    """rows is read by validation (a permutation): a kept call is found for the batch it was
+    made with, never for another of an equal layout (Buffer.checked), whose rows are checked
+    as on a first call, before any work: a row index out of range would read past the
+    stacked rows."""
+    from vbatch.core.batch import layout_token, pack
+    from vbatch.ops.frontal import index_bits
+
+    rng = np.random.default_rng(3)
+    n, p, parent, fronts, rel = sweep_tree(rng, np.float64)
+    a = pack(fronts)
+    rr = pack([x.reshape(-1, 1).astype(np.float64) for x in rel], order="F")
+    rt = Runtime("cpu")
+    for _ in range(3):
+        more, _ = stacked_operands(rng, p, rng.standard_normal((int(p.sum()), 2)))
+        rt.submit("frontal_solve", a=a, rel=rr, parent=parent, npiv=p,
+                  x=pack([np.zeros((k, 2)) for k in n]), overwrite=True, **more).result()
+    rows = more["rows"]
+    for bad in (np.zeros(rows.data.size, np.int64), np.full(rows.data.size, 10**9, np.int64)):
+        other = PackedBatch(data=index_bits(bad, np.float64), m=rows.m, n=rows.n,
+                            offset=rows.offset, ld=rows.ld, order="F")
+        assert layout_token(other) is layout_token(rows)  # (an equal layout)
+        with pytest.raises(InputError, match="not a permutation"):
+            rt.submit("frontal_solve", a=a, rel=rr, parent=parent, npiv=p,
+                      x=pack([np.zeros((k, 2)) for k in n]), overwrite=True,
+                      rhs=more["rhs"], rows=other)
+
+
 def test_frontal_solve_stacked_operands_are_checked():
     """rhs and rows: together or not at all, shaped as the fronts need, rows a permutation of
     the stacked rows; y is the op's own output."""

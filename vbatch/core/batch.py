@@ -997,28 +997,36 @@ class _Layout:
     """A layout's token: one per packed batch's cache (which its with_data twins share), and
     one for every live batch of an equal layout (:func:`layout_token`). A key holding it
     cannot be matched by a later layout, as an id could. ``arrays``: what an equal layout must
-    equal (None: a batch without data, which shares with none). ``entries``: what backends
-    derive from the layout (device tables), kept as long as the token."""
+    equal (None: a batch that shares with none)."""
 
-    __slots__ = ("__weakref__", "arrays", "entries")
+    __slots__ = ("__weakref__", "arrays")
 
     def __init__(self, arrays: tuple | None = None):
         self.arrays = arrays
-        self.entries: dict = {}
 
 
 def layout_token(batch: "PackedBatch") -> _Layout:
     """The token of ``batch``'s layout, found on first use: that of a live batch of an equal
-    layout (sizes, offsets, leading dimensions, order, dtype and buffer size), else a new one.
-    A runtime keys its kept calls by it and a backend keeps what it derives from the layout on
-    it (``entries``), so a batch packed afresh each call finds the kept call and device tables
-    of the last one: a new layout's call validated, planned and built its device tables again
-    (44 of a 90 ms in-place POTRF of 2 x 10^5 problems of U[1, 256] on an H200;
+    layout (sizes, offsets, leading dimensions, order, dtype, buffer size, array kind and
+    framework, for a batch of numbers), else a new one. A runtime keys its kept calls by it,
+    so a batch packed afresh each call finds the kept call of the last one and replays it: a
+    new layout's call validated, planned and built its device tables again (44 of a 90 ms
+    in-place POTRF of 2 x 10^5 problems of U[1, 256] on an H200;
     docs/decisions.md#host-equal-layouts)."""
     c = batch.cache()
     t = c.get("layout")
     if t is None:
         t = c["layout"] = _equal_layout(batch)
+    return t
+
+
+def own_token(batch: "PackedBatch") -> _Layout:
+    """A token of ``batch``'s own (and its with_data twins'), never another's: for an operand
+    whose values validation reads, which a batch of an equal layout must not skip."""
+    c = batch.cache()
+    t = c.get("own")
+    if t is None:
+        t = c["own"] = _Layout()
     return t
 
 
@@ -1029,14 +1037,18 @@ _TOKENS_KEPT = 256
 
 def _equal_layout(batch: "PackedBatch") -> _Layout:
     data = batch.data
-    if data is None:  # (a backend's template: its cache may hold what is not the layout's)
+    # Shared only by matrices of numbers: a backend's template (no data) may cache what is
+    # not the layout's, and an index operand's values are checked by validation (a frontal
+    # solve's rows), which a kept call's run skips.
+    if data is None or data.dtype.kind not in "fc":
         return _Layout()
     n, off, ld = batch.n, batch.offset, batch.ld
     m = n if batch.m is None else batch.m
     k = len(n)
-    # (a digest to find candidates by; an equal layout is then compared in full)
-    key = (k, batch.order, data.dtype.str, int(data.size), int(n.sum()), int(m.sum()),
-           int(off[-1]) if k else 0, int(ld[-1]) if k else 0)
+    # (a digest to find candidates by, then compared in full; the array kind and framework
+    # too, which validation checks against the call's other operands and the write)
+    key = (k, batch.order, data.dtype.str, int(data.size), array_kind(data), batch.frontend,
+           int(n.sum()), int(m.sum()), int(off[-1]) if k else 0, int(ld[-1]) if k else 0)
     arrays = (n, m, ld, off)
     with _TOKENS_LOCK:
         refs = _TOKENS.get(key)
