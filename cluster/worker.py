@@ -76,8 +76,14 @@ class Keeper:
         # write a key, computed again, that this drop then takes)
         self._queued += 1
         loop = asyncio.get_running_loop()
-        self._thread.submit(_drop, drops).add_done_callback(
-            lambda _: loop.call_soon_threadsafe(self._dropped))
+
+        def done(_):
+            try:
+                loop.call_soon_threadsafe(self._dropped)
+            except RuntimeError:  # (the worker's loop closed meanwhile: nothing waits)
+                pass
+
+        self._thread.submit(_drop, drops).add_done_callback(done)
 
     def _dropped(self) -> None:
         self._queued -= 1
