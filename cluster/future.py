@@ -9,6 +9,7 @@ import concurrent.futures
 import dataclasses
 import functools
 import itertools
+import secrets
 import threading
 import time
 import uuid
@@ -18,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from vbatch.core.batch import PackedBatch, Views
+from vbatch.distributed.link import Link
 from vbatch.distributed.worker import Keeper, _joined, wire
 
 if TYPE_CHECKING:
@@ -57,8 +59,9 @@ DROP_AFTER = 0.05  # s
 
 
 class _Hub:
-    """The runtime's link to its workers: one keeper (a Dask actor) a worker, called directly
-    rather than through the scheduler, from the client's event loop.
+    """The runtime's link to its workers: one keeper (a Dask actor) a worker, called from the
+    client's event loop over a link of its own (vbatch.distributed.link) where the worker has
+    one, else directly through Dask (or through the scheduler, where the client asks for that).
 
     A submission's shards are sent once its dependencies are done (``after=`` and the shards
     it reads), so it starts once they have finished everywhere and fails, running nowhere, if
@@ -73,24 +76,105 @@ class _Hub:
         self.dead: set = set()
         self.drops: dict = {}  # worker -> keys its keeper is to drop (_drop)
         self.held: dict = {}  # worker -> keys of the values there (what close() drops)
+        # (drops, held and _flushing, from the loop, a caller's thread and the links' readers;
+        # re-entrant: a finalizer may drop shards wherever a reference goes)
+        self._books = threading.RLock()
         self.closed = False
         self._flushing = False
         self._starting = None  # (an asyncio.Lock, made on the loop)
+        # (the secret a keeper's link asks for; none where the client asks for the scheduler)
+        self._token = None if client.direct_to_workers is False else secrets.token_bytes(32)
+        self.links: dict = {}  # worker -> the Link to its keeper, where it has one
         self.actors: dict = self._keepers(workers)  # worker -> its keeper's Dask future
 
     def _keepers(self, workers: list, timeout: float = 60.0) -> dict:
-        futs = {w: self.client.submit(Keeper, actor=True, workers=[w], allow_other_workers=False,
-                                      pure=False, key=f"vbatch-keeper-{uuid.uuid4().hex}")
+        futs = {w: self.client.submit(Keeper, self._token, actor=True, workers=[w],
+                                      allow_other_workers=False, pure=False,
+                                      key=f"vbatch-keeper-{uuid.uuid4().hex}")
                 for w in workers}
-        for f in futs.values():
-            f.result(timeout)
+        for w, f in futs.items():
+            keeper = f.result(timeout)
+            address = keeper.address().result(timeout) if self._token is not None else None
+            if address is not None:
+                try:
+                    self.links[w] = Link(tuple(address), self._token)
+                except OSError:  # (its port cannot be reached from here: through Dask)
+                    pass
         return futs
 
     # ------------------------------------------------------------ from the caller's thread
     def go(self, shards: list, after: list, holds: list) -> None:
         """Run ``shards`` once every shard of ``after`` has run (their reads among them),
-        holding ``holds`` (the :class:`_Keep` of what they read) until then."""
-        asyncio.run_coroutine_threadsafe(self._go(shards, after, holds), self.loop)
+        holding ``holds`` (the :class:`_Keep` of what they read) until then. Where all of that
+        has run and each shard's link is up, from this thread (``_send``); else from the
+        client's loop."""
+        if self._ready(shards, after):
+            for s in shards:
+                self._send(s, holds)
+        else:
+            asyncio.run_coroutine_threadsafe(self._go(shards, after, holds), self.loop)
+
+    def _ready(self, shards: list, after: list) -> bool:
+        """Whether every shard of ``after`` ran without error, every shard's reads lie on its
+        worker, and that worker has a link: what ``_compute`` would find before sending it."""
+        if self.closed or not all(a.run.done() and a.run.exception() is None for a in after):
+            return False
+        return all(s.worker in self.links and s.worker not in self.dead and all(
+            d.worker == s.worker and not d.dropped for d in s.reads) for s in shards)
+
+    def _send(self, s: _Shard, holds: list) -> None:
+        """``s``'s first run sent over its worker's link from the caller's thread, its reply
+        taken on the link's: a hop to the client's loop each way cost ~0.1-0.3 ms a call, and
+        the loop took the GIL from the caller meanwhile. Anything but a reply goes to the
+        loop's way (``_first``): a link that broke, a shard that raised where retries are
+        left. Pending drops for its worker go with it, run after it there."""
+        where = s.worker
+        drops = self._take_drops(where, {s.key, *(d.key for d in s.reads)})
+        try:
+            fut = self.links[where].call(("run", s.key, s.answer, drops, (s.fn, s.args)))
+        except KeyError:  # (the link went meanwhile)
+            fut = None
+        if fut is None:
+            self.loop.call_soon_threadsafe(self._retry, s, self.retries)
+            return
+
+        def replied(fut, holds=holds):  # (holds: what it reads, kept until it has run)
+            try:
+                status, value = fut.result()
+            except OSError:  # (the link broke: the loop's way finds the worker gone)
+                status, value = "gone", None
+            try:
+                if status == "ok":
+                    if value is not None and not s.written:
+                        s.early = _unreply(value)
+                    self._kept(s, where)
+                elif status == "gone" or self.retries:
+                    self.loop.call_soon_threadsafe(
+                        self._retry, s, self.retries - (status == "err"))
+                    return
+            except RuntimeError as exc:  # (the client's loop closed: nothing runs again)
+                status, value = "err", exc
+            if status == "ok":
+                s.run.set_result(None)
+            else:
+                s.run.set_exception(value)
+
+        fut.add_done_callback(replied)
+
+    def _retry(self, s: _Shard, tries: int) -> None:
+        asyncio.ensure_future(self._first(s, tries))
+
+    def _kept(self, s: _Shard, where: str) -> None:
+        with self._books:
+            self.held.setdefault(where, set()).add(s.key)
+        if s.dropped:  # (let go of before it ran)
+            self._drop([s])
+
+    def _take_drops(self, where: str, mine: set) -> list:
+        """The keys ``where`` is to drop, sent with a run there (but not ``mine``: a value
+        computed again is the one to keep)."""
+        with self._books:
+            return [k for k in self.drops.pop(where, []) if k not in mine]
 
     def wait(self, coro, timeout: float | None = None):
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
@@ -98,23 +182,24 @@ class _Hub:
     def drop_later(self, shards: list) -> None:
         """Let the workers forget these shards' values (from any thread; none once closed)."""
         if not self.loop.is_closed():
-            try:
-                self.loop.call_soon_threadsafe(self._drop, shards)
-            except RuntimeError:  # (the loop closed meanwhile)
-                pass
+            self._drop(shards)
 
     def close(self) -> None:
         """Drop every value this runtime left on the workers, and let its keepers go."""
         async def drop_all():
-            keys = {w: set(self.held.get(w, ())) | set(self.drops.get(w, ()))
-                    for w in self.actors}
-            self.drops.clear()
+            with self._books:
+                keys = {w: set(self.held.get(w, ())) | set(self.drops.get(w, ()))
+                        for w in self.actors}
+                self.drops.clear()
             await asyncio.gather(*(self._quiet(self._call(w, "drop", sorted(k)))
                                    for w, k in keys.items() if k))
 
         if not self.closed and not self.loop.is_closed():
             self.wait(drop_all(), 60)
         self.closed = True
+        for link in self.links.values():
+            link.close()
+        self.links = {}
         for fut in self.actors.values():
             fut.release()
         self.actors = {}
@@ -130,19 +215,19 @@ class _Hub:
                 return
         await asyncio.gather(*(self._first(s) for s in shards))
 
-    async def _first(self, s: _Shard) -> None:
+    async def _first(self, s: _Shard, tries: int | None = None) -> None:
         try:
-            await self._compute(s, s.worker)
+            await self._compute(s, s.worker, tries)
         except BaseException as exc:  # noqa: BLE001 - kept for the caller
             s.run.set_exception(exc)
         else:
             s.run.set_result(None)
 
-    async def _compute(self, s: _Shard, where: str | None) -> None:
+    async def _compute(self, s: _Shard, where: str | None, tries: int | None = None) -> None:
         """Run ``s`` on ``where`` (or on a live worker, where that one is gone), with the
         values it reads there first; run again (its first run done), with what it was ordered
         after first where that was lost with its worker."""
-        tries = self.retries
+        tries = self.retries if tries is None else tries
         gone = None
         while True:
             if where is None or where in self.dead:
@@ -155,12 +240,9 @@ class _Hub:
                     await self._held(d, where)
                 if where in self.dead:  # (found out while the values it reads were moved)
                     raise _Gone(where)
-                parts = wire((s.fn, s.args))
-                # (a value computed again is the one to keep: its pending drop goes)
-                mine = {s.key, *(d.key for d in s.reads)}
-                drops = [k for k in self.drops.pop(where, []) if k not in mine]
+                drops = self._take_drops(where, {s.key, *(d.key for d in s.reads)})
                 early = await self._call(where, "run", s.key, s.answer and not s.run.done(),
-                                         s.answer and _tiny(parts), drops, *parts)
+                                         drops, (s.fn, s.args))
             except _Gone:
                 self._lost(where)
                 gone, where = where, None
@@ -171,11 +253,12 @@ class _Hub:
                     continue
                 raise
             old, s.worker = s.worker, where
-            self.held.setdefault(where, set()).add(s.key)
-            if old != where and old not in self.dead and old in self.held:
-                # (moved off a live worker: the copy there goes)
-                self.held[old].discard(s.key)
-                self._queue_drop(old, s.key)
+            with self._books:
+                self.held.setdefault(where, set()).add(s.key)
+                if old != where and old not in self.dead and old in self.held:
+                    # (moved off a live worker: the copy there goes)
+                    self.held[old].discard(s.key)
+                    self._queue_drop(old, s.key)
             if early is not None and not s.written:
                 s.early = _unreply(early)
             if s.dropped and not s.run.done():  # (let go of before it first ran)
@@ -230,6 +313,18 @@ class _Hub:
                     except Exception as exc:  # (it went, or never came up)
                         raise _Gone(where) from exc
                     self.actors.update(futs)
+        link = self.links.get(where)
+        if link is not None:
+            try:
+                status, value = await asyncio.wrap_future(link.call((method, *args)))
+            except OSError as exc:
+                raise _Gone(where) from exc
+            if status == "ok":
+                return value
+            raise value
+        if method == "run":  # (the call as a pickle and its buffers: Dask's own cost more)
+            *args, call = args
+            args = (*args, *wire(call))
         if self.client.direct_to_workers is False:  # (the caller asked for the scheduler's)
             from distributed.actor import ProxyRPC
 
@@ -247,8 +342,12 @@ class _Hub:
 
     def _lost(self, where: str) -> None:
         self.dead.add(where)
-        self.held.pop(where, None)
-        self.drops.pop(where, None)
+        link = self.links.pop(where, None)
+        if link is not None:
+            link.close()
+        with self._books:
+            self.held.pop(where, None)
+            self.drops.pop(where, None)
         fut = self.actors.pop(where, None)
         if fut is not None:
             fut.release()
@@ -273,24 +372,32 @@ class _Hub:
         """Values to drop go with the next run sent to their worker, or on their own after
         ``DROP_AFTER`` s: a message of their own just before the next call's delayed it (they
         fall due as a caller's next call replaces its last future)."""
-        for s in shards:
-            s.dropped = True
-            if s.key in self.held.get(s.worker, ()):
-                self.held[s.worker].discard(s.key)
-                self._queue_drop(s.worker, s.key)
+        with self._books:
+            for s in shards:
+                s.dropped = True
+                if s.key in self.held.get(s.worker, ()):
+                    self.held[s.worker].discard(s.key)
+                    self._queue_drop(s.worker, s.key)
 
     def _queue_drop(self, where: str, key: str) -> None:
-        if where in self.actors:
-            self.drops.setdefault(where, []).append(key)
-        if self.drops and not self._flushing:
-            self._flushing = True
-            self.loop.call_later(DROP_AFTER, self._flush)
+        with self._books:
+            if where in self.actors:
+                self.drops.setdefault(where, []).append(key)
+            arm = bool(self.drops) and not self._flushing
+            self._flushing = self._flushing or arm
+        if arm:
+            try:
+                self.loop.call_soon_threadsafe(self.loop.call_later, DROP_AFTER, self._flush)
+            except RuntimeError:  # (the loop closed meanwhile)
+                pass
 
     def _flush(self) -> None:
-        self._flushing = False
-        for w in [w for w in self.drops if w in self.actors]:
-            asyncio.ensure_future(self._quiet(self._call(w, "drop", self.drops.pop(w))))
-        self.drops.clear()
+        with self._books:
+            self._flushing = False
+            due = {w: keys for w, keys in self.drops.items() if w in self.actors}
+            self.drops.clear()
+        for w, keys in due.items():
+            asyncio.ensure_future(self._quiet(self._call(w, "drop", keys)))
 
     @staticmethod
     async def _quiet(coro) -> None:
@@ -298,17 +405,6 @@ class _Hub:
             await coro
         except Exception:  # noqa: BLE001 - a worker gone took the values with it
             pass
-
-
-INLINE_BYTES = 1 << 18
-
-
-def _tiny(parts: list) -> bool:
-    """Whether a call's operands are few enough bytes that it may run on its worker's event
-    loop (under ``INLINE_BYTES``, the operands of one 181 x 181 GEMM; values held there go
-    by reference), as ``Keeper.run`` decides."""
-    return sum(memoryview(p).nbytes if isinstance(p, (bytes, memoryview)) else INLINE_BYTES
-               for p in parts) < INLINE_BYTES
 
 
 def _unreply(out: Any) -> Any:
@@ -351,10 +447,12 @@ class DistributedBatch:
     def placeholder(self) -> PackedBatch:
         """Shapes and dtype only, for validating a request that reads this batch (made once:
         1.7 ms for 10^5 problems)."""
-        k = self.k
+        k, m = self.k, self.m
+        # (its sizes as they are where none is 0: a copy of 4 x 10^5 entries cost ~0.5 ms)
+        ld = m if not k or m.min() > 0 else np.maximum(m, 1)
         return PackedBatch.model_construct(
-            data=np.empty(0, self.dtype), n=self.n, m=self.m, offset=np.zeros(k, np.int64),
-            ld=np.maximum(self.m, 1), order="F", frontend=None)
+            data=np.empty(0, self.dtype), n=self.n, m=m, offset=np.zeros(k, np.int64),
+            ld=ld, order="F", frontend=None)
 
     def gather(self) -> list:
         return Future(self.runtime, None, self.shards, self.k, None, self.name,

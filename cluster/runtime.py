@@ -162,6 +162,9 @@ class Runtime:
         """Matrices made on the workers by ``maker``: ``(worker, args, index)`` a shard."""
         shards = tuple(_Shard(w, index, maker, (*args, self.device, self._options),
                               answer=False) for w, args, index in plan)
+        # (frozen: the caller's arrays may change; one object where the caller gave one)
+        n, m = _frozen(n), (None if m is n else _frozen(m))
+        m = n if m is None else m
         self._hub.go(list(shards), [], [])
         return DistributedBatch(self, shards, None, m, n, np.dtype(dtype),
                                 _Keep(self._hub, shards))
@@ -248,6 +251,14 @@ _PLAIN = (type(None), bool, int, float, str)
 def _packers() -> concurrent.futures.ThreadPoolExecutor:
     return concurrent.futures.ThreadPoolExecutor(min(8, os.cpu_count() or 1),
                                                  thread_name_prefix="vbatch-pack")
+
+
+def _frozen(a: Any) -> np.ndarray:
+    a = np.asarray(a, dtype=np.int64)
+    if a.flags.writeable:
+        a = a.copy()
+        a.flags.writeable = False
+    return a
 
 
 def _host_nbytes(v: Any) -> int:

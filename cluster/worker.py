@@ -6,14 +6,15 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
 
 from vbatch.core.batch import PackedBatch, Views, array_kind
+from vbatch.distributed.link import Server
 
 
 _RUNTIMES: dict = {}
@@ -22,78 +23,83 @@ VALUES: dict = {}  # a shard's key -> its value, in this worker process
 
 
 class Keeper:
-    """A distributed runtime's hand on one worker (a Dask actor the client calls directly): it
-    runs shards and makers one at a time, in the order they come, on a thread of its own (a
-    shard may run for minutes, which the worker's event loop must not wait out), keeps their
-    values under the client's keys, and hands them back or drops them when told.
+    """A distributed runtime's hand on one worker (a Dask actor): it runs shards and makers one
+    at a time, in the order they come, on a thread of its own (a shard may run for minutes,
+    which the worker's event loop must not wait out), keeps their values under the client's
+    keys, and hands them back or drops them when told.
 
     The client sends a call only once its dependencies are done (vbatch.distributed.future),
-    so one thread in arrival order is all the ordering a worker needs. Calls come and go as
-    pickles (``wire``): Dask's own serialization of a small shard's operands cost ~0.7 ms a
-    call on a 2-core VM, a pickle 0.03 (docs/decisions.md#dist-keepers)."""
+    so one thread in arrival order is all the ordering a worker needs. Its runtime calls it
+    over a link of its own (``token``: the runtime's secret, which the link's first message
+    must carry): a TCP socket that thread reads, with no hop through the worker's event loop
+    or Dask's comm (docs/decisions.md#dist-link). Where the worker's address is not TCP (TLS,
+    UCX, in-process) or the client cannot reach it, the calls come as actor methods through
+    Dask, run on the same thread."""
 
-    def __init__(self) -> None:
+    def __init__(self, token: bytes | None = None) -> None:
         self._thread = ThreadPoolExecutor(1, thread_name_prefix="vbatch-keeper")
-        self._queued = 0  # calls sent to the thread and not yet back
-        self._took: dict = {}  # a small call's signature -> seconds its last run took here
+        host = _link_host() if token is not None else None
+        self._server = None if host is None else Server(host, token, _serve)
 
-    async def _on_thread(self, fn, *args):
-        self._queued += 1
-        try:
-            return await asyncio.get_running_loop().run_in_executor(self._thread, fn, *args)
-        finally:
-            self._queued -= 1
+    async def address(self) -> tuple | None:
+        """Where the link listens, or None (no link: the calls come through Dask)."""
+        return None if self._server is None else self._server.address
 
-    async def run(self, key: str, early: bool, inline: bool, drops: list, *wire) -> Any:
-        """Compute ``fn(*args)`` (from ``wire``) and keep it under ``key``, then drop the
-        values of ``drops`` (after the reply, off the call's path). ``early``: send its host
-        form back at once where it is small (what the caller's ``result()`` reads).
-        ``inline``: a call whose operands the client found small (values held here count by
-        reference) runs on the worker's event loop when the thread is idle and the last call
-        of its signature took less than ``INLINE_S`` here. The hops to the thread and back
-        cost ~0.25 ms a call on an H200 host (docs/decisions.md#dist-keepers); a first call may
-        compile kernels, and a wait behind a long one would hold the loop."""
-        try:
-            if inline and not self._queued:
-                fn, args = unwire(wire)
-                sig = _signature(fn, args)
-                took = self._took.get(sig)
-                if took is not None and took < INLINE_S:
-                    out, self._took[sig] = _clocked(key, early, fn, args)
-                    return out
-                out, took = await self._on_thread(_clocked, key, early, fn, args)
-                if len(self._took) >= 256:
-                    self._took.clear()
-                self._took[sig] = took
-                return out
-            return await self._on_thread(_run, key, early, wire)
-        finally:
-            if drops:  # (once the reply is on its way: the thread would take the GIL first)
-                asyncio.get_running_loop().call_soon(self._drop_later, drops)
-
-    def _drop_later(self, drops: list) -> None:
-        # (counted as queued until done: a call run on the loop meanwhile could otherwise
-        # write a key, computed again, that this drop then takes)
-        self._queued += 1
-        loop = asyncio.get_running_loop()
-
-        def done(_):
-            try:
-                loop.call_soon_threadsafe(self._dropped)
-            except RuntimeError:  # (the worker's loop closed meanwhile: nothing waits)
-                pass
-
-        self._thread.submit(_drop, drops).add_done_callback(done)
-
-    def _dropped(self) -> None:
-        self._queued -= 1
+    # Through Dask: the link's messages as actor methods, on the keeper's thread.
+    async def run(self, key: str, early: bool, drops: list, *wire) -> Any:
+        return await self._through_dask(lambda: ("run", key, early, drops, unwire(wire)))
 
     async def fetch(self, key: str, name: str | None) -> Any:
-        return await self._on_thread(_reply, VALUES[key], name)
+        return await self._through_dask(lambda: ("fetch", key, name))
 
     async def drop(self, keys: list) -> None:
-        # (on the thread: a device array is let go after the calls before it)
-        await self._on_thread(_drop, keys)
+        await self._through_dask(lambda: ("drop", keys))
+
+    async def _through_dask(self, message) -> Any:
+        (status, value), then = await asyncio.get_running_loop().run_in_executor(
+            self._thread, lambda: _serve(message()))
+        if then is not None:  # (after this call, before the next, off the reply's path)
+            self._thread.submit(then)
+        if status == "err":
+            raise value
+        return value
+
+
+def _link_host() -> str | None:
+    """The host of this worker's TCP address (where its keeper's link listens), or None."""
+    try:
+        from distributed import get_worker
+        from distributed.comm import get_address_host, parse_address
+
+        address = get_worker().address
+        return get_address_host(address) if parse_address(address)[0] == "tcp" else None
+    except Exception:  # noqa: BLE001 - no worker here, or an address of another kind
+        return None
+
+
+def _serve(msg: tuple) -> tuple:
+    """One message to a keeper: ``("run", key, early, drops, (fn, args))`` computes ``fn(*args)``
+    and keeps it under ``key`` (``early``: its host form comes back at once where it is small,
+    what the caller's ``result()`` reads), then drops the values of ``drops``;
+    ``("fetch", key, name)`` sends a value's host form back; ``("drop", keys)``. Returns
+    ``((status, value), then)``: ``then()`` (the drops) runs after the reply is sent."""
+    method, *args = msg
+    then = None
+    try:
+        if method == "run":
+            key, early, drops, call = args
+            if drops:
+                then = functools.partial(_drop, drops)
+            fn, fargs = call
+            return ("ok", _apply(key, early, fn, fargs)), then
+        if method == "fetch":
+            return ("ok", _reply(VALUES[args[0]], args[1])), then
+        if method == "drop":
+            _drop(args[0])
+            return ("ok", None), then
+        raise ValueError(f"a keeper has no method {method!r}")
+    except Exception as exc:  # noqa: BLE001 - the caller's to raise
+        return ("err", exc), then
 
 
 SMALL = 1 << 20  # bytes: a result this small comes back with its run's reply
@@ -121,52 +127,9 @@ def unwire(parts: Any) -> Any:
         bytearray(b) if memoryview(b).readonly else b for b in bufs])
 
 
-def _run(key: str, early: bool, parts: tuple) -> Any:
-    return _apply(key, early, *unwire(parts))
-
-
 def _apply(key: str, early: bool, fn, args: tuple) -> Any:
     value = VALUES[key] = fn(*args)
     return _reply(value, None) if early and _nbytes(value) < SMALL else None
-
-
-INLINE_S = 0.025  # s: the event loop is held for at most about this long by one call
-
-
-def _clocked(key: str, early: bool, fn, args: tuple) -> tuple:
-    """``_apply`` and the seconds it took."""
-    t0 = time.perf_counter()
-    out = _apply(key, early, fn, args)
-    return out, time.perf_counter() - t0
-
-
-def _signature(fn, args: tuple) -> tuple:
-    """What a call's plans and kernels depend on: its function, its operands' sizes and
-    dtypes, its other arguments."""
-    def one(v):
-        if type(v) is tuple and len(v) == 3 and isinstance(v[0], str) and v[0] == _OUT:
-            held = VALUES.get(v[1])  # (a value held here: by its shape, not its key)
-            b = _pick(held, v[2]) if held is not None else None
-            if isinstance(b, (Views, PackedBatch)):  # (a digest: a collision costs a call
-                b = _packed(b)                          # that plans on the loop, nothing more)
-                k = len(b.n)
-                return ("H", k, b.data.size, b.data.dtype.str, b.order, int(b.n.sum()),
-                        int(b.offset[-1]) if k else 0)
-            return ("H", type(b).__name__)
-        if isinstance(v, (Views, PackedBatch)):
-            b = _packed(v)
-            return ("B", b.n.tobytes(), b.m.tobytes(), b.data.dtype.str, b.order)
-        if isinstance(v, list):
-            return ("L", tuple((a.shape, str(a.dtype)) for a in v))
-        if isinstance(v, dict):
-            return tuple((k, one(x)) for k, x in v.items())
-        if isinstance(v, tuple):
-            return tuple(one(x) for x in v)
-        if isinstance(v, np.ndarray):
-            return ("A", v.shape, v.dtype.str, v.tobytes())
-        return repr(v)
-
-    return getattr(fn, "__qualname__", repr(fn)), one(args)
 
 
 def _reply(value: Any, name: str | None) -> Any:

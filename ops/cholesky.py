@@ -263,6 +263,8 @@ class CholeskyRequest(BaseModel):
             return v
         n = batch.n
         if v is None:
+            if not n.flags.writeable:  # (a batch's sizes, frozen: no copy of 10^5 entries)
+                return n
             p = n
         else:
             p = _npiv_array(v, len(n))

@@ -622,60 +622,103 @@ def test_batches_made_on_the_workers(client):
         check_factor(full, f, np.float64, where=f"made {i}")
 
 
-def _shard_threads(on: bool, limit: float | None = None) -> list:
-    """On a worker: from now on (``on``) each shard it runs logs the thread it ran on, with
-    ``INLINE_S`` set to ``limit``; returns and clears the log so far, and puts both back when
-    not ``on``."""
+def _link_threads(on: bool) -> list:
+    """On a worker: from now on (``on``) each shard it runs logs the name of the thread it ran
+    on; returns and clears the log so far, and puts the shard back when not ``on``."""
     import threading
 
     import vbatch.distributed.worker as m
 
-    real = m.__dict__.setdefault("_threads_real", (m._run_shard, m.INLINE_S))
+    real = m.__dict__.setdefault("_threads_real", m._run_shard)
     log = m.__dict__.setdefault("_threads_log", [])
     out = list(log)
     log.clear()
     if not on:
-        m._run_shard, m.INLINE_S = m.__dict__.pop("_threads_real")
+        m._run_shard = m.__dict__.pop("_threads_real")
         return out
 
     def logged(*args):
-        log.append(threading.current_thread() is threading.main_thread())
-        return real[0](*args)
+        log.append(threading.current_thread().name)
+        return real(*args)
 
     m._run_shard = logged
-    if limit is not None:
-        m.INLINE_S = limit
     return out
 
 
-def test_a_short_call_on_held_values_runs_on_the_workers_loop(client):
-    """A call that reads values held on its workers, and whose last run of that signature
-    took less than ``INLINE_S`` there, runs on the worker's event loop (no hop to the keeper's
-    thread and back); its first run, and every run once its last took longer, on the thread.
-    Each gives its own answer."""
+@pytest.mark.parametrize("reachable", [True, False])
+def test_calls_go_over_each_keepers_link_or_through_dask(client, monkeypatch, reachable):
+    """A runtime calls each keeper over a link of its own, whose thread runs the shards (no
+    actor call through Dask's comm); a keeper whose link it cannot reach is called through
+    Dask, with the same answers. Operands and results larger than a message written in one
+    piece (``link.SMALL``) travel too."""
+    from distributed.core import PooledRPCCall
+
+    from vbatch.distributed import link
+
+    if not reachable:
+        def refused(self, *a, **kw):
+            raise ConnectionRefusedError("unreachable")
+        monkeypatch.setattr(link.Link, "__init__", refused)
+    through_dask = []
+    real = PooledRPCCall.__getattr__
+    monkeypatch.setattr(PooledRPCCall, "__getattr__", lambda self, name: (
+        through_dask.append(name) if name == "actor_execute" else None) or real(self, name))
+    rng = np.random.default_rng(11)
+    big = int(np.sqrt(link.SMALL / 8)) + 8  # (one matrix above SMALL bytes)
+    mats = [spd(n, np.float64, rng) for n in [big, 5, big + 3, 0, 17, 1]]
+    want = vbatch.Runtime("cpu", nb=NB).cholesky(mats).result()
     drt = vd.Runtime(client, device="cpu", nb=NB)
-    ns = np.array(edge_sizes(NB) + [3, 40, 0, 25, 31])
-    made = drt.spd(ns, seed=6)
-    mats = [np.tril(a) + np.tril(a, -1).T for a in made.gather()]
-    workers = sorted({s.worker for s in made.shards})
-    assert len(workers) == 2
-    for limit, last in ((None, True), (0.0, False)):
-        client.run(_shard_threads, True, limit)
-        try:
-            for _ in range(4):
-                res = drt.cholesky(made).result()
-                assert not res.info.any()
-                for i, (a, f) in enumerate(zip(mats, res.factors)):
-                    check_factor(a, f, np.float64, where=f"problem {i}")
-        finally:
-            runs = client.run(_shard_threads, False)
-        for w in workers:
-            # (True: on the event loop, the worker process's main thread; the first run, which
-            # plans, may take longer than INLINE_S, and so its next one)
-            assert runs[w][0] is False and runs[w][-1] is last, (limit, w, runs[w])
-            assert last or not any(runs[w]), (limit, w, runs[w])
-        made = drt.spd(ns + (ns > 0), seed=7)  # (another signature: first on the thread)
-        mats = [np.tril(a) + np.tril(a, -1).T for a in made.gather()]
+    assert bool(drt._hub.links) is reachable
+    client.run(_link_threads, True)
+    try:
+        for _ in range(2):
+            fut = drt.cholesky(mats)
+            got = fut.result()
+            made = drt.spd(np.array([3, big, 9]), seed=4)
+            factored = drt.cholesky(made).output().gather()
+        lower = made.gather()
+    finally:
+        threads = client.run(_link_threads, False)
+        drt.close()
+    assert np.array_equal(got.info, want.info)
+    for i, (a, f) in enumerate(zip(mats, got.factors)):
+        check_factor(a, f, np.float64, where=f"problem {i}")
+    for i, (a, f) in enumerate(zip(lower, factored)):
+        check_factor(np.tril(a) + np.tril(a, -1).T, f, np.float64, where=f"made {i}")
+    names = {n for log in threads.values() for n in log}
+    assert names == ({"vbatch-keeper-link"} if reachable else {"vbatch-keeper_0"}), names
+    assert bool(through_dask) is not reachable, through_dask
+
+
+def test_a_keepers_link_serves_only_the_runtime_that_knows_its_token():
+    """A connection that does not open with the keeper's token is closed unanswered; the
+    runtime's own is then served, one message after another, in order."""
+    import socket
+
+    from vbatch.distributed import link
+
+    seen = []
+
+    def serve(msg):
+        seen.append(msg)
+        return ("ok", msg * 2), None
+
+    server = link.Server("127.0.0.1", b"k" * 32, serve)
+    with socket.create_connection(server.address, 5) as stranger:
+        stranger.sendall(b"x" * 32)
+        link._send(stranger, link._frames("hello"))
+        stranger.settimeout(5)
+        try:  # (closed, unanswered: reset where the message it sent was left unread)
+            assert stranger.recv(1) == b""
+        except ConnectionResetError:
+            pass
+    mine = link.Link(server.address, b"k" * 32)
+    futs = [mine.call(i) for i in range(50)]
+    assert [f.result(5) for f in futs] == [("ok", 2 * i) for i in range(50)]
+    assert seen == list(range(50))
+    mine.close()
+    with pytest.raises(ConnectionError):
+        mine.call(1).result(5)
 
 
 def test_wait_lets_go_of_results_the_caller_dropped(client):
