@@ -134,7 +134,7 @@ class Link:
     caller does not wait out a transfer, in the order they were called either way. A broken
     connection fails every pending call with a ``ConnectionError``."""
 
-    def __init__(self, address: tuple, token: bytes, timeout: float = 30.0):
+    def __init__(self, address: tuple, token: bytes, timeout: float = 5.0):
         sock = socket.create_connection(address, timeout)
         sock.sendall(token)
         sock.settimeout(None)

@@ -35,6 +35,7 @@ import functools
 import operator
 import threading
 import time
+import weakref
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -60,6 +61,7 @@ from vbatch.core.batch import (
     extents,
     first_time,
     in_place_layout,
+    layout_token,
     overlaps,
     pack,
 )
@@ -152,6 +154,7 @@ class _Params(ctypes.Structure):
 
 SCALARS = 4  # K, lo, hi, extra
 IN_PLACE_KEPT = 16  # layouts of in-place lists kept (CudaBackend._in_place)
+ENTRIES = 8  # prepared plans kept on one layout token (CudaBackend._prepare), oldest out
 
 
 @dataclass
@@ -836,9 +839,13 @@ class CudaBackend(Backend):
 
     def _prepare(self, plan: Plan, buffers: dict, config) -> _Prepared:
         # The tables depend on every buffer's layout. A list's (or a new output's) follows
-        # from its sizes, which the plan fixes: "tight". A packed batch's is its own, named by
-        # a token kept in its cache (shared by batches made with with_data). The entry lives
-        # with the first packed buffer (it dies with it), else with the plan.
+        # from its sizes, which the plan fixes: "tight". A packed batch's is named by its
+        # layout token (shared by its with_data twins and by live batches of an equal layout:
+        # vbatch.core.batch.layout_token), so a batch packed afresh each call finds the tables
+        # of the last. The entry lives on the first packed buffer's token (it dies with it;
+        # at most ENTRIES a token), else with the plan. That token is "home" in the key and
+        # the others are held weakly: a key that held its own token, or two tokens' entries
+        # that held each other, would be a cycle, freed only by the cyclic collector.
         # The last buffers' caches seen with this plan, and what they found: a repeated call
         # on the same layout (a packed batch factored again: its output shares its cache)
         # skips the walk below. The memo holds those cache dicts, so their ids stay theirs.
@@ -854,17 +861,18 @@ class CudaBackend(Backend):
             if b is None:
                 tokens.append(None)
                 continue
-            c = b.cache()
-            if c.get("tight"):
+            if b.cache().get("tight"):
                 tokens.append(("tight", b.order))
                 continue
-            tok = c.get("token")
-            if tok is None:
-                tok = c["token"] = object()
-            tokens.append(tok)
+            tok = layout_token(b)
             if home is None:
-                home = c
-        cache = plan.cache if home is None else home
+                home = tok
+                tokens.append("home")
+            else:
+                tokens.append(weakref.ref(tok))
+        if home is not None and home.entries is None:
+            home.entries = {}
+        cache = plan.cache if home is None else home.entries
         key = ("cuda", dev, id(plan), config.fp64_update, config.fp64_gemm, tuple(tokens))
         hit = cache.get(key)
         if hit is not None and hit.plan is plan:
@@ -903,6 +911,8 @@ class CudaBackend(Backend):
             rec = _Record(kern, kern.kernel.ptr, grid3, block3, sel.smem, lc, name=sel.name)
             rec.bind(prep.ptrs[lc.family], (plan.k, lc.lo, lc.hi, sel.extra))
             prep.records.append(rec)
+        if home is not None and len(cache) >= ENTRIES:
+            cache.pop(next(iter(cache)))
         cache[key] = prep
         return prep
 

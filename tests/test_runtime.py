@@ -701,6 +701,40 @@ def test_a_dtype_the_backend_does_not_take_is_refused_before_any_work(monkeypatc
     rt.gemm([np.eye(3)], [np.eye(3)]).result()  # (float64: taken)
 
 
+@pytest.mark.gpu
+def test_a_host_batch_packed_afresh_finds_the_device_tables_of_its_layout(monkeypatch):
+    """On CUDA, a host batch packed afresh each call (staged into a device copy each call)
+    finds the device tables built for its layout's token, where it built them again every
+    call; a token keeps at most ``ENTRIES`` plans' tables, and holds none of the tokens in its
+    keys strongly (a cycle would be freed only by the cyclic collector)."""
+    from vbatch.kernels import cuda
+
+    seen, builds = [], {"n": 0}
+    real_token, real_upload = cuda.layout_token, cuda._upload
+    monkeypatch.setattr(cuda, "layout_token", lambda b: seen.append(real_token(b)) or seen[-1])
+    monkeypatch.setattr(cuda, "_upload", lambda *a: builds.update(n=builds["n"] + 1) or
+                        real_upload(*a))
+    rng = np.random.default_rng(32)
+    ns = [0, 1, 7, 8, 9, 16, 3, 12]
+    rt = Runtime("cuda", nb=8)
+    mats = spd_list(ns, np.float64, rng)
+    for step in range(4):
+        res = rt.cholesky(vbatch.pack(mats)).result()
+        for i, (a, f) in enumerate(zip(mats, res.factors.unpack())):
+            check_factor(a, f, np.float64, where=f"step {step} problem {i}")
+    assert builds["n"] == 1, builds
+    first = vbatch.pack(mats)
+    for nb in (8, 16, 32):  # (a plan each: more than a token keeps)
+        other = Runtime("cuda", nb=nb)
+        for got in (other.cholesky(first), other.syrk(first), other.gemm(first, first),
+                    other.trmm(first, first)):
+            got.result()
+    tokens = {id(t): t for t in seen if t.entries}.values()
+    assert max(len(t.entries) for t in tokens) == cuda.ENTRIES
+    held = [x for t in tokens for key in t.entries for x in key[-1] if isinstance(x, type(t))]
+    assert not held, held
+
+
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("order", ["C", "F"])
 def test_a_batch_packed_afresh_each_call_replays_the_kept_call(device, order, monkeypatch):

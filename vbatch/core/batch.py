@@ -999,10 +999,11 @@ class _Layout:
     cannot be matched by a later layout, as an id could. ``arrays``: what an equal layout must
     equal (None: a batch that shares with none)."""
 
-    __slots__ = ("__weakref__", "arrays")
+    __slots__ = ("__weakref__", "arrays", "entries")
 
     def __init__(self, arrays: tuple | None = None):
         self.arrays = arrays
+        self.entries: dict | None = None  # (a backend's per-layout entries, made by it)
 
 
 def layout_token(batch: "PackedBatch") -> _Layout:
