@@ -152,8 +152,8 @@ class _Hub:
                     self.loop.call_soon_threadsafe(
                         self._retry, s, self.retries - (status == "err"))
                     return
-            except RuntimeError as exc:  # (the client's loop closed: nothing runs again)
-                status, value = "err", exc
+            except Exception as exc:  # noqa: BLE001 - (the client's loop closed, or an early
+                status, value = "err", exc  # result that cannot be read: the call's error)
             if status == "ok":
                 s.run.set_result(None)
             else:

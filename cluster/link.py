@@ -57,7 +57,9 @@ def _exact(sock: socket.socket, n: int) -> memoryview:
     return view
 
 
-def _recv(sock: socket.socket) -> Any:
+def _recv(sock: socket.socket) -> list:
+    """One message's frames (a broken connection raises ``OSError``); ``_loads`` makes them
+    its object, apart, so that a message that cannot be unpickled fails alone."""
     (count,) = struct.unpack("<I", _exact(sock, 4))
     lengths = struct.unpack(f"<{count}Q", _exact(sock, 8 * count))
     if sum(lengths) < SMALL:  # (one read; the frames are views of it, writable)
@@ -68,6 +70,10 @@ def _recv(sock: socket.socket) -> Any:
         frames = [blob[a:b] for a, b in zip(ends[:-1], ends[1:])]
     else:
         frames = [_exact(sock, n) for n in lengths]
+    return frames
+
+
+def _loads(frames: list) -> Any:
     return pickle.loads(frames[0], buffers=frames[1:])
 
 
@@ -114,10 +120,15 @@ class Server:
         with conn:
             while True:
                 try:
-                    msg = _recv(conn)
-                except (OSError, EOFError):  # (the runtime closed, or its process ended)
+                    frames = _recv(conn)
+                except OSError:  # (the runtime closed, or its process ended)
                     return
-                reply, then = serve(msg)
+                try:
+                    msg = _loads(frames)
+                except Exception as exc:  # noqa: BLE001 - (a class this worker cannot import)
+                    reply, then = ("err", exc), None
+                else:
+                    reply, then = serve(msg)
                 try:
                     frames = _frames(reply)
                 except Exception as exc:  # noqa: BLE001 - an answer that cannot travel
@@ -191,13 +202,17 @@ class Link:
     def _read(self) -> None:
         while True:
             try:
-                reply = _recv(self._sock)
-            except (OSError, EOFError) as exc:
+                frames = _recv(self._sock)
+            except OSError as exc:
                 with self._lock:
                     self._fail(exc)
                 return
             with self._lock:
                 fut = self._pending.popleft()
+            try:
+                reply = _loads(frames)
+            except Exception as exc:  # noqa: BLE001 - (a class the client cannot import)
+                reply = ("err", exc)
             if fut.set_running_or_notify_cancel():  # (False: its waiter was cancelled)
                 fut.set_result(reply)
 

@@ -690,9 +690,19 @@ def test_calls_go_over_each_keepers_link_or_through_dask(client, monkeypatch, re
     assert bool(through_dask) is not reachable, through_dask
 
 
+def _refuse():
+    raise ValueError("this message cannot be read here")
+
+
+class _Unreadable:
+    def __reduce__(self):
+        return _refuse, ()
+
+
 def test_a_keepers_link_serves_only_the_runtime_that_knows_its_token():
     """A connection that does not open with the keeper's token is closed unanswered; the
-    runtime's own is then served, one message after another, in order."""
+    runtime's own is then served, one message after another, in order; a message that cannot
+    be unpickled is answered with its error, and the link goes on."""
     import socket
 
     from vbatch.distributed import link
@@ -716,6 +726,9 @@ def test_a_keepers_link_serves_only_the_runtime_that_knows_its_token():
     futs = [mine.call(i) for i in range(50)]
     assert [f.result(5) for f in futs] == [("ok", 2 * i) for i in range(50)]
     assert seen == list(range(50))
+    status, error = mine.call(_Unreadable()).result(5)
+    assert status == "err" and "cannot be read" in str(error)
+    assert mine.call(3).result(5) == ("ok", 6)
     mine.close()
     with pytest.raises(ConnectionError):
         mine.call(1).result(5)
