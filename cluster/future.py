@@ -5,6 +5,7 @@ an output left on the workers (:class:`DistributedBatch`)."""
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import dataclasses
 import functools
@@ -85,6 +86,11 @@ class _Hub:
         # (the secret a keeper's link asks for; none where the client asks for the scheduler)
         self._token = None if client.direct_to_workers is False else secrets.token_bytes(32)
         self.links: dict = {}  # worker -> the Link to its keeper, where it has one
+        # (a runtime dropped unclosed closes its links: their threads, and the keepers')
+        weakref.finalize(self, _close_links, self.links)
+        # worker -> shards sent to it the loop's way and not yet done: a later call sent from
+        # the caller's thread would overtake them (its ordering: go)
+        self._looping: collections.Counter = collections.Counter()
         self.actors: dict = self._keepers(workers)  # worker -> its keeper's Dask future
 
     def _keepers(self, workers: list, timeout: float = 60.0) -> dict:
@@ -108,19 +114,26 @@ class _Hub:
         holding ``holds`` (the :class:`_Keep` of what they read) until then. Where all of that
         has run and each shard's link is up, from this thread (``_send``); else from the
         client's loop."""
-        if self._ready(shards, after):
+        with self._books:  # (ready or not, and counted if not, as one step: go's order)
+            ready = self._ready(shards, after)
+            counted = () if ready else tuple(s.worker for s in shards)
+            self._looping.update(counted)
+        if ready:
             for s in shards:
                 self._send(s, holds)
         else:
-            asyncio.run_coroutine_threadsafe(self._go(shards, after, holds), self.loop)
+            asyncio.run_coroutine_threadsafe(
+                self._go(shards, after, holds, None, counted), self.loop)
 
     def _ready(self, shards: list, after: list) -> bool:
         """Whether every shard of ``after`` ran without error, every shard's reads lie on its
-        worker, and that worker has a link: what ``_compute`` would find before sending it."""
+        worker, that worker has a link, and no earlier call to it is still on the loop's way:
+        what ``_compute`` would find before sending it, in submission order."""
         if self.closed or not all(a.run.done() and a.run.exception() is None for a in after):
             return False
-        return all(s.worker in self.links and s.worker not in self.dead and all(
-            d.worker == s.worker and not d.dropped for d in s.reads) for s in shards)
+        return all(s.worker in self.links and s.worker not in self.dead and
+                   not self._looping[s.worker] and all(
+                       d.worker == s.worker and not d.dropped for d in s.reads) for s in shards)
 
     def _send(self, s: _Shard, holds: list) -> None:
         """``s``'s first run sent over its worker's link from the caller's thread, its reply
@@ -130,12 +143,14 @@ class _Hub:
         left. Pending drops for its worker go with it, run after it there."""
         where = s.worker
         drops = self._take_drops(where, {s.key, *(d.key for d in s.reads)})
+        link = self.links.get(where)
+        if link is None:  # (the link went meanwhile)
+            self._retry(s, self.retries, holds)
+            return
         try:
-            fut = self.links[where].call(("run", s.key, s.answer, drops, (s.fn, s.args)))
-        except KeyError:  # (the link went meanwhile)
-            fut = None
-        if fut is None:
-            self.loop.call_soon_threadsafe(self._retry, s, self.retries)
+            fut = link.call(("run", s.key, s.answer, drops, (s.fn, s.args)))
+        except Exception as exc:  # noqa: BLE001 - (operands that cannot be pickled: its error)
+            s.run.set_exception(exc)
             return
 
         def replied(fut, holds=holds):  # (holds: what it reads, kept until it has run)
@@ -149,8 +164,7 @@ class _Hub:
                         s.early = _unreply(value)
                     self._kept(s, where)
                 elif status == "gone" or self.retries:
-                    self.loop.call_soon_threadsafe(
-                        self._retry, s, self.retries - (status == "err"))
+                    self._retry(s, self.retries - (status == "err"), holds)
                     return
             except Exception as exc:  # noqa: BLE001 - (the client's loop closed, or an early
                 status, value = "err", exc  # result that cannot be read: the call's error)
@@ -161,8 +175,17 @@ class _Hub:
 
         fut.add_done_callback(replied)
 
-    def _retry(self, s: _Shard, tries: int) -> None:
-        asyncio.ensure_future(self._first(s, tries))
+    def _retry(self, s: _Shard, tries: int, holds: list) -> None:
+        """``s`` run again the loop's way (from any thread), holding ``holds`` until then."""
+        with self._books:
+            self._looping[s.worker] += 1
+        try:
+            asyncio.run_coroutine_threadsafe(
+                self._go([s], [], holds, tries, (s.worker,)), self.loop)
+        except RuntimeError as exc:  # (the client's loop closed: nothing runs again)
+            with self._books:
+                self._looping[s.worker] -= 1
+            s.run.set_exception(exc)
 
     def _kept(self, s: _Shard, where: str) -> None:
         with self._books:
@@ -197,23 +220,31 @@ class _Hub:
         if not self.closed and not self.loop.is_closed():
             self.wait(drop_all(), 60)
         self.closed = True
-        for link in self.links.values():
-            link.close()
-        self.links = {}
+        _close_links(self.links)
         for fut in self.actors.values():
             fut.release()
         self.actors = {}
 
     # ------------------------------------------------------------ on the client's loop
-    async def _go(self, shards: list, after: list, holds: list) -> None:
-        if after:
-            try:
-                await asyncio.gather(*(asyncio.wrap_future(s.run) for s in after))
-            except BaseException as exc:  # noqa: BLE001 - a failed dependency fails the call
-                for s in shards:
-                    s.run.set_exception(exc)
-                return
-        await asyncio.gather(*(self._first(s) for s in shards))
+    async def _go(self, shards: list, after: list, holds: list, tries: int | None = None,
+                  counted: tuple = ()) -> None:
+        """(``counted``: the workers ``go`` or ``_retry`` counted these shards to in
+        ``_looping``, uncounted once they are done)"""
+        try:
+            if after:
+                try:
+                    await asyncio.gather(*(asyncio.wrap_future(s.run) for s in after))
+                except BaseException as exc:  # noqa: BLE001 - a failed dependency fails it
+                    for s in shards:
+                        s.run.set_exception(exc)
+                    return
+            await asyncio.gather(*(self._first(s, tries) for s in shards))
+        finally:
+            with self._books:
+                for w in counted:
+                    self._looping[w] -= 1
+                    if self._looping[w] <= 0:
+                        del self._looping[w]
 
     async def _first(self, s: _Shard, tries: int | None = None) -> None:
         try:
@@ -405,6 +436,12 @@ class _Hub:
             await coro
         except Exception:  # noqa: BLE001 - a worker gone took the values with it
             pass
+
+
+def _close_links(links: dict) -> None:
+    for link in list(links.values()):
+        link.close()
+    links.clear()
 
 
 def _unreply(out: Any) -> Any:

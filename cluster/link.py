@@ -15,12 +15,14 @@ import queue
 import socket
 import struct
 import threading
+import time
 from typing import Any, Callable
 
 import numpy as np
 
 SMALL = 1 << 20  # bytes: a message this small is sent in one write, from the caller's thread
 ACCEPT_S = 120.0  # s a keeper waits for its runtime to connect
+HANDSHAKE_S = 2.0  # s a connection has to send the token
 
 
 def _frames(obj: Any) -> list:
@@ -33,13 +35,16 @@ def _size(frames: list) -> int:
     return sum(memoryview(f).nbytes for f in frames)
 
 
-def _send(sock: socket.socket, frames: list) -> None:
+def _prefix(frames: list) -> bytes:
     lengths = [memoryview(f).nbytes for f in frames]
-    pre = struct.pack(f"<I{len(lengths)}Q", len(lengths), *lengths)
-    if sum(lengths) < SMALL:
-        sock.sendall(b"".join([pre, *frames]))
+    return struct.pack(f"<I{len(lengths)}Q", len(lengths), *lengths)
+
+
+def _send(sock: socket.socket, frames: list) -> None:
+    if _size(frames) < SMALL:
+        sock.sendall(b"".join([_prefix(frames), *frames]))
         return
-    sock.sendall(pre)
+    sock.sendall(_prefix(frames))
     for f in frames:
         sock.sendall(f)
 
@@ -69,8 +74,29 @@ def _recv(sock: socket.socket) -> list:
             ends.append(ends[-1] + n)
         frames = [blob[a:b] for a, b in zip(ends[:-1], ends[1:])]
     else:
-        frames = [_exact(sock, n) for n in lengths]
+        frames, short = [], None
+        for n in lengths:
+            try:
+                frames.append(_exact(sock, n))
+            except MemoryError as exc:  # (read past, so the next message is read whole)
+                _skip(sock, n)
+                short = exc
+        if short is not None:
+            raise _Unread(short)
     return frames
+
+
+class _Unread(Exception):
+    """A message read past whole, but not kept: ``args[0]`` says why (no memory for it)."""
+
+
+def _skip(sock: socket.socket, n: int) -> None:
+    buf = memoryview(bytearray(min(n, SMALL)))
+    while n:
+        r = sock.recv_into(buf[:min(n, len(buf))])
+        if not r:
+            raise ConnectionError("the other end closed the connection")
+        n -= r
 
 
 def _loads(frames: list) -> Any:
@@ -96,15 +122,18 @@ class Server:
                          name="vbatch-keeper-link").start()
 
     def _accept(self, token: bytes) -> socket.socket | None:
-        self._sock.settimeout(ACCEPT_S)
+        deadline = time.monotonic() + ACCEPT_S
         with self._sock:
             while True:
                 try:
+                    # (a deadline over all connections: one that never sends its token, or
+                    # many such, cannot keep the thread waiting for good)
+                    self._sock.settimeout(max(deadline - time.monotonic(), 0.001))
                     conn, _ = self._sock.accept()
                 except OSError:  # (timed out: the runtime went another way, or went)
                     return None
                 try:
-                    conn.settimeout(10.0)
+                    conn.settimeout(HANDSHAKE_S)
                     if hmac.compare_digest(bytes(_exact(conn, len(token))), token):
                         conn.settimeout(None)
                         _nodelay(conn)
@@ -121,10 +150,11 @@ class Server:
             while True:
                 try:
                     frames = _recv(conn)
+                    msg = _loads(frames)
                 except OSError:  # (the runtime closed, or its process ended)
                     return
-                try:
-                    msg = _loads(frames)
+                except _Unread as exc:  # (no memory for it: that call's error, not the link's)
+                    reply, then = ("err", exc.args[0]), None
                 except Exception as exc:  # noqa: BLE001 - (a class this worker cannot import)
                     reply, then = ("err", exc), None
                 else:
@@ -141,6 +171,8 @@ class Server:
                 finally:
                     if then is not None:
                         then()
+                    # (not held until the next message comes: a large operand, or its reply)
+                    msg = reply = frames = None
 
 
 class Link:
@@ -164,6 +196,10 @@ class Link:
         threading.Thread(target=self._write, daemon=True, name="vbatch-link-write").start()
 
     def call(self, message: Any) -> concurrent.futures.Future:
+        """Send ``message``; never blocks on the socket (what the socket does not take at once
+        goes to the writer thread, after what is queued there), so neither a caller nor the
+        client's event loop waits for a busy keeper, and the lock is never held across a
+        blocking write (the reader takes it for each reply)."""
         fut: concurrent.futures.Future = concurrent.futures.Future()
         frames = _frames(message)
         with self._lock:
@@ -171,14 +207,20 @@ class Link:
                 fut.set_exception(ConnectionError(str(self._broken)))
                 return fut
             self._pending.append(fut)
-            if self._writing or _size(frames) >= SMALL:
-                self._writing += 1
-                self._out.put(frames)
-                return fut
-            try:
-                _send(self._sock, frames)
-            except OSError as exc:
-                self._fail(exc)
+            if not self._writing and _size(frames) < SMALL:
+                data = b"".join([_prefix(frames), *frames])
+                try:
+                    sent = self._sock.send(data, socket.MSG_DONTWAIT)
+                except BlockingIOError:
+                    sent = 0
+                except OSError as exc:
+                    self._fail(exc)
+                    return fut
+                if sent == len(data):
+                    return fut
+                frames = memoryview(data)[sent:]  # (the rest, framed already)
+            self._writing += 1
+            self._out.put(frames)
         return fut
 
     def close(self) -> None:
@@ -192,7 +234,11 @@ class Link:
             if frames is None:
                 return
             try:
-                _send(self._sock, frames)
+                if isinstance(frames, memoryview):
+                    self._sock.sendall(frames)
+                else:
+                    _send(self._sock, frames)
+                frames = None
             except OSError as exc:
                 with self._lock:
                     self._fail(exc)
@@ -203,6 +249,8 @@ class Link:
         while True:
             try:
                 frames = _recv(self._sock)
+            except _Unread as exc:  # (no memory for the reply: that call's error)
+                frames, reply = None, ("err", exc.args[0])
             except OSError as exc:
                 with self._lock:
                     self._fail(exc)
@@ -210,11 +258,14 @@ class Link:
             with self._lock:
                 fut = self._pending.popleft()
             try:
-                reply = _loads(frames)
+                if frames is not None:
+                    reply = _loads(frames)
             except Exception as exc:  # noqa: BLE001 - (a class the client cannot import)
                 reply = ("err", exc)
             if fut.set_running_or_notify_cancel():  # (False: its waiter was cancelled)
                 fut.set_result(reply)
+            # (not held until the next reply: a large one, and what its callbacks hold)
+            fut = reply = frames = None
 
     def _fail(self, exc: BaseException) -> None:
         """(under the lock) Every pending call fails, and any later one."""

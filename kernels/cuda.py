@@ -912,7 +912,10 @@ class CudaBackend(Backend):
             rec.bind(prep.ptrs[lc.family], (plan.k, lc.lo, lc.hi, sel.extra))
             prep.records.append(rec)
         if home is not None and len(cache) >= ENTRIES:
-            cache.pop(next(iter(cache)))
+            try:  # (another thread's call may evict the same one meanwhile)
+                cache.pop(next(iter(cache)), None)
+            except (StopIteration, RuntimeError):
+                pass
         cache[key] = prep
         return prep
 

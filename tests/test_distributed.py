@@ -690,6 +690,60 @@ def test_calls_go_over_each_keepers_link_or_through_dask(client, monkeypatch, re
     assert bool(through_dask) is not reachable, through_dask
 
 
+def test_a_link_never_blocks_its_caller_on_a_busy_keeper():
+    """Calls to a keeper that is busy (here: held until released) return at once, however
+    much is sent, and once it serves again every reply comes back, in order: a send that
+    waited for the socket while holding the link's lock blocked the caller (and the client's
+    event loop), and deadlocked against the replies filling the other way."""
+    import threading
+
+    from vbatch.distributed import link
+
+    gate = threading.Event()
+
+    def serve(msg):
+        gate.wait(60)
+        return ("ok", msg), None  # (replies as large as the calls: both ways fill up)
+
+    server = link.Server("127.0.0.1", b"g" * 32, serve)
+    mine = link.Link(server.address, b"g" * 32)
+    sent, futs = threading.Event(), []
+
+    def submit():
+        for i in range(60):
+            futs.append(mine.call(np.full(100_000, float(i))))  # (0.8 MB each, 48 MB)
+        sent.set()
+
+    threading.Thread(target=submit, daemon=True).start()
+    assert sent.wait(30), "the caller waited for the busy keeper"
+    assert not gate.is_set()
+    gate.set()
+    for i, f in enumerate(futs):
+        status, got = f.result(60)
+        assert status == "ok" and got.shape == (100_000,) and (got == i).all(), i
+    mine.close()
+
+
+def test_calls_to_a_worker_run_in_the_order_they_were_submitted(client):
+    """A call sent at once (its reads done) does not overtake an earlier call to the same
+    worker that waits for its own reads: an in-place factorization, then a read of the same
+    batch (no ``after=``), sees the factors, as on one runtime."""
+    drt = vd.Runtime(client, device="cpu", nb=NB)
+    ns = np.array([30, 40, 50, 60] * 5)
+    for trial in range(6):
+        made = drt.spd(ns, seed=trial)
+        first = drt.cholesky(made, overwrite=True)  # (made not yet made: the loop's way)
+        for s in made.shards:
+            s.run.result(60)
+        second = drt.cholesky(made)  # (its reads done: sent at once, unless it would overtake)
+        first.result()
+        again = second.result().factors
+        factored = made.gather()
+        for i, (f, a) in enumerate(zip(again, factored)):
+            # (run after the first, it factored the factor L: not L itself)
+            assert not np.allclose(np.tril(f), np.tril(a)), (trial, i)
+
+
 def _refuse():
     raise ValueError("this message cannot be read here")
 
