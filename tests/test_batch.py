@@ -40,10 +40,13 @@ def test_pack_places_every_array_whatever_its_own_layout(order, shapes):
 
 @pytest.mark.filterwarnings("ignore::PendingDeprecationWarning")  # (np.matrix's own)
 def test_pack_takes_matrix_subclasses_and_large_mixed_shapes():
-    # np.matrix stays 2-D when flattened; matrices past the one-call size go one by one.
+    # np.matrix stays 2-D when flattened; matrices past _PACK_SMALL on average are flattened
+    # as concatenate copies them (row-major, not ravelled first), whatever their own layout.
     mats = [np.matrix(np.arange(4.0).reshape(2, 2)), np.matrix(np.arange(9.0).reshape(3, 3))]
-    big = [np.random.default_rng(4).standard_normal((r, r)) for r in (40, 3, 25)]
-    for given in (mats, big):
+    big = [np.random.default_rng(4).standard_normal((r, c)) for r, c in ((40, 40), (3, 7),
+                                                                          (25, 30))]
+    for given in (mats, big, [np.asfortranarray(m) for m in big],
+                  [np.repeat(m, 2, axis=1)[:, ::2] for m in big], [m.T for m in big]):
         for order in "FC":
             b = vbatch.pack(given, order=order)
             for i, m in enumerate(given):

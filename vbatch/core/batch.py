@@ -946,17 +946,17 @@ def staged_order(x: Any) -> str | None:
 
 
 def _pack_host(ml: "MatrixList", layout: "PackedBatch", data: np.ndarray, total: int) -> bool:
-    """Small plain numpy arrays into ``data`` (``layout``'s buffer) back to back by one
+    """Plain numpy arrays into ``data`` (``layout``'s buffer) back to back by one
     ``np.concatenate``: of the matrices or their transposes where all have one shape, else of
-    each flattened in the layout's order (a view of an array stored that way, else a copy). A
-    Python step per array (a view and a copy into it) was most of packing such a list: 20,000
-    of 8 x 8, 1.39 / 0.98 us an array column- / row-major, 0.40 / 0.21 by one call (2-core
-    VM). False for anything else, which the caller's loop places one by one: larger matrices
-    (one copy each is then the cost; flattening and gathering them into the other order lost
-    up to 10x, 200 of 50-150 rows), subclasses (an ``np.matrix`` stays 2-D when flattened),
-    and a layout with space no matrix fills (an empty matrix of a nonzero other dimension).
-    What depends on the sizes alone is kept with the layout: found again, it is ~5 of the ~9
-    us this took for 10 matrices of 8 x 8."""
+    each flattened in the layout's order as it is copied. A Python step per array (a view and
+    a copy into it) was most of packing such a list: 20,000 of 8 x 8, 1.39 / 0.98 us an array
+    column- / row-major, 0.40 / 0.21 by one call; and at every size measured one call was as
+    fast or faster (2,000 of U[1, 32]: 3.13 / 2.41 ms against 1.16 / 0.57; 200 of 50-150
+    rows: 3.51 / 1.38 against 3.16 / 1.15; 2-core VM). False for subclasses (an
+    ``np.matrix`` stays 2-D when flattened) and a layout with space no matrix fills (an empty
+    matrix of a nonzero other dimension), which the caller's loop places one by one. What
+    depends on the sizes alone is kept with the layout: found again, it is ~5 of the ~9 us
+    this took for 10 matrices of 8 x 8."""
     mats = ml.mats
     k = len(mats)
     c = layout.cache()
@@ -965,8 +965,8 @@ def _pack_host(ml: "MatrixList", layout: "PackedBatch", data: np.ndarray, total:
         m, n = ml.m, ml.n
         one = bool(k) and (m == m[0]).all() and (n == n[0]).all()
         facts = c["host-pack"] = (
-            bool(k) and total <= _PACK_SMALL * k and total == int((m * n).sum()),
-            (int(m[0]), int(n[0])) if one else None)
+            bool(k) and total == int((m * n).sum()),
+            (int(m[0]), int(n[0])) if one else None, total <= _PACK_SMALL * k)
     if not facts[0] or set(map(type, mats)) != {np.ndarray}:
         return False
     order = layout.order
@@ -977,19 +977,23 @@ def _pack_host(ml: "MatrixList", layout: "PackedBatch", data: np.ndarray, total:
         else:
             np.concatenate(mats, axis=0, out=data.reshape(k * m0, n0))
         return True
-    # Row-major: views of the arrays flattened (ravel without keywords: reshape(-1,
-    # order=...) took 0.6 us an array, ravel 0.17). Column-major: the transposes, which
-    # concatenate flattens as it copies (axis=None), where a.T.ravel() copied each one first:
-    # 1.17 against 1.6 us an array, 20,000 of n <= 8 (2-core VM); for the row-major case that
-    # way took 0.8 against 0.5.
-    if order == "C":
+    # Column-major: the transposes, which concatenate flattens as it copies (axis=None), where
+    # a.T.ravel() copied each one first: 1.17 against 1.6 us an array, 20,000 of n <= 8.
+    # Row-major, small: views of the arrays flattened (ravel without keywords: reshape(-1,
+    # order=...) took 0.6 us an array, ravel 0.17; axis=None 0.8 against 0.5). Larger: the
+    # arrays as they are, flattened as they are copied; ravel copies one not stored row by
+    # row first (200 Fortran-ordered of 50-150 rows: 5.90 against 3.81 ms; 2-core VM).
+    if order == "F":
+        np.concatenate([a.T for a in mats], axis=None, out=data)
+    elif facts[2]:
         np.concatenate([a.ravel() for a in mats], out=data)
     else:
-        np.concatenate([a.T for a in mats], axis=None, out=data)
+        np.concatenate(mats, axis=None, out=data)
     return True
 
 
-# The most elements a matrix may have on average for _pack_host's one call (16 x 16).
+# The most elements a matrix may have on average for a row-major pack to flatten each array
+# first (16 x 16): views where they are stored row by row, and cheaper than concatenate's own.
 _PACK_SMALL = 256
 
 
