@@ -142,14 +142,16 @@ class _Hub:
         loop's way (``_first``): a link that broke, a shard that raised where retries are
         left. Pending drops for its worker go with it, run after it there."""
         where = s.worker
-        drops = self._take_drops(where, {s.key, *(d.key for d in s.reads)})
         link = self.links.get(where)
         if link is None:  # (the link went meanwhile)
             self._retry(s, self.retries, holds)
             return
+        drops = self._take_drops(where, {s.key, *(d.key for d in s.reads)})
         try:
             fut = link.call(("run", s.key, s.answer, drops, (s.fn, s.args)))
         except Exception as exc:  # noqa: BLE001 - (operands that cannot be pickled: its error)
+            for key in drops:  # (not sent: they wait for the next call, or the flush)
+                self._queue_drop(where, key)
             s.run.set_exception(exc)
             return
 
@@ -183,9 +185,16 @@ class _Hub:
             asyncio.run_coroutine_threadsafe(
                 self._go([s], [], holds, tries, (s.worker,)), self.loop)
         except RuntimeError as exc:  # (the client's loop closed: nothing runs again)
-            with self._books:
-                self._looping[s.worker] -= 1
+            self._unloop((s.worker,))
             s.run.set_exception(exc)
+
+    def _unloop(self, workers: tuple) -> None:
+        """Shards counted to ``workers`` in ``_looping`` are done."""
+        with self._books:
+            for w in workers:
+                self._looping[w] -= 1
+                if self._looping[w] <= 0:
+                    del self._looping[w]
 
     def _kept(self, s: _Shard, where: str) -> None:
         with self._books:
@@ -240,11 +249,7 @@ class _Hub:
                     return
             await asyncio.gather(*(self._first(s, tries) for s in shards))
         finally:
-            with self._books:
-                for w in counted:
-                    self._looping[w] -= 1
-                    if self._looping[w] <= 0:
-                        del self._looping[w]
+            self._unloop(counted)
 
     async def _first(self, s: _Shard, tries: int | None = None) -> None:
         try:
